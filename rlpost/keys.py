@@ -1,0 +1,43 @@
+"""Names of the fields carried in a batch (`DataProto`) between the driver and the workers.
+
+Every module refers to batch fields through these constants, never through string literals, so a
+rename is one edit and a typo is an import error. Shapes: B = batch rows (prompt x n responses),
+P = prompt length (left-padded), R = response length (right-padded), T = P + R.
+"""
+
+# --- tensors (DataProto.batch) -------------------------------------------------------------------
+INPUT_IDS = "input_ids"  # (B, P) before generation, (B, T) after
+ATTENTION_MASK = "attention_mask"  # same shape as input_ids; 1 on real tokens
+POSITION_IDS = "position_ids"  # same shape as input_ids
+PROMPTS = "prompts"  # (B, P) left-padded prompt ids
+RESPONSES = "responses"  # (B, R) right-padded response ids
+RESPONSE_MASK = "response_mask"  # (B, R) 1 on generated tokens up to and including EOS
+ROLLOUT_LOG_PROBS = "rollout_log_probs"  # (B, R) log-probs the engine sampled with
+OLD_LOG_PROBS = "old_log_probs"  # (B, R) actor log-probs before the update
+ENTROPYS = "entropys"  # (B, R) per-token entropy of the actor
+REF_LOG_PROB = "ref_log_prob"  # (B, R) reference-policy log-probs
+VALUES = "values"  # (B, R) critic values
+RM_SCORES = "rm_scores"  # (B, R) reward-model score placed on the last response token
+TOKEN_LEVEL_SCORES = "token_level_scores"  # (B, R) task score placed on the last response token
+TOKEN_LEVEL_REWARDS = "token_level_rewards"  # (B, R) scores minus the in-reward KL penalty
+ADVANTAGES = "advantages"  # (B, R)
+RETURNS = "returns"  # (B, R)
+
+# --- numpy object arrays (DataProto.non_tensor_batch) --------------------------------------------
+UID = "uid"  # str: one id per prompt, shared by its n responses (the GRPO/RLOO group)
+DATA_SOURCE = "data_source"  # str: selects the scorer and the validation metric group
+REWARD_MODEL = "reward_model"  # dict: {"style": ..., "ground_truth": ...}
+EXTRA_INFO = "extra_info"  # dict: free-form per-sample info passed to reward functions
+RAW_PROMPT_IDS = "raw_prompt_ids"  # list[int]: prompt ids without padding (engine input)
+RAW_PROMPT = "raw_prompt"  # list[dict]: the chat messages (data.return_raw_chat)
+FULL_PROMPTS = "full_prompts"  # str: prompt text after the chat template (data.return_full_prompt)
+INDEX = "index"  # int: row index in the source file
+
+# --- meta_info --------------------------------------------------------------------------------------
+META_EOS_TOKEN_ID = "eos_token_id"
+META_PAD_TOKEN_ID = "pad_token_id"
+META_DO_SAMPLE = "do_sample"
+META_VALIDATE = "validate"  # True: the rollout uses rollout.val_kwargs.*
+META_METRICS = "metrics"  # dict[str, float | list[float]] returned by update methods
+META_TEMPERATURE = "temperature"
+META_GLOBAL_STEP = "global_step"

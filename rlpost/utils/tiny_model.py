@@ -1,0 +1,109 @@
+"""Build a tiny Qwen2-architecture model and a byte-level BPE tokenizer, offline, in seconds.
+
+Tests, examples and the quickstart use it instead of a model hub. head_dim is 64 because the CPU
+attention of vLLM rejects smaller heads (ENVIRONMENT.md).
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Iterable
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+# Qwen-style ChatML template; `add_generation_prompt` opens the assistant turn.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+def default_corpus(num_lines: int = 4000, seed: int = 0) -> list[str]:
+    """Arithmetic question/answer text plus chat markup, enough for a small BPE vocabulary."""
+    rng = random.Random(seed)
+    lines = []
+    for _ in range(num_lines):
+        a, b = rng.randint(0, 999), rng.randint(0, 999)
+        op = rng.choice(["+", "-", "*"])
+        val = {"+": a + b, "-": a - b, "*": a * b}[op]
+        lines.append(f"user\nWhat is {a} {op} {b}? Answer with #### followed by the number.\n")
+        lines.append(f"assistant\n{a} {op} {b} = {val}. #### {val}\n")
+    lines.append("system\nYou are a helpful assistant. Let's think step by step. The answer is\n")
+    return lines
+
+
+def build_tokenizer(out_dir: str | Path, corpus: Iterable[str] | None = None, vocab_size: int = 512):
+    """Train a byte-level BPE tokenizer and save it as a transformers `PreTrainedTokenizerFast` folder."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(list(corpus if corpus is not None else default_corpus()), trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        bos_token=None,
+        unk_token=None,
+        additional_special_tokens=["<|im_start|>"],
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    fast.padding_side = "left"
+    fast.save_pretrained(str(out_dir))
+    return fast
+
+
+def build_tiny_model(
+    out_dir: str | Path,
+    corpus: Iterable[str] | None = None,
+    vocab_size: int = 512,
+    hidden_size: int = 128,
+    num_layers: int = 2,
+    num_heads: int = 2,
+    num_kv_heads: int = 1,
+    intermediate_size: int = 256,
+    max_position_embeddings: int = 1024,
+    seed: int = 0,
+    with_value_head: bool = False,
+) -> Path:
+    """Save tokenizer + randomly initialised `Qwen2ForCausalLM` (float32) into `out_dir`; return it."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tok = build_tokenizer(out, corpus, vocab_size)
+    torch.manual_seed(seed)
+    config = Qwen2Config(
+        vocab_size=len(tok),
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_kv_heads,
+        head_dim=hidden_size // num_heads,
+        max_position_embeddings=max_position_embeddings,
+        tie_word_embeddings=True,
+        bos_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        torch_dtype="float32",
+    )
+    if config.head_dim != 64:
+        raise ValueError(f"head_dim must be 64 for vLLM's CPU attention, got {config.head_dim}")
+    model = Qwen2ForCausalLM(config)
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.save_pretrained(str(out), safe_serialization=True)
+    return out

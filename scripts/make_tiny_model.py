@@ -1,0 +1,30 @@
+"""Build the tiny Qwen2 model + BPE tokenizer used by tests, examples and the quickstart.
+
+    python scripts/make_tiny_model.py --out_dir ~/models/tiny-qwen2 [--hidden_size 128 --num_layers 2]
+"""
+
+import argparse
+
+from rlpost.utils.tiny_model import build_tiny_model
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out_dir", required=True)
+    p.add_argument("--vocab_size", type=int, default=512)
+    p.add_argument("--hidden_size", type=int, default=128)
+    p.add_argument("--num_layers", type=int, default=2)
+    p.add_argument("--num_heads", type=int, default=2, help="head_dim = hidden_size / num_heads must be 64")
+    p.add_argument("--num_kv_heads", type=int, default=1)
+    p.add_argument("--intermediate_size", type=int, default=256)
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args()
+    out = build_tiny_model(
+        a.out_dir, vocab_size=a.vocab_size, hidden_size=a.hidden_size, num_layers=a.num_layers,
+        num_heads=a.num_heads, num_kv_heads=a.num_kv_heads, intermediate_size=a.intermediate_size, seed=a.seed,
+    )
+    print(f"tiny model written to {out}")
+
+
+if __name__ == "__main__":
+    main()

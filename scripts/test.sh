@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Run the whole test suite (README's second command). Extra args go to pytest, e.g.
+#   bash scripts/test.sh -m "not e2e"     # skip the long end-to-end runs
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$ROOT/scripts/setup_env.sh"
+cd "$ROOT"
+exec python -m pytest -q -ra --durations=15 "$@"
