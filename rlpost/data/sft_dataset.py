@@ -1,0 +1,109 @@
+"""Single-turn SFT dataset: prompt/response pairs from parquet files, tokenised for next-token loss.
+
+Each row becomes one right-padded sequence of `data.max_length` tokens:
+`chat_template(prompt, add_generation_prompt=True) + response + eos`. The loss mask is 1 on the
+response tokens (EOS included) and 0 on the prompt and the padding, so only the answer is learned.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import pandas as pd
+import torch
+from torch.utils.data import Dataset
+
+from rlpost.keys import ATTENTION_MASK, INPUT_IDS, POSITION_IDS
+
+# Not in rlpost/keys.py yet (requested from the lead): 1 on tokens that the SFT loss is computed on.
+LOSS_MASK = "loss_mask"
+
+TRUNCATION_MODES = ("error", "left", "right")
+
+
+def _as_list(files: str | Sequence[str]) -> list[str]:
+    """Accept one path or a list of paths (Hydra gives a ListConfig)."""
+    if isinstance(files, str):
+        return [files]
+    return [str(f) for f in files]
+
+
+def _dig(value: Any, dict_keys: Sequence[str] | None) -> Any:
+    """Follow `dict_keys` into nested dict columns, e.g. row["extra"]["question"]."""
+    for key in dict_keys or []:
+        value = value[key]
+    return value
+
+
+def _to_messages(prompt: Any) -> list[dict]:
+    """A plain string becomes one user turn; a chat list (numpy array from parquet) stays a chat."""
+    if isinstance(prompt, str):
+        return [{"role": "user", "content": prompt}]
+    return [dict(m) for m in prompt]
+
+
+class SFTDataset(Dataset):
+    """Prompt/response pairs for supervised fine-tuning.
+
+    Args:
+        parquet_files: One path or a list of parquet paths.
+        tokenizer: A HF tokenizer with a chat template and an EOS token.
+        config: The `data` config group; reads prompt_key, response_key, prompt_dict_keys,
+            response_dict_keys, max_length, truncation.
+
+    Items are dicts of tensors, each of shape (L,) with L = max_length: `input_ids`,
+    `attention_mask`, `position_ids`, `loss_mask`.
+    """
+
+    def __init__(self, parquet_files: str | Sequence[str], tokenizer, config) -> None:
+        self.tokenizer = tokenizer
+        self.max_length = int(config.max_length)
+        self.truncation = config.get("truncation", "error")
+        if self.truncation not in TRUNCATION_MODES:
+            raise ValueError(
+                f"data.truncation={self.truncation!r} is not valid: use one of {TRUNCATION_MODES}"
+            )
+        if tokenizer.eos_token_id is None or tokenizer.pad_token_id is None:
+            raise ValueError("the tokenizer needs an eos_token and a pad_token for SFT")
+        frame = pd.concat([pd.read_parquet(f) for f in _as_list(parquet_files)], ignore_index=True)
+        for key in (config.prompt_key, config.response_key):
+            if key not in frame.columns:
+                raise KeyError(f"column {key!r} not in {list(frame.columns)} (data.prompt_key/response_key)")
+        self.prompts = [_dig(p, config.get("prompt_dict_keys")) for p in frame[config.prompt_key]]
+        self.responses = [_dig(r, config.get("response_dict_keys")) for r in frame[config.response_key]]
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+    def _truncate(self, ids: list[int], mask: list[int], index: int) -> tuple[list[int], list[int]]:
+        if len(ids) <= self.max_length:
+            return ids, mask
+        if self.truncation == "left":
+            return ids[-self.max_length :], mask[-self.max_length :]
+        if self.truncation == "right":
+            return ids[: self.max_length], mask[: self.max_length]
+        raise ValueError(
+            f"row {index} has {len(ids)} tokens > data.max_length={self.max_length}; raise max_length "
+            "or set data.truncation to 'left' or 'right'"
+        )
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        tok = self.tokenizer
+        prompt_text = tok.apply_chat_template(
+            _to_messages(self.prompts[index]), add_generation_prompt=True, tokenize=False
+        )
+        prompt_ids = tok(prompt_text, add_special_tokens=False)["input_ids"]
+        response_ids = tok(str(self.responses[index]), add_special_tokens=False)["input_ids"]
+        response_ids = response_ids + [tok.eos_token_id]
+        ids = prompt_ids + response_ids
+        loss = [0] * len(prompt_ids) + [1] * len(response_ids)
+        ids, loss = self._truncate(ids, loss, index)
+        n_pad = self.max_length - len(ids)
+        attn = [1] * len(ids) + [0] * n_pad
+        positions = list(range(len(ids))) + [0] * n_pad
+        return {
+            INPUT_IDS: torch.tensor(ids + [tok.pad_token_id] * n_pad, dtype=torch.long),
+            ATTENTION_MASK: torch.tensor(attn, dtype=torch.long),
+            POSITION_IDS: torch.tensor(positions, dtype=torch.long),
+            LOSS_MASK: torch.tensor(loss + [0] * n_pad, dtype=torch.long),
+        }

@@ -1,0 +1,309 @@
+"""Supervised fine-tuning with FSDP2: loss on response tokens only, HF checkpoints out.
+
+Launch (config: rlpost/trainer/config/sft_trainer.yaml):
+    torchrun --nproc_per_node=2 -m rlpost.trainer.fsdp_sft_trainer \
+        data.train_files=train.parquet data.prompt_key=prompt data.response_key=response \
+        model.partial_pretrain=/path/to/hf_model trainer.default_local_dir=ckpts
+    python -m rlpost.trainer.fsdp_sft_trainer ...   # one plain process (world size 1)
+
+Checkpoints: `<default_local_dir>/global_step_<N>/` holds config, tokenizer and safetensors, loadable
+with `AutoModelForCausalLM.from_pretrained`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import socket
+from pathlib import Path
+from typing import Any
+
+import hydra
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from omegaconf import DictConfig, OmegaConf
+from torch.utils.data import DataLoader, DistributedSampler
+from tqdm import tqdm
+
+from rlpost.data.sft_dataset import LOSS_MASK, SFTDataset
+from rlpost.keys import ATTENTION_MASK, INPUT_IDS, POSITION_IDS
+from rlpost.utils.optim import build_lr_scheduler, build_optimizer
+
+LR_SCHEDULERS = ("cosine", "wsd")
+
+# Keys of sft_trainer.yaml that are in scope but not built yet: value must stay at this default.
+UNSUPPORTED_DEFAULTS: dict[str, Any] = {
+    "ulysses_sequence_parallel_size": 1,
+    "use_remove_padding": False,
+    "data.balance_dp_token": False,
+    "data.multiturn.enable": False,
+    "data.custom_cls.path": None,
+    "data.use_shm": False,
+    "model.use_shm": False,
+    "model.lora_rank": 0,
+    "model.use_liger": False,
+    "model.external_lib": None,
+    "model.fsdp_config.cpu_offload": False,
+    "model.fsdp_config.offload_params": False,
+    "trainer.default_hdfs_dir": None,
+    "trainer.resume_path": None,
+}
+
+
+def check_sft_config(config: DictConfig, world_size: int) -> None:
+    """Fail fast on unsupported keys and on batch sizes that do not divide; errors name the key."""
+    for key, default in UNSUPPORTED_DEFAULTS.items():
+        value = OmegaConf.select(config, key, default=default)
+        if value != default and not (default is False and value in (None, 0)):
+            raise NotImplementedError(f"not supported yet: {key}={value!r} (leave it at {default!r})")
+    sched = config.optim.get("lr_scheduler", "cosine")
+    if sched not in LR_SCHEDULERS:
+        raise ValueError(f"optim.lr_scheduler={sched!r} must be one of {LR_SCHEDULERS}; nearest valid: 'cosine'")
+    batch, micro = int(config.data.train_batch_size), int(config.data.micro_batch_size_per_gpu)
+    if micro <= 0:
+        raise ValueError(f"data.micro_batch_size_per_gpu={micro} must be >= 1; nearest valid: 1")
+    unit = micro * world_size
+    if batch % unit:
+        raise ValueError(
+            f"data.train_batch_size={batch} must be a multiple of data.micro_batch_size_per_gpu x world size "
+            f"= {unit}; nearest valid: {max(unit, round(batch / unit) * unit)}"
+        )
+    if int(config.data.max_length) <= 1:
+        raise ValueError(f"data.max_length={config.data.max_length} must be > 1")
+
+
+def init_distributed() -> tuple[int, int, str]:
+    """Join the torchrun group, or form a group of one for a plain process; return (rank, world, device)."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if not dist.is_initialized():
+        if "RANK" not in os.environ:  # plain `python -m ...`: a world of one on a free local port
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                port = sock.getsockname()[1]
+            os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1")
+            os.environ.setdefault("MASTER_PORT", str(port))
+        if device == "cuda":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group(backend="nccl" if device == "cuda" else "gloo")
+    return dist.get_rank(), dist.get_world_size(), device
+
+
+def _wsd_scheduler(optimizer: torch.optim.Optimizer, warmup: int, total: int):
+    """Warmup-stable-decay: linear warmup, flat LR, cosine decay to 0 over the last 10% of steps."""
+    from transformers import get_wsd_schedule
+
+    decay = max(1, int(0.1 * max(total - warmup, 1)))
+    return get_wsd_schedule(optimizer, num_warmup_steps=warmup, num_decay_steps=decay, num_training_steps=total)
+
+
+class FSDPSFTTrainer:
+    """SFT loop over an FSDP2-sharded HF causal LM.
+
+    Args:
+        config: The full sft_trainer config (groups data, model, optim, trainer).
+        tokenizer: HF tokenizer saved next to every checkpoint.
+        train_dataset: Items as produced by `SFTDataset` (input_ids, attention_mask, position_ids,
+            loss_mask; each (L,)).
+        val_dataset: Same layout, or None for no validation.
+    """
+
+    def __init__(self, config: DictConfig, tokenizer, train_dataset, val_dataset=None) -> None:
+        self.config = config
+        self.tokenizer = tokenizer
+        self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        check_sft_config(config, self.world_size)
+        torch.manual_seed(int(config.trainer.get("seed", 1)))
+        self.micro = int(config.data.micro_batch_size_per_gpu)
+        self.train_loader = self._loader(train_dataset, int(config.data.train_batch_size), shuffle=True)
+        self.val_loader = None
+        if val_dataset is not None and len(val_dataset) > 0:
+            self.val_loader = self._loader(val_dataset, self.micro * self.world_size, shuffle=False)
+        steps = len(self.train_loader) * int(config.trainer.total_epochs)
+        self.total_steps = int(config.trainer.get("total_training_steps") or steps)
+        self.model = self._build_model()
+        self.optimizer, self.lr_scheduler = self._build_optimizer()
+
+    def _loader(self, dataset, global_batch: int, shuffle: bool) -> DataLoader:
+        sampler = DistributedSampler(
+            dataset, num_replicas=self.world_size, rank=self.rank, shuffle=shuffle,
+            seed=int(self.config.trainer.get("seed", 1)), drop_last=True,
+        )
+        if len(dataset) < global_batch:
+            raise ValueError(f"dataset has {len(dataset)} rows < one global batch of {global_batch}")
+        return DataLoader(dataset, batch_size=global_batch // self.world_size, sampler=sampler, drop_last=True)
+
+    def _build_model(self) -> torch.nn.Module:
+        """Load the HF model in fp32, enable checkpointing, shard it through rlpost.utils.fsdp."""
+        from transformers import AutoModelForCausalLM
+
+        from rlpost.utils.fsdp import apply_fsdp2
+
+        model_cfg = self.config.model
+        model = AutoModelForCausalLM.from_pretrained(
+            model_cfg.partial_pretrain, dtype=torch.float32,
+            trust_remote_code=bool(model_cfg.get("trust_remote_code", False)),
+        )
+        if model_cfg.get("enable_gradient_checkpointing", False):
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        # bf16 compute on GPU; CPU stays fp32 so tiny CI runs are exact and fast enough.
+        param_dtype = torch.bfloat16 if self.device == "cuda" else torch.float32
+        return apply_fsdp2(model, device=self.device, param_dtype=param_dtype, reduce_dtype=torch.float32)
+
+    def _build_optimizer(self):
+        optim = self.config.optim
+        optimizer = build_optimizer(self.model.parameters(), optim)
+        warmup = int(float(optim.get("warmup_steps_ratio", 0.0)) * self.total_steps)
+        if optim.get("lr_scheduler", "cosine") == "wsd":
+            return optimizer, _wsd_scheduler(optimizer, warmup, self.total_steps)
+        sched_cfg = {"lr_scheduler": "cosine", "lr_warmup_steps": warmup,
+                     "total_training_steps": self.total_steps, "min_lr_ratio": optim.get("min_lr_ratio", 0.0)}
+        return optimizer, build_lr_scheduler(optimizer, sched_cfg)
+
+    def _loss_sum(self, micro: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Summed next-token NLL over response tokens of a micro batch (b, L); returns (sum, n_tokens)."""
+        ids = micro[INPUT_IDS].to(self.device)
+        logits = self.model(
+            input_ids=ids, attention_mask=micro[ATTENTION_MASK].to(self.device),
+            position_ids=micro[POSITION_IDS].to(self.device), use_cache=False,
+        ).logits  # (b, L, V)
+        mask = micro[LOSS_MASK][:, 1:].to(self.device).float()  # (b, L-1): targets that are response
+        nll = F.cross_entropy(logits[:, :-1].float().transpose(1, 2), ids[:, 1:], reduction="none")
+        return (nll * mask).sum(), mask.sum()
+
+    def _all_reduce(self, value: torch.Tensor) -> torch.Tensor:
+        value = value.detach().to(self.device, torch.float32).clone()
+        dist.all_reduce(value)
+        return value
+
+    def training_step(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        """One optimizer step over this rank's share (n, L) of the global batch; returns metrics.
+
+        The loss is the mean over all response tokens of the global batch: each micro batch divides
+        its sum by the global token count; times world size because FSDP averages gradients.
+        """
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        n_tokens = self._all_reduce(batch[LOSS_MASK][:, 1:].sum()).clamp(min=1)
+        total = torch.zeros((), device=self.device)
+        for start in range(0, batch[INPUT_IDS].shape[0], self.micro):
+            micro = {k: v[start : start + self.micro] for k, v in batch.items()}
+            loss_sum, _ = self._loss_sum(micro)
+            (loss_sum * self.world_size / n_tokens).backward()
+            total += loss_sum.detach()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), float(self.config.optim.clip_grad))
+        grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
+        if torch.isfinite(grad_norm):
+            self.optimizer.step()
+        elif self.rank == 0:
+            print(f"warning: grad_norm={grad_norm.item()} is not finite, step skipped")
+        lr = self.lr_scheduler.get_last_lr()[0]
+        self.lr_scheduler.step()
+        loss = self._all_reduce(total) / n_tokens
+        return {"train/loss": loss.item(), "train/lr": lr, "train/grad_norm": float(grad_norm)}
+
+    @torch.no_grad()
+    def validate(self) -> dict[str, float]:
+        """Token-mean response loss over the validation set (all ranks)."""
+        self.model.eval()
+        total = torch.zeros((), device=self.device)
+        count = torch.zeros((), device=self.device)
+        for batch in self.val_loader:
+            loss_sum, n = self._loss_sum(batch)
+            total, count = total + loss_sum, count + n
+        return {"val/loss": (self._all_reduce(total) / self._all_reduce(count).clamp(min=1)).item()}
+
+    def save_checkpoint(self, step: int) -> Path:
+        """Gather full tensors to rank 0 and write a HF folder `global_step_<step>`."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        root = Path(self.config.trainer.default_local_dir)
+        path = root / f"global_step_{step}"
+        state = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        if self.rank == 0:
+            path.mkdir(parents=True, exist_ok=True)
+            self.model.save_pretrained(str(path), state_dict=state, safe_serialization=True)
+            self.tokenizer.save_pretrained(str(path))
+            self._drop_old_checkpoints(root)
+        dist.barrier()
+        return path
+
+    def _drop_old_checkpoints(self, root: Path) -> None:
+        keep = self.config.trainer.get("max_ckpt_to_keep")
+        if not keep or int(keep) <= 0:
+            return
+        found = sorted(root.glob("global_step_*"), key=lambda p: int(p.name.rsplit("_", 1)[1]))
+        for old in found[: -int(keep)]:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def fit(self) -> list[dict[str, float]]:
+        """Run `total_steps` optimizer steps; log, validate and save on schedule; return per-step metrics."""
+        trainer_cfg = self.config.trainer
+        logger = _make_logger(self.config) if self.rank == 0 else None
+        save_freq, test_freq = int(trainer_cfg.get("save_freq", -1)), int(trainer_cfg.get("test_freq", -1))
+        history, step = [], 0
+        bar = tqdm(total=self.total_steps, desc="sft", disable=self.rank != 0)
+        for epoch in range(math.ceil(self.total_steps / max(len(self.train_loader), 1))):
+            self.train_loader.sampler.set_epoch(epoch)
+            for batch in self.train_loader:
+                step += 1
+                metrics = self.training_step(batch)
+                last = step >= self.total_steps
+                if self.val_loader is not None and (last or (test_freq > 0 and step % test_freq == 0)):
+                    metrics.update(self.validate())
+                if last or (save_freq > 0 and step % save_freq == 0):
+                    self.save_checkpoint(step)
+                if logger is not None:
+                    logger.log(metrics, step=step)
+                history.append(metrics)
+                bar.update(1)
+                bar.set_postfix(loss=f"{metrics['train/loss']:.4f}")
+                if last:
+                    bar.close()
+                    return history
+        bar.close()
+        return history
+
+
+def _make_logger(config: DictConfig):
+    """rlpost.utils.tracking.Tracking with the trainer's project/experiment/logger settings."""
+    from rlpost.utils.tracking import Tracking
+
+    trainer_cfg = config.trainer
+    return Tracking(
+        project_name=trainer_cfg.get("project_name", "rlpost-sft"),
+        experiment_name=trainer_cfg.get("experiment_name", "sft"),
+        default_backend=trainer_cfg.get("logger", ["console"]),
+        config=OmegaConf.to_container(config, resolve=True),
+        log_dir=trainer_cfg.get("default_local_dir"),
+    )
+
+
+def run_sft(config: DictConfig) -> list[dict[str, float]]:
+    """Build tokenizer, datasets and trainer from `config`, train, return per-step metrics."""
+    from transformers import AutoTokenizer
+
+    init_distributed()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(
+            config.model.partial_pretrain, trust_remote_code=bool(config.model.get("trust_remote_code", False))
+        )
+        if config.data.get("chat_template"):
+            tokenizer.chat_template = config.data.chat_template
+        train = SFTDataset(config.data.train_files, tokenizer, config.data)
+        val = SFTDataset(config.data.val_files, tokenizer, config.data) if config.data.get("val_files") else None
+        return FSDPSFTTrainer(config, tokenizer, train, val).fit()
+    finally:
+        dist.destroy_process_group()
+
+
+@hydra.main(config_path="config", config_name="sft_trainer", version_base=None)
+def main(config: DictConfig) -> None:
+    """Hydra entry point: `python -m rlpost.trainer.fsdp_sft_trainer key=value ...`."""
+    run_sft(config)
+
+
+if __name__ == "__main__":
+    main()
