@@ -1,0 +1,352 @@
+"""Advantage estimators, selected by `algorithm.adv_estimator`.
+
+Shapes: B = batch rows (prompts x n responses), R = response length.
+
+Calling convention: every registered estimator is called by keyword with the same fields,
+    fn(token_level_rewards=..., response_mask=..., values=..., index=..., reward_baselines=...,
+       gamma=..., lam=..., norm_adv_by_std_in_grpo=..., epsilon=..., config=...)
+and takes what it needs, absorbing the rest through `**kwargs`; `compute_advantage` does that call.
+A custom estimator registered with `@register_adv_est(name)` must accept the same keywords. Each
+returns `(advantages, returns)`, both (B, R) and zero where `response_mask` is 0.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from rlpost.utils.masked import masked_whiten
+from rlpost.utils.registry import Registry
+
+AdvEstimatorFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
+ADV_ESTIMATORS = Registry("advantage estimator")
+
+
+class AdvantageEstimator(str, Enum):
+    """Names accepted by `algorithm.adv_estimator`."""
+
+    GAE = "gae"
+    GRPO = "grpo"
+    REINFORCE_PLUS_PLUS = "reinforce_plus_plus"
+    REINFORCE_PLUS_PLUS_BASELINE = "reinforce_plus_plus_baseline"
+    REMAX = "remax"
+    RLOO = "rloo"
+    OPO = "opo"
+    GPG = "gpg"
+
+
+def register_adv_est(name: str | AdvantageEstimator) -> Callable[[AdvEstimatorFn], AdvEstimatorFn]:
+    """Decorator registering an advantage estimator under `name` (see the module calling convention)."""
+    return ADV_ESTIMATORS.register(name)
+
+
+def get_adv_estimator_fn(name: str | AdvantageEstimator) -> AdvEstimatorFn:
+    """The estimator registered under `name`; a ValueError lists valid names otherwise."""
+    return ADV_ESTIMATORS.get(name)
+
+
+def _group_ids(index: Any, batch_size: int) -> torch.Tensor:
+    """(B,) long group id per row from an array of uids (one uid per prompt)."""
+    if index is None:
+        raise ValueError("this advantage estimator needs `index` (the per-row uid array) to form groups")
+    arr = np.asarray(index)
+    if arr.shape[0] != batch_size:
+        raise ValueError(f"index has {arr.shape[0]} entries but the batch has {batch_size} rows")
+    _, inverse = np.unique(arr, return_inverse=True)
+    return torch.as_tensor(inverse.reshape(-1), dtype=torch.long)
+
+
+def _per_row_group_sum(x: torch.Tensor, gid: torch.Tensor) -> torch.Tensor:
+    """(B,) sum of `x` over each row's group, repeated on every row of the group."""
+    sums = torch.zeros(int(gid.max()) + 1, dtype=x.dtype, device=x.device)
+    return sums.index_add_(0, gid.to(x.device), x)[gid.to(x.device)]
+
+
+def _group_mean_std(scores: torch.Tensor, gid: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Per-row group (mean, unbiased std, size); size-1 groups get mean 0, std 1 (GRPO convention)."""
+    count = _per_row_group_sum(torch.ones_like(scores), gid)
+    mean = _per_row_group_sum(scores, gid) / count
+    sq = _per_row_group_sum((scores - mean) ** 2, gid)
+    std = torch.sqrt(sq / (count - 1).clamp_min(1))
+    single = count == 1
+    mean = torch.where(single, torch.zeros_like(mean), mean)
+    std = torch.where(single, torch.ones_like(std), std)
+    return mean, std, count
+
+
+def _check_rewards(token_level_rewards: torch.Tensor, response_mask: torch.Tensor) -> None:
+    if token_level_rewards.shape != response_mask.shape or token_level_rewards.dim() != 2:
+        raise ValueError(
+            f"token_level_rewards {tuple(token_level_rewards.shape)} and response_mask "
+            f"{tuple(response_mask.shape)} must both be (B, R)"
+        )
+
+
+@register_adv_est(AdvantageEstimator.GAE)
+def compute_gae_advantage_return(
+    token_level_rewards: torch.Tensor,
+    values: torch.Tensor,
+    response_mask: torch.Tensor,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation (Schulman et al. 2016), whitened over the batch.
+
+    delta_t = r_t + gamma * V_{t+1} - V_t;  A_t = delta_t + gamma * lam * A_{t+1}.
+    Masked positions (mask 0, e.g. tool-output tokens inside a response) are skipped: the next value
+    and the running A are carried across them unchanged. returns = A (before whitening) + V.
+
+    Args:
+        token_level_rewards: (B, R).
+        values: (B, R) critic values.
+        response_mask: (B, R) 1 on response tokens.
+        gamma: discount. lam: GAE lambda.
+
+    Returns:
+        advantages (B, R) whitened over valid tokens, returns (B, R); both zero where masked.
+    """
+    if values is None:
+        raise ValueError("adv_estimator 'gae' needs `values` from the critic")
+    _check_rewards(token_level_rewards, response_mask)
+    with torch.no_grad():
+        mask = response_mask.to(values.dtype)
+        next_value = torch.zeros_like(values[:, 0])
+        last_gae = torch.zeros_like(values[:, 0])
+        reversed_adv = []
+        for t in reversed(range(values.shape[1])):
+            delta = token_level_rewards[:, t] + gamma * next_value - values[:, t]
+            gae_t = delta + gamma * lam * last_gae
+            next_value = torch.where(mask[:, t].bool(), values[:, t], next_value)
+            last_gae = torch.where(mask[:, t].bool(), gae_t, last_gae)
+            reversed_adv.append(last_gae)
+        advantages = torch.stack(reversed_adv[::-1], dim=1)
+        returns = (advantages + values) * mask
+        advantages = masked_whiten(advantages, mask) * mask
+    return advantages, returns
+
+
+@register_adv_est(AdvantageEstimator.GRPO)
+def compute_grpo_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray,
+    epsilon: float = 1e-6,
+    norm_adv_by_std_in_grpo: bool = True,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GRPO outcome advantage (Shao et al. 2024): A_i = (s_i - mean_g) / (std_g + eps).
+
+    s_i = sum of the row's token rewards; g = the rows sharing `index[i]`; std is unbiased (as
+    `torch.std`). A group of one gets mean 0 and std 1. With `norm_adv_by_std_in_grpo=False` this is
+    Dr.GRPO: A_i = s_i - mean_g.
+
+    Args:
+        token_level_rewards: (B, R). response_mask: (B, R).
+        index: (B,) uid per row. epsilon: added to the std.
+
+    Returns:
+        (advantages, advantages), each (B, R): the row's value on every valid token.
+    """
+    _check_rewards(token_level_rewards, response_mask)
+    with torch.no_grad():
+        scores = token_level_rewards.sum(dim=-1)
+        mean, std, _ = _group_mean_std(scores, _group_ids(index, scores.shape[0]))
+        adv = scores - mean
+        if norm_adv_by_std_in_grpo:
+            adv = adv / (std + epsilon)
+        adv = adv.unsqueeze(-1) * response_mask
+    return adv, adv
+
+
+@register_adv_est(AdvantageEstimator.RLOO)
+def compute_rloo_outcome_advantage(
+    token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: np.ndarray, **kwargs: Any
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """RLOO (Ahmadian et al. 2024): A_i = s_i - mean of the other rows of its group.
+
+    Equivalently n/(n-1) * (s_i - mean_g). A group of one keeps its raw score (no baseline).
+
+    Returns:
+        (advantages, advantages), each (B, R).
+    """
+    _check_rewards(token_level_rewards, response_mask)
+    with torch.no_grad():
+        scores = token_level_rewards.sum(dim=-1)
+        gid = _group_ids(index, scores.shape[0])
+        count = _per_row_group_sum(torch.ones_like(scores), gid)
+        others_mean = (_per_row_group_sum(scores, gid) - scores) / (count - 1).clamp_min(1)
+        adv = torch.where(count > 1, scores - others_mean, scores)
+        adv = adv.unsqueeze(-1) * response_mask
+    return adv, adv
+
+
+@register_adv_est(AdvantageEstimator.REINFORCE_PLUS_PLUS)
+def compute_reinforce_plus_plus_outcome_advantage(
+    token_level_rewards: torch.Tensor, response_mask: torch.Tensor, gamma: float = 1.0, **kwargs: Any
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """REINFORCE++ (Hu 2025): discounted return G_t = r_t + gamma * G_{t+1}, whitened over the batch.
+
+    The running return restarts at every masked position, so nothing leaks across padding.
+
+    Returns:
+        advantages (B, R) = masked_whiten(returns), returns (B, R); both zero where masked.
+    """
+    _check_rewards(token_level_rewards, response_mask)
+    with torch.no_grad():
+        mask = response_mask.to(token_level_rewards.dtype)
+        running = torch.zeros_like(token_level_rewards[:, 0])
+        returns = torch.zeros_like(token_level_rewards)
+        for t in reversed(range(token_level_rewards.shape[1])):
+            running = (token_level_rewards[:, t] + gamma * running) * mask[:, t]
+            returns[:, t] = running
+        advantages = masked_whiten(returns, mask) * mask
+    return advantages, returns
+
+
+@register_adv_est(AdvantageEstimator.REINFORCE_PLUS_PLUS_BASELINE)
+def compute_reinforce_plus_plus_baseline_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray,
+    epsilon: float = 1e-6,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """REINFORCE++ with a group-mean baseline: A = whiten_batch(s_i - mean_g) over valid tokens.
+
+    A group of one has baseline 0. `epsilon` is unused (kept for verl's signature).
+
+    Returns:
+        (advantages, advantages), each (B, R).
+    """
+    _check_rewards(token_level_rewards, response_mask)
+    with torch.no_grad():
+        scores = token_level_rewards.sum(dim=-1)
+        mean, _, _ = _group_mean_std(scores, _group_ids(index, scores.shape[0]))
+        adv = (scores - mean).unsqueeze(-1) * response_mask
+        adv = masked_whiten(adv, response_mask) * response_mask
+    return adv, adv
+
+
+@register_adv_est(AdvantageEstimator.REMAX)
+def compute_remax_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    reward_baselines: torch.Tensor,
+    response_mask: torch.Tensor,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """ReMax (Li et al. 2023): A_t = G_t - b, G_t = undiscounted reward-to-go, b = greedy reward.
+
+    Args:
+        token_level_rewards: (B, R). reward_baselines: (B,) score of the greedy response.
+        response_mask: (B, R).
+
+    Returns:
+        advantages (B, R), returns (B, R); both zero where masked.
+    """
+    if reward_baselines is None:
+        raise ValueError("adv_estimator 'remax' needs `reward_baselines` (the greedy-response scores)")
+    _check_rewards(token_level_rewards, response_mask)
+    with torch.no_grad():
+        returns = (token_level_rewards * response_mask).flip(-1).cumsum(-1).flip(-1)
+        advantages = (returns - reward_baselines.reshape(-1, 1)) * response_mask
+    return advantages, returns
+
+
+@register_adv_est(AdvantageEstimator.OPO)
+def compute_opo_outcome_advantage(
+    token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: np.ndarray, **kwargs: Any
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """OPO (Hao et al. 2025), optimal baseline for on-policy RL: length-weighted group mean.
+
+    b_g = sum_j(L_j * s_j) / sum_j(L_j) over the group, L_j = valid tokens of row j; A_i = s_i - b_g.
+    A group of one has baseline 0.
+
+    Returns:
+        (advantages, advantages), each (B, R).
+    """
+    _check_rewards(token_level_rewards, response_mask)
+    with torch.no_grad():
+        scores = token_level_rewards.sum(dim=-1)
+        lengths = response_mask.sum(dim=-1).to(scores.dtype)
+        gid = _group_ids(index, scores.shape[0])
+        count = _per_row_group_sum(torch.ones_like(scores), gid)
+        baseline = _per_row_group_sum(lengths * scores, gid) / _per_row_group_sum(lengths, gid).clamp_min(1)
+        baseline = torch.where(count > 1, baseline, torch.zeros_like(baseline))
+        adv = (scores - baseline).unsqueeze(-1) * response_mask
+    return adv, adv
+
+
+@register_adv_est(AdvantageEstimator.GPG)
+def compute_gpg_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray,
+    epsilon: float = 1e-6,
+    f_norm: float = 1.0,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GPG, Group Policy Gradient (Chu et al. 2025): A_i = alpha * (s_i - mean_g) / F_norm.
+
+    alpha = B / (B - M), M = rows whose group has all-equal scores (they give zero gradient), which
+    rescales the batch-mean loss to the rows that carry signal. F_norm = `f_norm` (paper: 1).
+    A group of one has mean 0 (like GRPO) and counts as a signal row. `epsilon` guards F_norm.
+
+    Returns:
+        (advantages, advantages), each (B, R).
+    """
+    _check_rewards(token_level_rewards, response_mask)
+    with torch.no_grad():
+        scores = token_level_rewards.sum(dim=-1)
+        gid = _group_ids(index, scores.shape[0])
+        mean, std, count = _group_mean_std(scores, gid)
+        degenerate = (count > 1) & (std == 0)
+        batch = scores.shape[0]
+        alpha = batch / max(batch - int(degenerate.sum()), 1)
+        adv = alpha * (scores - mean) / max(f_norm, epsilon)
+        adv = adv.unsqueeze(-1) * response_mask
+    return adv, adv
+
+
+def compute_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    adv_estimator: str | AdvantageEstimator,
+    *,
+    values: torch.Tensor | None = None,
+    index: np.ndarray | None = None,
+    reward_baselines: torch.Tensor | None = None,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    norm_adv_by_std_in_grpo: bool = True,
+    epsilon: float = 1e-6,
+    config: Any = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Runs the estimator named `adv_estimator` with the uniform keyword call (module docstring).
+
+    Args:
+        token_level_rewards: (B, R). response_mask: (B, R).
+        adv_estimator: a registered name (`algorithm.adv_estimator`).
+        values: (B, R) critic values (gae). index: (B,) uids (group estimators).
+        reward_baselines: (B,) greedy scores (remax). gamma, lam, norm_adv_by_std_in_grpo, epsilon:
+            from `algorithm.*`. config: the `algorithm` config, passed through for custom estimators.
+
+    Returns:
+        advantages (B, R), returns (B, R).
+    """
+    fn = get_adv_estimator_fn(adv_estimator)
+    return fn(
+        token_level_rewards=token_level_rewards,
+        response_mask=response_mask,
+        values=values,
+        index=index,
+        reward_baselines=reward_baselines,
+        gamma=gamma,
+        lam=lam,
+        norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
+        epsilon=epsilon,
+        config=config,
+    )

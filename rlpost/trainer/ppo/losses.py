@@ -1,0 +1,227 @@
+"""Loss aggregation, policy losses (selected by name) and the clipped value loss.
+
+Shapes: B = batch rows, R = response length.
+
+Policy-loss calling convention: every registered loss is called as
+    fn(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None)
+where `config` is the actor config (`actor_rollout_ref.actor`, read for clip_ratio, clip_ratio_low,
+clip_ratio_high, clip_ratio_c) and returns verl's tuple
+    (pg_loss: scalar, pg_clipfrac: scalar, ppo_kl: scalar, pg_clipfrac_lower: scalar).
+Without a config the clip values may be given as keywords instead (not both).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from rlpost.utils.masked import masked_mean
+from rlpost.utils.registry import Registry
+
+PolicyLossFn = Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]
+POLICY_LOSSES = Registry("policy loss")
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+
+
+def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
+    """Decorator registering a policy loss under `name` (see the module calling convention)."""
+    return POLICY_LOSSES.register(name)
+
+
+def get_policy_loss_fn(name: str) -> PolicyLossFn:
+    """The policy loss registered under `name`; a ValueError lists valid names otherwise."""
+    return POLICY_LOSSES.get(name)
+
+
+def agg_loss(
+    loss_mat: torch.Tensor, loss_mask: torch.Tensor, loss_agg_mode: str, norm_length: int | None = None
+) -> torch.Tensor:
+    """Reduces a per-token loss to a scalar.
+
+    Modes (rows = sequences with at least one valid token):
+        token-mean: sum of valid token losses / number of valid tokens.
+        seq-mean-token-sum: mean over rows of each row's token sum.
+        seq-mean-token-mean: mean over rows of each row's token mean.
+        seq-mean-token-sum-norm (Dr.GRPO): mean over rows of (row token sum / norm_length), with
+            norm_length = the mask width R (the max response length) unless given. A constant
+            divisor removes the length bias of per-row token means.
+
+    Args:
+        loss_mat: (B, R) per-token loss.
+        loss_mask: (B, R) 1 on tokens that count.
+        loss_agg_mode: one of LOSS_AGG_MODES.
+        norm_length: divisor for seq-mean-token-sum-norm (default R).
+
+    Returns:
+        Scalar tensor.
+    """
+    if loss_agg_mode == "token-mean":
+        return masked_mean(loss_mat, loss_mask)
+    if loss_agg_mode not in LOSS_AGG_MODES:
+        raise ValueError(f"Unknown loss_agg_mode {loss_agg_mode!r}. Valid: {list(LOSS_AGG_MODES)}")
+    mask = loss_mask.to(loss_mat.dtype)
+    seq_sums = torch.where(mask.bool(), loss_mat * mask, torch.zeros_like(loss_mat)).sum(dim=-1)
+    seq_tokens = mask.sum(dim=-1)
+    if loss_agg_mode == "seq-mean-token-sum":
+        per_seq = seq_sums
+    elif loss_agg_mode == "seq-mean-token-mean":
+        per_seq = seq_sums / seq_tokens.clamp_min(1)
+    else:
+        per_seq = seq_sums / float(norm_length if norm_length is not None else loss_mask.shape[-1])
+    return masked_mean(per_seq, (seq_tokens > 0).to(loss_mat.dtype))
+
+
+def _clip_params(config: Any, **given: float | None) -> dict[str, float]:
+    """Clip settings from the actor config, or from keywords; low/high default to clip_ratio."""
+    explicit = {k: v for k, v in given.items() if v is not None}
+    if config is not None:
+        if explicit:
+            raise ValueError(f"pass clip settings either in `config` or as keywords, not both: {sorted(explicit)}")
+        explicit = {k: getattr(config, k, None) for k in given}
+        explicit = {k: v for k, v in explicit.items() if v is not None}
+    clip_ratio = float(explicit.get("clip_ratio", 0.2))
+    params = {
+        "clip_ratio_low": float(explicit.get("clip_ratio_low", clip_ratio)),
+        "clip_ratio_high": float(explicit.get("clip_ratio_high", clip_ratio)),
+        "clip_ratio_c": float(explicit.get("clip_ratio_c", 3.0)),
+    }
+    if params["clip_ratio_c"] <= 1.0:
+        raise ValueError(f"actor.clip_ratio_c={params['clip_ratio_c']} is invalid: the dual-clip bound must be > 1.0")
+    return params
+
+
+@register_policy_loss("vanilla")
+def compute_policy_loss_vanilla(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+    *,
+    clip_ratio: float | None = None,
+    clip_ratio_low: float | None = None,
+    clip_ratio_high: float | None = None,
+    clip_ratio_c: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """PPO clipped surrogate (Schulman et al. 2017) with asymmetric clip and dual clip (Ye et al. 2020).
+
+    ratio = exp(log_prob - old_log_prob) (log-ratio clamped to [-20, 20]);
+    L = max(-A * ratio, -A * clip(ratio, 1 - low, 1 + high)); for A < 0 also L = min(L, -A * c).
+
+    Args:
+        old_log_prob: (B, R). log_prob: (B, R) with grad. advantages: (B, R). response_mask: (B, R).
+        loss_agg_mode: see `agg_loss`. config: actor config (clip_ratio, clip_ratio_low/high, clip_ratio_c).
+        clip_ratio, clip_ratio_low, clip_ratio_high, clip_ratio_c: keywords used when config is None
+            (defaults 0.2, = clip_ratio, = clip_ratio, 3.0).
+
+    Returns:
+        pg_loss, pg_clipfrac (share of tokens where the clip is active), ppo_kl (mean old - new
+        log-prob), pg_clipfrac_lower (share of tokens hit by the dual clip); all scalars.
+    """
+    p = _clip_params(
+        config, clip_ratio=clip_ratio, clip_ratio_low=clip_ratio_low, clip_ratio_high=clip_ratio_high,
+        clip_ratio_c=clip_ratio_c,
+    )
+    log_ratio = (log_prob - old_log_prob).clamp(-20.0, 20.0)
+    ratio = torch.exp(log_ratio)
+    ppo_kl = masked_mean(-log_ratio, response_mask)
+    unclipped = -advantages * ratio
+    clipped = -advantages * ratio.clamp(1.0 - p["clip_ratio_low"], 1.0 + p["clip_ratio_high"])
+    clip_loss = torch.maximum(unclipped, clipped)
+    pg_clipfrac = masked_mean((clipped > unclipped).float(), response_mask)
+    dual = -advantages * p["clip_ratio_c"]
+    dual_loss = torch.minimum(clip_loss, dual)
+    pg_clipfrac_lower = masked_mean(((clip_loss > dual) & (advantages < 0)).float(), response_mask)
+    pg_losses = torch.where(advantages < 0, dual_loss, clip_loss)
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
+    return pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower
+
+
+compute_policy_loss = compute_policy_loss_vanilla  # verl's older name for the same loss
+
+
+@register_policy_loss("gspo")
+def compute_policy_loss_gspo(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "seq-mean-token-mean",
+    config: Any = None,
+    *,
+    clip_ratio_low: float | None = None,
+    clip_ratio_high: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """GSPO (Zheng et al. 2025): clip a sequence-level importance ratio.
+
+    s_i = exp(mean_t(log_prob - old_log_prob)) over the row's valid tokens (geometric mean of token
+    ratios). Per token s_it = sg[s_i] * pi_t / sg[pi_t]: forward value s_i, gradient that of the
+    row's token log-probs. L = max(-A * s_it, -A * clip(s_it, 1 - low, 1 + high)).
+    Without a config, low/high default to the paper's 3e-4 / 4e-4; with a config they come from
+    clip_ratio_low/high (falling back to clip_ratio). The paper aggregates with seq-mean-token-mean.
+
+    Returns:
+        pg_loss, pg_clipfrac, ppo_kl (token-level, as vanilla), pg_clipfrac_lower (always 0).
+    """
+    if config is None and clip_ratio_low is None and clip_ratio_high is None:
+        clip_ratio_low, clip_ratio_high = 3e-4, 4e-4
+    p = _clip_params(config, clip_ratio=None, clip_ratio_low=clip_ratio_low, clip_ratio_high=clip_ratio_high)
+    mask = response_mask.to(log_prob.dtype)
+    log_ratio = log_prob - old_log_prob
+    seq_log_ratio = (log_ratio * mask).sum(dim=-1) / mask.sum(dim=-1).clamp_min(1)
+    token_log_ratio = log_prob - log_prob.detach() + seq_log_ratio.detach().unsqueeze(-1)
+    ratio = torch.exp(token_log_ratio.clamp(max=10.0))
+    unclipped = -advantages * ratio
+    clipped = -advantages * ratio.clamp(1.0 - p["clip_ratio_low"], 1.0 + p["clip_ratio_high"])
+    pg_losses = torch.maximum(unclipped, clipped)
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
+    pg_clipfrac = masked_mean((clipped > unclipped).float(), response_mask)
+    ppo_kl = masked_mean(-log_ratio, response_mask).detach()
+    return pg_loss, pg_clipfrac, ppo_kl, torch.zeros_like(pg_loss)
+
+
+@register_policy_loss("gpg")
+def compute_policy_loss_gpg(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """GPG (Chu et al. 2025) policy gradient without ratio or clip: L = -A * log_prob.
+
+    Clip settings in `config` do not apply. Returns pg_loss, 0, ppo_kl, 0 (verl's tuple order).
+    """
+    pg_loss = agg_loss(-advantages * log_prob, response_mask, loss_agg_mode)
+    ppo_kl = masked_mean(old_log_prob - log_prob, response_mask).detach()
+    zero = torch.zeros_like(pg_loss).detach()
+    return pg_loss, zero, ppo_kl, zero
+
+
+def compute_value_loss(
+    vpreds: torch.Tensor,
+    returns: torch.Tensor,
+    values: torch.Tensor,
+    response_mask: torch.Tensor,
+    cliprange_value: float,
+    loss_agg_mode: str = "token-mean",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Clipped value loss: 0.5 * agg(max((v - G)^2, (clip(v, V_old - c, V_old + c) - G)^2)).
+
+    Args:
+        vpreds: (B, R) new critic values (with grad). returns: (B, R) targets.
+        values: (B, R) critic values at rollout time. response_mask: (B, R).
+        cliprange_value: c. loss_agg_mode: see `agg_loss`.
+
+    Returns:
+        vf_loss scalar, vf_clipfrac scalar (share of tokens where the clipped term is larger).
+    """
+    vpred_clipped = torch.maximum(torch.minimum(vpreds, values + cliprange_value), values - cliprange_value)
+    losses_unclipped = (vpreds - returns) ** 2
+    losses_clipped = (vpred_clipped - returns) ** 2
+    vf_loss = 0.5 * agg_loss(torch.maximum(losses_unclipped, losses_clipped), response_mask, loss_agg_mode)
+    vf_clipfrac = masked_mean((losses_clipped > losses_unclipped).float(), response_mask)
+    return vf_loss, vf_clipfrac

@@ -1,0 +1,147 @@
+"""Advantage estimators against hand-computed examples."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from rlpost.trainer.ppo import core_algos as ca
+
+
+def _close(actual, expected, atol=1e-5):
+    torch.testing.assert_close(actual, torch.as_tensor(expected, dtype=actual.dtype), atol=atol, rtol=0)
+
+
+def _whiten(xs):
+    """Hand whitening of a list with the unbiased variance (arithmetic spelled out)."""
+    mean = sum(xs) / len(xs)
+    var = sum((x - mean) ** 2 for x in xs) / (len(xs) - 1)
+    return [(x - mean) / math.sqrt(var + 1e-8) for x in xs]
+
+
+def test_registry_holds_every_enum_member():
+    assert ca.ADV_ESTIMATORS.names() == sorted(e.value for e in ca.AdvantageEstimator)
+    assert ca.get_adv_estimator_fn(ca.AdvantageEstimator.GRPO) is ca.compute_grpo_outcome_advantage
+    assert ca.get_adv_estimator_fn("gae") is ca.compute_gae_advantage_return
+    with pytest.raises(ValueError, match="Did you mean 'grpo'"):
+        ca.get_adv_estimator_fn("grop")
+
+
+def test_gae_discounted():
+    # gamma = lam = 0.5, rewards [0, 0, 1], values [1, 2, 3]:
+    # t2: delta = 1 - 3 = -2, A = -2; t1: delta = 0 + 0.5*3 - 2 = -0.5, A = -0.5 + 0.25*(-2) = -1;
+    # t0: delta = 0 + 0.5*2 - 1 = 0, A = 0.25*(-1) = -0.25. returns = A + V = [0.75, 1, 1].
+    rewards = torch.tensor([[0.0, 0.0, 1.0]])
+    values = torch.tensor([[1.0, 2.0, 3.0]])
+    mask = torch.ones(1, 3)
+    adv, ret = ca.compute_gae_advantage_return(rewards, values, mask, gamma=0.5, lam=0.5)
+    _close(ret, [[0.75, 1.0, 1.0]])
+    _close(adv, [_whiten([-0.25, -1.0, -2.0])])
+
+
+def test_gae_skips_masked_positions():
+    # mask [1, 0, 1, 1], gamma = lam = 1, rewards [0, 0, 0, 1], values [1, 9, 2, 3]:
+    # t3: A = 1 - 3 = -2; t2: A = (0 + 3 - 2) + (-2) = -1; t1 masked: next value 2 and A = -1 carried;
+    # t0: A = (0 + 2 - 1) + (-1) = 0. returns on valid tokens = A + V = [1, 1, 1].
+    rewards = torch.tensor([[0.0, 0.0, 0.0, 1.0]])
+    values = torch.tensor([[1.0, 9.0, 2.0, 3.0]])
+    mask = torch.tensor([[1.0, 0.0, 1.0, 1.0]])
+    adv, ret = ca.compute_gae_advantage_return(rewards, values, mask, gamma=1.0, lam=1.0)
+    _close(ret, [[1.0, 0.0, 1.0, 1.0]])
+    # raw A on valid tokens [0, -1, -2]: mean -1, unbiased var 1 -> whitened [1, 0, -1]
+    _close(adv, [[1.0, 0.0, 0.0, -1.0]], atol=1e-4)
+    with pytest.raises(ValueError, match="needs `values`"):
+        ca.compute_advantage(rewards, mask, "gae")
+
+
+def _grpo_batch():
+    # groups: a -> scores [1, 0]; b -> [1, 1, 0]; c -> [2] (alone). Score sits on the last token (R = 2).
+    rewards = torch.tensor([[0.0, 1.0], [0.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 0.0], [0.0, 2.0]])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 1.0], [1.0, 1.0], [1.0, 0.0], [1.0, 1.0], [1.0, 1.0]])
+    index = np.array(["a", "a", "b", "b", "b", "c"], dtype=object)
+    return rewards, mask, index
+
+
+def test_grpo_and_dr_grpo():
+    rewards, mask, index = _grpo_batch()
+    eps = 1e-6
+    std_a = math.sqrt((0.5**2 + 0.5**2) / 1)  # unbiased
+    std_b = math.sqrt(((1 / 3) ** 2 * 2 + (2 / 3) ** 2) / 2)
+    per_row = [0.5 / (std_a + eps), -0.5 / (std_a + eps), (1 / 3) / (std_b + eps), (1 / 3) / (std_b + eps),
+               (-2 / 3) / (std_b + eps), 2.0 / (1.0 + eps)]
+    adv, ret = ca.compute_grpo_outcome_advantage(rewards, mask, index)
+    _close(adv, [[v * m for m in row] for v, row in zip(per_row, mask.tolist())])
+    assert adv is ret
+    dr, _ = ca.compute_advantage(rewards, mask, "grpo", index=index, norm_adv_by_std_in_grpo=False)
+    per_row_dr = [0.5, -0.5, 1 / 3, 1 / 3, -2 / 3, 2.0]
+    _close(dr, [[v * m for m in row] for v, row in zip(per_row_dr, mask.tolist())])
+    with pytest.raises(ValueError, match="needs `index`"):
+        ca.compute_grpo_outcome_advantage(rewards, mask, None)
+
+
+def test_rloo():
+    rewards, mask, index = _grpo_batch()
+    # a: 1 - 0 = 1, 0 - 1 = -1; b: 1 - (1+0)/2 = 0.5 twice, 0 - (1+1)/2 = -1; c alone keeps 2.
+    per_row = [1.0, -1.0, 0.5, 0.5, -1.0, 2.0]
+    adv, ret = ca.compute_advantage(rewards, mask, "rloo", index=index)
+    _close(adv, [[v * m for m in row] for v, row in zip(per_row, mask.tolist())])
+    _close(ret, adv)
+
+
+def test_reinforce_plus_plus():
+    # gamma 0.5. row0 rewards [0,0,1] -> returns [0.25, 0.5, 1]; row1 rewards [0,2,0], mask [1,1,0]
+    # -> returns [1, 2, 0].
+    rewards = torch.tensor([[0.0, 0.0, 1.0], [0.0, 2.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    adv, ret = ca.compute_advantage(rewards, mask, "reinforce_plus_plus", gamma=0.5)
+    _close(ret, [[0.25, 0.5, 1.0], [1.0, 2.0, 0.0]])
+    w = _whiten([0.25, 0.5, 1.0, 1.0, 2.0])
+    _close(adv, [[w[0], w[1], w[2]], [w[3], w[4], 0.0]])
+
+
+def test_reinforce_plus_plus_baseline():
+    # group a scores [1, 3] -> minus mean 2 -> [-1, 1]; group b alone: 5 - 0 = 5. Whitened over 6 tokens.
+    rewards = torch.tensor([[0.0, 1.0], [0.0, 3.0], [0.0, 5.0]])
+    mask = torch.ones(3, 2)
+    adv, ret = ca.compute_advantage(rewards, mask, "reinforce_plus_plus_baseline", index=np.array(["a", "a", "b"]))
+    w = _whiten([-1.0, -1.0, 1.0, 1.0, 5.0, 5.0])
+    _close(adv, [[w[0], w[1]], [w[2], w[3]], [w[4], w[5]]])
+    _close(ret, adv)
+
+
+def test_remax():
+    # reward-to-go row0 [1,0,2] -> [3,2,2]; row1 [0,3,0] mask [1,1,0] -> [3,3,0]; baselines 1.5 and 2.
+    rewards = torch.tensor([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    adv, ret = ca.compute_advantage(rewards, mask, "remax", reward_baselines=torch.tensor([1.5, 2.0]))
+    _close(ret, [[3.0, 2.0, 2.0], [3.0, 3.0, 0.0]])
+    _close(adv, [[1.5, 0.5, 0.5], [1.0, 1.0, 0.0]])
+    with pytest.raises(ValueError, match="reward_baselines"):
+        ca.compute_advantage(rewards, mask, "remax")
+
+
+def test_opo_length_weighted_baseline():
+    # group a: lengths 1, 2, 3 with scores 1, 0, 1 -> baseline (1*1 + 2*0 + 3*1) / 6 = 2/3.
+    # group d alone: score 3, baseline 0.
+    rewards = torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 1.0], [0.0, 3.0, 0.0]])
+    mask = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 0.0], [1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    adv, _ = ca.compute_advantage(rewards, mask, "opo", index=np.array(["a", "a", "a", "d"]))
+    _close(adv, [[1 / 3, 0, 0], [-2 / 3, -2 / 3, 0], [1 / 3, 1 / 3, 1 / 3], [3.0, 3.0, 0.0]])
+
+
+def test_gpg():
+    # a: [1, 0] mean 0.5; b: [1, 1] all equal -> M = 2 degenerate rows; c alone: 2 - 0.
+    # B = 5, alpha = 5 / (5 - 2) = 5/3, F_norm = 1.
+    rewards = torch.tensor([[1.0], [0.0], [1.0], [1.0], [2.0]])
+    mask = torch.ones(5, 1)
+    adv, _ = ca.compute_advantage(rewards, mask, "gpg", index=np.array(["a", "a", "b", "b", "c"]))
+    alpha = 5 / 3
+    _close(adv, [[alpha * 0.5], [alpha * -0.5], [0.0], [0.0], [alpha * 2.0]])
+
+
+def test_shape_checks():
+    with pytest.raises(ValueError, match=r"must both be \(B, R\)"):
+        ca.compute_rloo_outcome_advantage(torch.ones(2, 3), torch.ones(2, 2), np.array([0, 0]))
+    with pytest.raises(ValueError, match="index has 1 entries"):
+        ca.compute_rloo_outcome_advantage(torch.ones(2, 3), torch.ones(2, 3), np.array([0]))
