@@ -1,0 +1,113 @@
+"""Load the reward function: a user file (`custom_reward_function.*`) or the built-in scorers.
+
+`RewardFnSpec` is a picklable description (path, name, kwargs) so process pools can rebuild the
+function in the child instead of pickling a function object loaded from an arbitrary file.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from rlpost.reward.score import default_compute_score
+
+DEFAULT_FUNCTION_NAME = "compute_score"
+
+
+@functools.lru_cache(maxsize=32)
+def _load_module(path: str, config_key: str):
+    file = Path(path)
+    if not file.is_file():
+        raise FileNotFoundError(f"{config_key}.path: file not found: {path}")
+    # A stable, path-derived module name: two files called `reward.py` must not clash.
+    mod_name = "rlpost_custom_reward_" + hashlib.md5(str(file.resolve()).encode()).hexdigest()[:12]
+    spec = importlib.util.spec_from_file_location(mod_name, str(file))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        del sys.modules[mod_name]
+        raise RuntimeError(f"{config_key}.path: error while importing {path}: {exc!r}") from exc
+    return module
+
+
+def load_function_from_file(path: str, name: str, config_key: str = "custom_reward_function") -> Callable[..., Any]:
+    """Import `path` as a module and return its attribute `name` (a function or a class).
+
+    `config_key` is the config group named in error messages.
+
+    Raises:
+        FileNotFoundError: `path` does not exist.
+        AttributeError: the file has no callable `name` (the message lists the callables it has).
+    """
+    module = _load_module(str(path), config_key)
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        available = sorted(k for k, v in vars(module).items() if callable(v) and not k.startswith("_"))
+        raise AttributeError(
+            f"{config_key}.name: {name!r} not found in {path}; callables there: {available}"
+        )
+    return fn
+
+
+@dataclass(frozen=True)
+class RewardFnSpec:
+    """Where a reward function comes from. `path=None` means the built-in `default_compute_score`."""
+
+    path: str | None = None
+    name: str = DEFAULT_FUNCTION_NAME
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def resolve(self) -> Callable[..., Any]:
+        """The function with `kwargs` bound (`compute_score(data_source, solution_str, ground_truth,
+        extra_info=None, **kwargs)`)."""
+        fn = default_compute_score if self.path is None else load_function_from_file(self.path, self.name)
+        return functools.partial(fn, **self.kwargs) if self.kwargs else fn
+
+    def __hash__(self) -> int:  # kwargs is a dict; hash the rest
+        return hash((self.path, self.name))
+
+
+def reward_fn_spec(config: Any) -> RewardFnSpec:
+    """Build the spec from the full config's `custom_reward_function` group (missing group -> built-in)."""
+    group = _get(config, "custom_reward_function", None) or {}
+    path = _get(group, "path", None)
+    name = _get(group, "name", None) or DEFAULT_FUNCTION_NAME
+    kwargs = _to_plain(_get(group, "reward_kwargs", None) or {})
+    if path is None and name != DEFAULT_FUNCTION_NAME:
+        raise ValueError(
+            f"custom_reward_function.name={name!r} is set but custom_reward_function.path is null; "
+            "set the path of the file that defines it"
+        )
+    return RewardFnSpec(path=str(path) if path else None, name=name, kwargs=kwargs)
+
+
+def get_custom_reward_fn(config: Any) -> Callable[..., Any] | None:
+    """verl-compatible helper: the user function with `reward_kwargs` bound, or None without a path."""
+    spec = reward_fn_spec(config)
+    return spec.resolve() if spec.path else None
+
+
+def _get(obj: Any, key: str, default: Any) -> Any:
+    if obj is None:
+        return default
+    if isinstance(obj, dict):
+        return obj.get(key, default)
+    return obj.get(key, default) if hasattr(obj, "get") else getattr(obj, key, default)
+
+
+def _to_plain(obj: Any) -> Any:
+    try:
+        from omegaconf import DictConfig, ListConfig, OmegaConf
+
+        if isinstance(obj, (DictConfig, ListConfig)):
+            return OmegaConf.to_container(obj, resolve=True)
+    except ImportError:  # pragma: no cover - omegaconf is a hard dependency
+        pass
+    return dict(obj)

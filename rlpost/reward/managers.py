@@ -1,0 +1,131 @@
+"""Reward managers: turn a generated batch into token-level scores. Selected by
+`reward_model.reward_manager` from `REWARD_MANAGERS` (`naive`, `prime`, `batch`, `dapo`).
+
+Every manager is called as `manager(data: DataProto, return_dict=False)` and returns a (B,R) float
+tensor with each score on the last valid response token, or `{"reward_tensor", "reward_extra_info"}`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from rlpost import keys
+from rlpost.reward import base
+from rlpost.reward.custom import RewardFnSpec
+from rlpost.utils.registry import Registry
+
+REWARD_MANAGERS = Registry("reward_manager")
+
+
+@REWARD_MANAGERS.register("naive")
+class NaiveRewardManager:
+    """Scores samples one by one in this process with `compute_score(data_source, solution_str,
+    ground_truth, extra_info)`."""
+
+    def __init__(self, tokenizer: Any, num_examine: int, spec: RewardFnSpec,
+                 reward_fn_key: str = keys.DATA_SOURCE, **kwargs: Any):
+        if kwargs:
+            raise ValueError(f"not supported yet: reward_model.reward_kwargs {sorted(kwargs)} for this manager")
+        self.tokenizer = tokenizer
+        self.num_examine = num_examine
+        self.spec = spec
+        self.compute_score = spec.resolve()
+        self.reward_fn_key = reward_fn_key
+
+    def score_samples(self, samples: list[base.Sample]) -> list[Any]:
+        """Raw results (float or dict) of the reward function, one per sample."""
+        return [base.call_reward_fn(self.compute_score, s) for s in samples]
+
+    def __call__(self, data: Any, return_dict: bool = False):
+        """Reads `responses`, `prompts`, `attention_mask`, `response_mask`, `rm_scores` (if present)."""
+        if keys.RM_SCORES in data.batch.keys():
+            return base.rm_scores_passthrough(data, return_dict)
+        samples = base.decode_batch(data, self.tokenizer, self.reward_fn_key)
+        return base.finish(data, samples, self.score_samples(samples), self.num_examine, return_dict)
+
+
+@REWARD_MANAGERS.register("batch")
+class BatchRewardManager(NaiveRewardManager):
+    """Calls the user function once with lists: `fn(data_sources=, solution_strs=, ground_truths=,
+    extra_infos=)` -> list of floats or dicts (for reward functions that batch, e.g. remote judges)."""
+
+    def score_samples(self, samples: list[base.Sample]) -> list[Any]:
+        try:
+            results = self.compute_score(
+                data_sources=[s.data_source for s in samples],
+                solution_strs=[s.response_str for s in samples],
+                ground_truths=[s.ground_truth for s in samples],
+                extra_infos=[s.extra_info for s in samples],
+            )
+        except Exception as exc:  # noqa: BLE001 - re-raised naming the batch
+            import traceback
+
+            sources = sorted({str(s.data_source) for s in samples})
+            raise base.RewardFunctionError(sources, -1, f"batch call raised {exc!r}", traceback.format_exc()) from exc
+        results = list(results)
+        if len(results) != len(samples):
+            raise base.RewardFunctionError(
+                sorted({str(s.data_source) for s in samples}), -1,
+                f"batch reward function returned {len(results)} scores for {len(samples)} samples",
+            )
+        return results
+
+
+@REWARD_MANAGERS.register("dapo")
+class DAPORewardManager(NaiveRewardManager):
+    """Naive scoring plus DAPO's soft overlong penalty: with L = max_resp_len - overlong_buffer.len,
+    a response of length l > L gets `min(-(l - L) / buffer_len * penalty_factor, 0)` added."""
+
+    def __init__(self, tokenizer: Any, num_examine: int, spec: RewardFnSpec,
+                 reward_fn_key: str = keys.DATA_SOURCE, max_resp_len: int | None = None,
+                 overlong_buffer_cfg: Any = None):
+        super().__init__(tokenizer, num_examine, spec, reward_fn_key)
+        self.max_resp_len = max_resp_len
+        self.buffer = overlong_buffer_cfg
+        if self.buffer is not None and self.buffer.get("enable", False) and max_resp_len is None:
+            raise ValueError("reward_model.overlong_buffer.enable=True needs data.max_response_length")
+
+    def __call__(self, data: Any, return_dict: bool = False):
+        if keys.RM_SCORES in data.batch.keys():
+            return base.rm_scores_passthrough(data, return_dict)
+        samples = base.decode_batch(data, self.tokenizer, self.reward_fn_key)
+        results = self.score_samples(samples)
+        if self.buffer is not None and self.buffer.get("enable", False):
+            results = [self._penalise(r, s) for r, s in zip(results, samples)]
+        return base.finish(data, samples, results, self.num_examine, return_dict)
+
+    def _penalise(self, result: Any, sample: base.Sample) -> dict[str, Any]:
+        score, extra = base.split_result(result, sample)
+        buffer_len = int(self.buffer.get("len"))
+        expected = self.max_resp_len - buffer_len
+        exceed = sample.valid_response_length - expected
+        penalty = min(-exceed / buffer_len * float(self.buffer.get("penalty_factor", 1.0)), 0.0)
+        out = {"score": score + penalty, **extra}
+        if self.buffer.get("log", False):
+            out.update(overlong_reward=penalty, overlong=penalty < 0)
+        return out
+
+
+def load_reward_manager(config: Any, tokenizer: Any, num_examine: int = 0, **kwargs: Any) -> Callable:
+    """Build the manager named by `config.reward_model.reward_manager` (default `naive`).
+
+    Args:
+        config: the full trainer config (`reward_model`, `custom_reward_function`, `data` groups).
+        tokenizer: decodes responses.
+        num_examine: samples per data source to print on each call.
+        **kwargs: extra manager arguments (added to `reward_model.reward_kwargs`).
+    """
+    from rlpost.reward.custom import _get, _to_plain, reward_fn_spec
+
+    rm_cfg = _get(config, "reward_model", None) or {}
+    name = _get(rm_cfg, "reward_manager", None) or "naive"
+    if _get(rm_cfg, "launch_reward_fn_async", False):
+        raise ValueError("not supported yet: reward_model.launch_reward_fn_async")
+    manager_kwargs = {**_to_plain(_get(rm_cfg, "reward_kwargs", None) or {}), **kwargs}
+    data_cfg = _get(config, "data", None) or {}
+    manager_kwargs["reward_fn_key"] = _get(data_cfg, "reward_fn_key", None) or keys.DATA_SOURCE
+    if name == "dapo":
+        manager_kwargs.setdefault("max_resp_len", _get(data_cfg, "max_response_length", None))
+        manager_kwargs.setdefault("overlong_buffer_cfg", _get(rm_cfg, "overlong_buffer", None))
+    cls = REWARD_MANAGERS.get(name)
+    return cls(tokenizer=tokenizer, num_examine=num_examine, spec=reward_fn_spec(config), **manager_kwargs)

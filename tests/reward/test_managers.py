@@ -1,0 +1,159 @@
+"""Reward managers: score placement, rm_scores pass-through, failures, custom functions, batch/dapo/prime."""
+
+import math
+import textwrap
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from rlpost import keys
+from rlpost.reward import RewardFunctionError, check_reward_fn, load_reward_manager
+
+
+def cfg(manager="naive", path=None, name="compute_score", reward_kwargs=None, **rm):
+    return OmegaConf.create({
+        "reward_model": {"reward_manager": manager, **rm},
+        "custom_reward_function": {"path": path, "name": name, "reward_kwargs": reward_kwargs or {}},
+        "data": {"reward_fn_key": "data_source", "max_response_length": 12},
+    })
+
+
+def write_fn(tmp_path, body, filename="my_reward.py"):
+    path = tmp_path / filename
+    path.write_text(textwrap.dedent(body))
+    return str(path)
+
+
+def test_naive_places_score_on_last_valid_token(make_batch, tokenizer):
+    data = make_batch(["#### 3", "#### 4", "#### 3 and some more words"], ["3", "3", "3"])
+    lengths = data.batch[keys.RESPONSE_MASK].sum(-1)
+    out = load_reward_manager(cfg(), tokenizer)(data)
+    assert out.shape == data.batch[keys.RESPONSES].shape and out.dtype == torch.float32
+    assert out[0, lengths[0] - 1] == 1.0 and out[0].sum() == 1.0
+    assert out[1].sum() == 0.0 and out[2].sum() == 0.0
+
+
+def test_return_dict_and_extra_info(make_batch, tokenizer, tmp_path):
+    path = write_fn(tmp_path, """
+        def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+            return {"score": 0.5, "acc": solution_str.strip() == "#### " + ground_truth}
+    """)
+    data = make_batch(["#### 3", "#### 4"], ["3", "3"])
+    out = load_reward_manager(cfg(path=path), tokenizer)(data, return_dict=True)
+    assert out["reward_tensor"].sum().item() == pytest.approx(1.0)
+    assert out["reward_extra_info"] == {"acc": [True, False]}
+
+
+def test_rm_scores_pass_through_without_calling_rules(make_batch, tokenizer, tmp_path):
+    path = write_fn(tmp_path, """
+        def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+            raise AssertionError("rule function must not run when rm_scores exist")
+    """)
+    rm = torch.arange(24, dtype=torch.float32).reshape(2, 12)
+    data = make_batch(["#### 3", "#### 4"], ["3", "3"], extra={keys.RM_SCORES: rm})
+    for manager in ("naive", "dapo", "batch"):
+        out = load_reward_manager(cfg(manager, path=path), tokenizer)(data, return_dict=True)
+        assert torch.equal(out["reward_tensor"], rm)
+
+
+def test_raising_reward_fn_names_sample(make_batch, tokenizer, tmp_path):
+    path = write_fn(tmp_path, """
+        def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+            if ground_truth == "bad":
+                raise ZeroDivisionError("boom")
+            return 1.0
+    """)
+    data = make_batch(["#### 3", "#### 4"], ["3", "bad"], data_sources=["a/src", "b/src"])
+    with pytest.raises(RewardFunctionError, match=r"data_source='b/src', sample 1: ZeroDivisionError") as err:
+        load_reward_manager(cfg(path=path), tokenizer)(data)
+    assert "ZeroDivisionError: boom" in err.value.traceback_str and "my_reward.py" in str(err.value)
+
+
+@pytest.mark.parametrize("bad", ["float('nan')", "float('inf')", "{'acc': 1}", "'high'"])
+def test_invalid_scores_raise(make_batch, tokenizer, tmp_path, bad):
+    path = write_fn(tmp_path, f"""
+        def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+            return {bad}
+    """)
+    with pytest.raises(RewardFunctionError, match="sample 0"):
+        load_reward_manager(cfg(path=path), tokenizer)(make_batch(["#### 3"], ["3"]))
+
+
+def test_custom_name_and_kwargs(make_batch, tokenizer, tmp_path):
+    path = write_fn(tmp_path, """
+        def other(data_source, solution_str, ground_truth, extra_info=None, bonus=0.0):
+            return 1.0 + bonus + extra_info["index"]
+    """)
+    out = load_reward_manager(cfg(path=path, name="other", reward_kwargs={"bonus": 0.25}), tokenizer)(
+        make_batch(["#### 3", "#### 3"], ["3", "3"]))
+    assert out.sum(-1).tolist() == [1.25, 2.25]
+
+
+def test_custom_errors_name_path_and_function(tokenizer, tmp_path):
+    path = write_fn(tmp_path, "def helper(x):\n    return x\n")
+    with pytest.raises(AttributeError, match=r"custom_reward_function.name: 'compute_score' not found in .*my_reward.py.*helper"):
+        load_reward_manager(cfg(path=path), tokenizer)
+    with pytest.raises(FileNotFoundError, match="custom_reward_function.path: file not found: /no/such.py"):
+        load_reward_manager(cfg(path="/no/such.py"), tokenizer)
+    with pytest.raises(ValueError, match="Unknown reward_manager 'naiv'.*Did you mean 'naive'"):
+        load_reward_manager(cfg("naiv"), tokenizer)
+    with pytest.raises(ValueError, match="not supported yet: reward_model.launch_reward_fn_async"):
+        load_reward_manager(cfg(launch_reward_fn_async=True), tokenizer)
+
+
+def test_batch_manager_calls_with_lists(make_batch, tokenizer, tmp_path):
+    path = write_fn(tmp_path, """
+        def compute_score(data_sources, solution_strs, ground_truths, extra_infos):
+            assert isinstance(solution_strs, list) and len(solution_strs) == 3
+            return [float(len(s)) for s in solution_strs]
+    """)
+    out = load_reward_manager(cfg("batch", path=path), tokenizer)(make_batch(["#### 3", "#### 33", "x"], ["3"] * 3))
+    assert out.sum(-1).tolist() == [6.0, 7.0, 1.0]
+
+
+def test_dapo_overlong_penalty(make_batch, tokenizer):
+    # max_response_length 12, buffer 4 -> expected length 8; length l > 8 gets -(l-8)/4 * factor
+    buffer = {"enable": True, "len": 4, "penalty_factor": 1.0, "log": True}
+    texts = ["#### 3", "#### 3 " + "x " * 20]
+    data = make_batch(texts, ["3", "3"])
+    lengths = data.batch[keys.RESPONSE_MASK].sum(-1).tolist()
+    assert lengths[1] == 12 and lengths[0] <= 8
+    out = load_reward_manager(cfg("dapo", overlong_buffer=buffer), tokenizer)(data, return_dict=True)
+    assert out["reward_tensor"].sum(-1).tolist() == pytest.approx([1.0, 0.0 - (12 - 8) / 4])
+    assert out["reward_extra_info"]["overlong"] == [False, True]
+
+
+@pytest.mark.timeout(120)
+def test_prime_parallel_and_timeout(make_batch, tokenizer, tmp_path):
+    path = write_fn(tmp_path, """
+        import time
+        def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+            if ground_truth == "hang":
+                time.sleep(60)
+            if ground_truth == "raise":
+                raise KeyError("missing")
+            return 1.0 if solution_str.strip() == "#### " + ground_truth else 0.0
+    """)
+    rm_cfg = cfg("prime", path=path)
+    rm_cfg.reward_model.reward_kwargs = {"num_processes": 2, "timeout": 3}  # manager kwargs
+    manager = load_reward_manager(rm_cfg, tokenizer)
+    out = manager(make_batch(["#### 3", "#### 4", "#### 5"], ["3", "3", "hang"]), return_dict=True)
+    assert out["reward_tensor"].sum(-1).tolist() == [1.0, 0.0, 0.0]
+    assert out["reward_extra_info"]["reward_timeout"] == [0, 0, 1]
+    with pytest.raises(RewardFunctionError, match="sample 1") as err:
+        manager(make_batch(["#### 3", "#### 4"], ["3", "raise"]))
+    assert "KeyError" in err.value.traceback_str
+
+
+def test_check_reward_fn_preflight(tmp_path):
+    from rlpost.reward.custom import RewardFnSpec
+
+    rows = [{keys.DATA_SOURCE: "rlpost/arith", keys.REWARD_MODEL: {"ground_truth": "5"}, keys.EXTRA_INFO: {}},
+            {keys.DATA_SOURCE: "openai/gsm8k", keys.REWARD_MODEL: {"ground_truth": "7"}, keys.EXTRA_INFO: {}},
+            {keys.DATA_SOURCE: "lighteval/MATH", keys.REWARD_MODEL: {"ground_truth": "\\frac12"}, keys.EXTRA_INFO: {}}]
+    assert check_reward_fn(RewardFnSpec().resolve(), rows) == [1.0, 1.0, 1.0]
+    rows.append({keys.DATA_SOURCE: "unknown/src", keys.REWARD_MODEL: {"ground_truth": "1"}, keys.EXTRA_INFO: {}})
+    with pytest.raises(RewardFunctionError, match="'unknown/src', sample 3.*known data sources"):
+        check_reward_fn(RewardFnSpec().resolve(), rows)
+    assert math.isfinite(check_reward_fn(RewardFnSpec().resolve(), rows, n=1)[0])
