@@ -25,10 +25,12 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader, DistributedSampler
-from tqdm import tqdm
 
 from rlpost.data.sft_dataset import LOSS_MASK, SFTDataset
 from rlpost.keys import ATTENTION_MASK, INPUT_IDS, POSITION_IDS
+from rlpost.utils.distributed import init_distributed
+from rlpost.utils.fsdp import apply_fsdp2, clip_grad_norm, iter_full_params
+from rlpost.utils.tracking import StepProgress, Tracking
 from rlpost.utils.optim import build_lr_scheduler, build_optimizer
 
 LR_SCHEDULERS = ("cosine", "wsd")
@@ -74,20 +76,15 @@ def check_sft_config(config: DictConfig, world_size: int) -> None:
         raise ValueError(f"data.max_length={config.data.max_length} must be > 1")
 
 
-def init_distributed() -> tuple[int, int, str]:
-    """Join the torchrun group, or form a group of one for a plain process; return (rank, world, device)."""
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    if not dist.is_initialized():
-        if "RANK" not in os.environ:  # plain `python -m ...`: a world of one on a free local port
-            with socket.socket() as sock:
-                sock.bind(("127.0.0.1", 0))
-                port = sock.getsockname()[1]
-            os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1")
-            os.environ.setdefault("MASTER_PORT", str(port))
-        if device == "cuda":
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        dist.init_process_group(backend="nccl" if device == "cuda" else "gloo")
-    return dist.get_rank(), dist.get_world_size(), device
+def _init_process_group() -> None:
+    """Join the torchrun group, or form a group of one when RANK is unset (plain `python -m`)."""
+    if "RANK" not in os.environ:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(port))
+    init_distributed("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def _wsd_scheduler(optimizer: torch.optim.Optimizer, warmup: int, total: int):
@@ -139,8 +136,6 @@ class FSDPSFTTrainer:
         """Load the HF model in fp32, enable checkpointing, shard it through rlpost.utils.fsdp."""
         from transformers import AutoModelForCausalLM
 
-        from rlpost.utils.fsdp import apply_fsdp2
-
         model_cfg = self.config.model
         model = AutoModelForCausalLM.from_pretrained(
             model_cfg.partial_pretrain, dtype=torch.float32,
@@ -148,9 +143,8 @@ class FSDPSFTTrainer:
         )
         if model_cfg.get("enable_gradient_checkpointing", False):
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        # bf16 compute on GPU; CPU stays fp32 so tiny CI runs are exact and fast enough.
-        param_dtype = torch.bfloat16 if self.device == "cuda" else torch.float32
-        return apply_fsdp2(model, device=self.device, param_dtype=param_dtype, reduce_dtype=torch.float32)
+        # compute dtype: fsdp_config.model_dtype if set, else fp32 on CPU and bf16 on CUDA
+        return apply_fsdp2(model, model_cfg.get("fsdp_config"), self.device)
 
     def _build_optimizer(self):
         optim = self.config.optim
@@ -193,8 +187,7 @@ class FSDPSFTTrainer:
             loss_sum, _ = self._loss_sum(micro)
             (loss_sum * self.world_size / n_tokens).backward()
             total += loss_sum.detach()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), float(self.config.optim.clip_grad))
-        grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
+        grad_norm = clip_grad_norm(self.model, float(self.config.optim.clip_grad))
         if torch.isfinite(grad_norm):
             self.optimizer.step()
         elif self.rank == 0:
@@ -217,11 +210,10 @@ class FSDPSFTTrainer:
 
     def save_checkpoint(self, step: int) -> Path:
         """Gather full tensors to rank 0 and write a HF folder `global_step_<step>`."""
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
         root = Path(self.config.trainer.default_local_dir)
         path = root / f"global_step_{step}"
-        state = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        # every rank takes part in each gather; only rank 0 keeps a CPU copy
+        state = {name: full.cpu() for name, full in iter_full_params(self.model) if self.rank == 0}
         if self.rank == 0:
             path.mkdir(parents=True, exist_ok=True)
             self.model.save_pretrained(str(path), state_dict=state, safe_serialization=True)
@@ -244,7 +236,7 @@ class FSDPSFTTrainer:
         logger = _make_logger(self.config) if self.rank == 0 else None
         save_freq, test_freq = int(trainer_cfg.get("save_freq", -1)), int(trainer_cfg.get("test_freq", -1))
         history, step = [], 0
-        bar = tqdm(total=self.total_steps, desc="sft", disable=self.rank != 0)
+        bar = StepProgress(self.total_steps, disable=self.rank != 0)
         for epoch in range(math.ceil(self.total_steps / max(len(self.train_loader), 1))):
             self.train_loader.sampler.set_epoch(epoch)
             for batch in self.train_loader:
@@ -258,19 +250,19 @@ class FSDPSFTTrainer:
                 if logger is not None:
                     logger.log(metrics, step=step)
                 history.append(metrics)
-                bar.update(1)
-                bar.set_postfix(loss=f"{metrics['train/loss']:.4f}")
+                bar.update(1, metrics)
                 if last:
-                    bar.close()
-                    return history
+                    break
+            if step >= self.total_steps:
+                break
         bar.close()
+        if logger is not None:
+            logger.finish()
         return history
 
 
 def _make_logger(config: DictConfig):
     """rlpost.utils.tracking.Tracking with the trainer's project/experiment/logger settings."""
-    from rlpost.utils.tracking import Tracking
-
     trainer_cfg = config.trainer
     return Tracking(
         project_name=trainer_cfg.get("project_name", "rlpost-sft"),
@@ -285,7 +277,7 @@ def run_sft(config: DictConfig) -> list[dict[str, float]]:
     """Build tokenizer, datasets and trainer from `config`, train, return per-step metrics."""
     from transformers import AutoTokenizer
 
-    init_distributed()
+    _init_process_group()
     try:
         tokenizer = AutoTokenizer.from_pretrained(
             config.model.partial_pretrain, trust_remote_code=bool(config.model.get("trust_remote_code", False))

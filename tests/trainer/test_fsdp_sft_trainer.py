@@ -129,7 +129,8 @@ def test_sft_loss_falls_and_checkpoint_loads(tiny_model_dir, tmp_path, monkeypat
     assert len(history) == 6  # 8 rows / batch 4 = 2 steps per epoch x 3 epochs
     assert losses[-1] < 0.85 * losses[0]
     assert history[0]["train/lr"] == pytest.approx(1e-3) and history[-1]["train/lr"] < 1e-4  # cosine decay
-    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["global_step_6"]  # step 3 dropped
+    assert [p.name for p in (tmp_path / "ckpt").glob("global_step_*")] == ["global_step_6"]  # step 3 dropped
+    assert (tmp_path / "ckpt" / "metrics.jsonl").read_text().count("train/loss") == 6
     saved = tmp_path / "ckpt" / "global_step_6"
     trained = AutoModelForCausalLM.from_pretrained(saved)
     original = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
