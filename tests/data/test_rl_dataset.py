@@ -1,0 +1,170 @@
+"""RLHFDataset: chat template + left padding, truncation modes, overlong filter, custom class,
+errors for missing files/columns and unsupported columns, collate_fn."""
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from rlpost import keys
+from rlpost.data import RLHFDataset, collate_fn, create_rl_dataset
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+def rows(questions, source="rlpost/arith"):
+    return [{"data_source": source, "prompt": [{"role": "user", "content": q}],
+             "reward_model": {"style": "rule", "ground_truth": str(i)},
+             "extra_info": {"index": 100 + i, "split": "train"}} for i, q in enumerate(questions)]
+
+
+def write(tmp_path, data, name="d.parquet"):
+    path = tmp_path / name
+    pd.DataFrame(data).to_parquet(path)
+    return str(path)
+
+
+def data_cfg(**kw):
+    base = {"prompt_key": "prompt", "reward_fn_key": "data_source", "max_prompt_length": 32,
+            "truncation": "error", "filter_overlong_prompts": False, "return_raw_chat": False,
+            "return_full_prompt": False, "return_raw_input_ids": False, "image_key": "images"}
+    return OmegaConf.create({**base, **kw})
+
+
+def templated_ids(tokenizer, question):
+    text = tokenizer.apply_chat_template([{"role": "user", "content": question}], add_generation_prompt=True,
+                                         tokenize=False)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def test_item_left_padded_with_positions(tokenizer, tmp_path):
+    ds = RLHFDataset(write(tmp_path, rows(["What is 1 + 2?"])), tokenizer, data_cfg(return_raw_chat=True,
+                                                                                      return_full_prompt=True))
+    item = ds[0]
+    expected = templated_ids(tokenizer, "What is 1 + 2?")
+    n, pad = len(expected), 32 - len(expected)
+    assert item[keys.INPUT_IDS].shape == (32,)
+    assert item[keys.INPUT_IDS][pad:].tolist() == expected
+    assert (item[keys.INPUT_IDS][:pad] == tokenizer.pad_token_id).all()
+    assert item[keys.ATTENTION_MASK].tolist() == [0] * pad + [1] * n
+    assert item[keys.POSITION_IDS].tolist() == [0] * pad + list(range(n))
+    assert item[keys.RAW_PROMPT_IDS] == expected
+    assert item[keys.DATA_SOURCE] == "rlpost/arith" and item[keys.INDEX] == 100
+    assert item[keys.REWARD_MODEL] == {"style": "rule", "ground_truth": "0"}
+    assert item[keys.RAW_PROMPT] == [{"role": "user", "content": "What is 1 + 2?"}]
+    assert item[keys.FULL_PROMPTS].endswith("<|im_start|>assistant\n")
+
+
+@pytest.mark.parametrize("mode", ["left", "right", "middle"])
+def test_truncation_modes(tokenizer, tmp_path, mode):
+    question = "What is 1 + 2? " * 10
+    full = templated_ids(tokenizer, question)
+    ds = RLHFDataset(write(tmp_path, rows([question])), tokenizer, data_cfg(max_prompt_length=9, truncation=mode))
+    ids = ds[0][keys.INPUT_IDS].tolist()
+    expected = {"left": full[-9:], "right": full[:9], "middle": full[:4] + full[-5:]}[mode]
+    assert ids == expected and ds[0][keys.ATTENTION_MASK].sum() == 9
+
+
+def test_truncation_error_names_row_and_length(tokenizer, tmp_path):
+    long_q = "What is 1 + 2? " * 10
+    ds = RLHFDataset(write(tmp_path, rows(["short", long_q])), tokenizer, data_cfg(max_prompt_length=16))
+    n = len(templated_ids(tokenizer, long_q))
+    with pytest.raises(ValueError, match=f"data row 1: prompt is {n} tokens.*max_prompt_length=16"):
+        ds[1]
+
+
+def test_filter_overlong_prompts(tokenizer, tmp_path):
+    data = rows(["short", "What is 1 + 2? " * 10, "also short"])
+    limit = len(templated_ids(tokenizer, "also short"))  # the longest prompt kept: exactly at the limit
+    ds = RLHFDataset(write(tmp_path, data), tokenizer,
+                     data_cfg(max_prompt_length=limit, filter_overlong_prompts=True, filter_overlong_prompts_workers=2))
+    assert len(ds) == 2 and [ds[i][keys.INDEX] for i in range(2)] == [100, 102]
+
+
+def test_several_files_and_string_prompts(tokenizer, tmp_path):
+    a = write(tmp_path, rows(["one"]), "a.parquet")
+    b_rows = rows(["two", "three"])
+    for r in b_rows:
+        r["prompt"] = r["prompt"][0]["content"]  # plain strings are taken as one user message
+    b = write(tmp_path, b_rows, "b.parquet")
+    ds = RLHFDataset([a, b], tokenizer, data_cfg(return_raw_chat=True))
+    assert len(ds) == 3 and ds[2][keys.RAW_PROMPT] == [{"role": "user", "content": "three"}]
+
+
+def test_missing_file_and_column(tokenizer, tmp_path):
+    with pytest.raises(FileNotFoundError, match="data file not found: /no/file.parquet"):
+        RLHFDataset("/no/file.parquet", tokenizer, data_cfg())
+    path = write(tmp_path, rows(["q"]))
+    with pytest.raises(KeyError, match=r"data.prompt_key: column 'question' not found in .*d.parquet.*"
+                                        r"available columns: \['data_source', 'prompt'"):
+        RLHFDataset(path, tokenizer, data_cfg(prompt_key="question"))
+    with pytest.raises(KeyError, match="data.reward_fn_key: column 'source'"):
+        RLHFDataset(path, tokenizer, data_cfg(reward_fn_key="source"))
+
+
+def test_image_column_with_data_not_supported(tokenizer, tmp_path):
+    data = rows(["q"])
+    data[0]["images"] = ["img.png"]
+    with pytest.raises(ValueError, match="not supported yet: data.image_key"):
+        RLHFDataset(write(tmp_path, data), tokenizer, data_cfg())
+    data[0]["images"] = None
+    assert len(RLHFDataset(write(tmp_path, data), tokenizer, data_cfg())) == 1
+
+
+def test_unknown_truncation_and_shm(tokenizer, tmp_path):
+    path = write(tmp_path, rows(["q"]))
+    with pytest.raises(ValueError, match="data.truncation='cut'"):
+        RLHFDataset(path, tokenizer, data_cfg(truncation="cut"))
+    with pytest.raises(ValueError, match="not supported yet: data.use_shm"):
+        RLHFDataset(path, tokenizer, data_cfg(use_shm=True))
+
+
+def test_collate_fn(tokenizer, tmp_path):
+    ds = RLHFDataset(write(tmp_path, rows(["a", "bb b", "c"])), tokenizer, data_cfg(return_raw_chat=True))
+    batch = collate_fn([ds[i] for i in range(3)])
+    assert batch[keys.INPUT_IDS].shape == (3, 32) and batch[keys.INPUT_IDS].dtype == torch.long
+    assert isinstance(batch[keys.RAW_PROMPT_IDS], np.ndarray) and batch[keys.RAW_PROMPT_IDS].shape == (3,)
+    assert batch[keys.RAW_PROMPT].dtype == object and isinstance(batch[keys.RAW_PROMPT][0], list)
+    assert batch[keys.DATA_SOURCE].tolist() == ["rlpost/arith"] * 3
+
+    from rlpost.protocol import DataProto
+
+    proto = DataProto.from_single_dict(batch)
+    assert len(proto) == 3 and keys.REWARD_MODEL in proto.non_tensor_batch
+
+
+def test_custom_cls(tokenizer, tmp_path):
+    src = tmp_path / "my_ds.py"
+    src.write_text(
+        "from rlpost.data import RLHFDataset\n"
+        "class TaggedDataset(RLHFDataset):\n"
+        "    def __getitem__(self, i):\n"
+        "        item = super().__getitem__(i)\n"
+        "        item['tag'] = 'custom'\n"
+        "        return item\n"
+        "class NotADataset:\n"
+        "    pass\n"
+    )
+    path = write(tmp_path, rows(["q"]))
+    cfg = data_cfg(custom_cls={"path": str(src), "name": "TaggedDataset"})
+    ds = create_rl_dataset(path, cfg, tokenizer)
+    assert type(ds).__name__ == "TaggedDataset" and ds[0]["tag"] == "custom"
+    with pytest.raises(TypeError, match="NotADataset .* must be a subclass"):
+        create_rl_dataset(path, data_cfg(custom_cls={"path": str(src), "name": "NotADataset"}), tokenizer)
+    with pytest.raises(AttributeError, match="data.custom_cls.name: 'Missing' not found"):
+        create_rl_dataset(path, data_cfg(custom_cls={"path": str(src), "name": "Missing"}), tokenizer)
+    with pytest.raises(FileNotFoundError, match="data.custom_cls.path: file not found"):
+        create_rl_dataset(path, data_cfg(custom_cls={"path": "/no/ds.py", "name": "X"}), tokenizer)
+
+
+def test_tokenizer_override_and_raw_input_ids(tokenizer, tiny_model_dir, tmp_path):
+    path = write(tmp_path, rows(["What is 1 + 2?"]))
+    ds = create_rl_dataset(path, data_cfg(tokenizer=tiny_model_dir, return_raw_input_ids=True), None)
+    assert ds.tokenizer is not None and ds.tokenizer.pad_token_id == tokenizer.pad_token_id
+    assert ds[0]["raw_input_ids"] == tokenizer("What is 1 + 2?", add_special_tokens=False)["input_ids"]
