@@ -12,6 +12,7 @@ Without a config the clip values may be given as keywords instead (not both).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Callable
 
 import torch
@@ -78,7 +79,8 @@ def _clip_params(config: Any, **given: float | None) -> dict[str, float]:
     if config is not None:
         if explicit:
             raise ValueError(f"pass clip settings either in `config` or as keywords, not both: {sorted(explicit)}")
-        explicit = {k: getattr(config, k, None) for k in given}
+        read = config.get if isinstance(config, Mapping) else lambda k, d=None: getattr(config, k, d)
+        explicit = {k: read(k, None) for k in given}
         explicit = {k: v for k, v in explicit.items() if v is not None}
     clip_ratio = float(explicit.get("clip_ratio", 0.2))
     params = {

@@ -10,7 +10,10 @@ from rlpost.trainer.ppo import core_algos as ca
 
 
 def _close(actual, expected, atol=1e-5):
-    torch.testing.assert_close(actual, torch.as_tensor(expected, dtype=actual.dtype), atol=atol, rtol=0)
+    # torch.allclose rather than torch.testing.assert_close: the latter costs seconds on first use
+    expected = torch.as_tensor(expected, dtype=actual.dtype)
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    assert torch.allclose(actual, expected, atol=atol, rtol=0), (actual, expected)
 
 
 def _whiten(xs):

@@ -1,0 +1,85 @@
+"""Trainer metrics on a DataProto stand-in, checked against hand-computed values."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from rlpost import keys
+from rlpost.trainer.ppo import metric_utils as mu
+
+
+def _batch(meta=None):
+    # B = 2, P = 3, R = 2. Prompt lengths 2 and 3 (P = 3); response lengths 2 (R = 2) and 1.
+    tensors = {
+        keys.RESPONSES: torch.tensor([[5, 6], [7, 0]]),
+        keys.ATTENTION_MASK: torch.tensor([[0, 1, 1, 1, 1], [1, 1, 1, 1, 0]]),
+        keys.RESPONSE_MASK: torch.tensor([[1, 1], [1, 0]]),
+        keys.TOKEN_LEVEL_SCORES: torch.tensor([[0.0, 1.0], [0.5, 0.0]]),
+        keys.TOKEN_LEVEL_REWARDS: torch.tensor([[0.0, 0.8], [0.3, 0.0]]),
+        keys.ADVANTAGES: torch.tensor([[1.0, 2.0], [3.0, 99.0]]),
+        keys.RETURNS: torch.tensor([[1.0, 1.0], [2.0, 50.0]]),
+        keys.VALUES: torch.tensor([[0.5, 1.0], [1.5, 7.0]]),
+    }
+    return SimpleNamespace(batch=tensors, non_tensor_batch={}, meta_info=meta or {})
+
+
+def test_compute_data_metrics_with_critic():
+    m = mu.compute_data_metrics(_batch(), use_critic=True)
+    expected = {
+        "critic/score/mean": 0.75, "critic/score/max": 1.0, "critic/score/min": 0.5,
+        "critic/rewards/mean": 0.55, "critic/rewards/max": 0.8, "critic/rewards/min": 0.3,
+        "critic/advantages/mean": 2.0, "critic/advantages/max": 3.0, "critic/advantages/min": 1.0,
+        "critic/returns/mean": 4 / 3, "critic/returns/max": 2.0, "critic/returns/min": 1.0,
+        "critic/values/mean": 1.0, "critic/values/max": 1.5, "critic/values/min": 0.5,
+        "response_length/mean": 1.5, "response_length/max": 2.0, "response_length/min": 1.0,
+        "response_length/clip_ratio": 0.5,
+        "prompt_length/mean": 2.5, "prompt_length/max": 3.0, "prompt_length/min": 2.0,
+        "prompt_length/clip_ratio": 0.5,
+    }
+    # returns - values on valid tokens = [0.5, 0, 0.5]: unbiased var 1/12; var(returns [1, 1, 2]) = 1/3
+    expected["critic/vf_explained_var"] = 1.0 - (1 / 12) / (1 / 3 + 1e-5)
+    assert m.keys() == expected.keys()
+    for k, v in expected.items():
+        assert m[k] == pytest.approx(v, abs=1e-5), k
+
+
+def test_compute_data_metrics_without_critic():
+    m = mu.compute_data_metrics(_batch(), use_critic=False)
+    assert not any(k.startswith("critic/values") for k in m) and "critic/vf_explained_var" not in m
+    assert m["critic/advantages/max"] == pytest.approx(3.0)
+
+
+def test_timing_metrics():
+    m = mu.compute_timing_metrics(_batch(), {"gen": 0.3, "update_actor": 0.7, "step": 2.0})
+    # response tokens 2 + 1 = 3; all tokens 3 + (2 + 3) = 8
+    assert m == pytest.approx({
+        "timing_s/gen": 0.3, "timing_s/update_actor": 0.7, "timing_s/step": 2.0,
+        "timing_per_token_ms/gen": 300 / 3, "timing_per_token_ms/update_actor": 700 / 8,
+    })
+
+
+def test_throughput_metrics():
+    m = mu.compute_throughout_metrics(_batch({mu.META_GLOBAL_TOKEN_NUM: [10, 6]}), {"step": 2.0}, n_gpus=2)
+    assert m == pytest.approx({"perf/total_num_tokens": 16.0, "perf/time_per_step": 2.0, "perf/throughput": 4.0})
+    m = mu.compute_throughout_metrics(_batch(), {"step": 2.0}, n_gpus=1)  # falls back to attention_mask: 8
+    assert m["perf/total_num_tokens"] == 8.0 and m["perf/throughput"] == pytest.approx(4.0)
+
+
+def test_process_validation_metrics():
+    sources = ["gsm", "gsm", "gsm", "gsm", "math"]
+    scores = [1.0, 0.0, 1.0, 1.0, 0.5]
+    uids = ["p1", "p1", "p2", "p2", "p3"]
+    m = mu.process_validation_metrics(sources, scores, uids, infos_dict={"acc": [1, 0, 0, 1, 1]})
+    assert m["val-core/gsm/reward/mean@2"] == pytest.approx(0.75)
+    assert m["val-core/gsm/reward/best@2/mean"] == pytest.approx(1.0)  # max(1, 0), max(1, 1)
+    assert m["val-core/gsm/reward/worst@2/mean"] == pytest.approx(0.5)  # min(1, 0), min(1, 1)
+    assert m["val-core/gsm/reward/std@2"] == pytest.approx((0.5 + 0.0) / 2)
+    assert m["val-core/math/reward/mean@1"] == pytest.approx(0.5)
+    assert "val-core/math/reward/best@1/mean" not in m
+    assert m["val-aux/gsm/acc/mean@2"] == pytest.approx(0.5)
+    assert mu.process_validation_metrics(sources, scores) == pytest.approx(
+        {"val-core/gsm/reward/mean@1": 0.75, "val-core/math/reward/mean@1": 0.5}
+    )
+    with pytest.raises(ValueError, match="4 scores for 5 data sources"):
+        mu.process_validation_metrics(sources, scores[:4])
