@@ -1,0 +1,119 @@
+"""Deprecated keys: each is accepted with a `ConfigWarning` and copied onto its new name.
+
+Three kinds, all applied in place on the composed DictConfig before type checking:
+- renamed keys, whose old name defaults to an interpolation of the new one (`contents:
+  ${.save_contents}`); an old key that is no longer an interpolation was set by the user.
+- global micro-batch sizes (`ppo_micro_batch_size`), turned into per-device sizes.
+- old shapes: `rollout.multi_turn=true`, `trainer.logger=console`, `remove_previous_ckpt_in_save`.
+"""
+
+from omegaconf import DictConfig, OmegaConf
+
+from rlpost.trainer.config.defaults import default_of
+from rlpost.trainer.config.errors import ConfigError, warn
+
+ARR = "actor_rollout_ref"
+
+# (parent, old name, new name relative to parent): the old name is an interpolation of the new one.
+RENAMED: tuple[tuple[str, str, str], ...] = (
+    ("data", "shuffle", "train_shuffle"),
+    ("data", "validation_shuffle", "val_shuffle"),
+    (f"{ARR}.model", "external_lib", "external_libs"),
+    (f"{ARR}.actor.checkpoint", "contents", "save_contents"),
+    (f"{ARR}.actor.optim", "warmup_style", "lr_scheduler"),
+    ("critic.optim", "warmup_style", "lr_scheduler"),
+    ("reward_model.model.fsdp_config", "min_num_params", "wrap_policy.min_num_params"),
+)
+
+# (parent, old global micro-batch, new per-device micro-batch).
+GLOBAL_MICRO_BATCH: tuple[tuple[str, str, str], ...] = (
+    (f"{ARR}.actor", "ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu"),
+    (f"{ARR}.rollout", "log_prob_micro_batch_size", "log_prob_micro_batch_size_per_gpu"),
+    (f"{ARR}.ref", "log_prob_micro_batch_size", "log_prob_micro_batch_size_per_gpu"),
+    ("critic", "ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu"),
+)
+
+
+def apply_aliases(cfg: DictConfig) -> None:
+    """Map every deprecated key set in `cfg` onto its new key (in place), warning once per key."""
+    _multi_turn_flag(cfg)
+    for parent, old, new in RENAMED:
+        _renamed(cfg, parent, old, new)
+    for parent, old, new in GLOBAL_MICRO_BATCH:
+        _global_micro_batch(cfg, parent, old, new)
+    _logger_string(cfg)
+    _remove_previous_ckpt(cfg)
+    if OmegaConf.select(cfg, "data.val_batch_size", default=None) is not None:
+        warn("data.val_batch_size is deprecated; leave it null to validate on the whole set at once.")
+
+
+def _renamed(cfg: DictConfig, parent: str, old: str, new: str) -> None:
+    node = OmegaConf.select(cfg, parent, default=None)
+    if not isinstance(node, DictConfig) or old not in node or OmegaConf.is_interpolation(node, old):
+        return
+    value = node[old]
+    warn(f"{parent}.{old} is deprecated; its value {value!r} was copied onto {parent}.{new} (use that key).")
+    OmegaConf.update(node, new, value, merge=False)
+    node[old] = "${." + new + "}"
+
+
+def _global_micro_batch(cfg: DictConfig, parent: str, old: str, new: str) -> None:
+    node = OmegaConf.select(cfg, parent, default=None)
+    if not isinstance(node, DictConfig) or node.get(old) is None:
+        return
+    value, devices = node[old], _devices(cfg)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0 or value % devices:
+        valid = max(devices, round(value / devices) * devices) if isinstance(value, int) else devices
+        raise ConfigError(
+            f"{parent}.{old}={value!r} (deprecated, global) must be a positive multiple of the "
+            f"{devices} devices; use {parent}.{new}={max(1, valid // devices)} instead."
+        )
+    warn(
+        f"{parent}.{old}={value} is deprecated (global); set {parent}.{new}={value // devices} "
+        f"(= {value} / {devices} devices) instead. Mapped."
+    )
+    node[new] = value // devices
+    node[old] = None
+
+
+def _devices(cfg: DictConfig) -> int:
+    nnodes = OmegaConf.select(cfg, "trainer.nnodes", default=1)
+    per_node = OmegaConf.select(cfg, "trainer.n_gpus_per_node", default=1)
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (nnodes, per_node)):
+        raise ConfigError(
+            f"trainer.nnodes={nnodes!r} and trainer.n_gpus_per_node={per_node!r} must be integers >= 1; "
+            "use trainer.nnodes=1 trainer.n_gpus_per_node=1."
+        )
+    return nnodes * per_node
+
+
+def _multi_turn_flag(cfg: DictConfig) -> None:
+    rollout = OmegaConf.select(cfg, f"{ARR}.rollout", default=None)
+    if not isinstance(rollout, DictConfig) or "multi_turn" not in rollout:
+        return
+    flag = rollout.multi_turn
+    if isinstance(flag, bool) or flag is None:
+        key = f"{ARR}.rollout.multi_turn"
+        warn(f"{key}={flag} is deprecated; mapped onto {key}.enable={bool(flag)} (use that key).")
+        group = default_of(key)
+        group["enable"] = bool(flag)
+        rollout.multi_turn = group
+
+
+def _logger_string(cfg: DictConfig) -> None:
+    logger = OmegaConf.select(cfg, "trainer.logger", default=None)
+    if isinstance(logger, str):  # `trainer.logger=console` is a common verl spelling
+        cfg.trainer.logger = [logger]
+
+
+def _remove_previous_ckpt(cfg: DictConfig) -> None:
+    if OmegaConf.select(cfg, "trainer.remove_previous_ckpt_in_save", default=False) is not True:
+        return
+    warn(
+        "trainer.remove_previous_ckpt_in_save=true is deprecated; mapped onto "
+        "trainer.max_actor_ckpt_to_keep=1 trainer.max_critic_ckpt_to_keep=1 (use those keys)."
+    )
+    for key in ("max_actor_ckpt_to_keep", "max_critic_ckpt_to_keep"):
+        if cfg.trainer.get(key) is None:
+            cfg.trainer[key] = 1
+    cfg.trainer.remove_previous_ckpt_in_save = False

@@ -1,0 +1,88 @@
+"""The dry-run plan: what a run would do, computed from the validated config alone (no Ray)."""
+
+import os
+from typing import Any
+
+from rlpost.trainer.config.batch_rules import n_devices
+from rlpost.trainer.config.roles import need_critic, need_reference_policy, need_reward_model
+from rlpost.trainer.config.schema import PPOTrainerConfig
+
+
+def parquet_rows(files: str | list[str] | None) -> int | None:
+    """Total row count of the parquet file(s) from their footers, or None when one is missing."""
+    if not files:
+        return None
+    import pyarrow.parquet as pq
+
+    paths = [os.path.expanduser(f) for f in ([files] if isinstance(files, str) else files)]
+    if not all(os.path.isfile(p) for p in paths):
+        return None
+    return sum(pq.ParquetFile(p).metadata.num_rows for p in paths)
+
+
+def dry_run_plan(c: PPOTrainerConfig) -> str:
+    """The resolved plan as text: batches per step and per device, steps, roles, processes."""
+    devices, n, train = n_devices(c), c.actor_rollout_ref.rollout.n, c.data.train_batch_size
+    lines = ["rlpost dry run: nothing is started", *_processes(c, devices), *_roles(c),
+             f"per step: {train} prompts -> {train * n} responses (data.train_batch_size={train} x rollout.n={n}); "
+             f"{train * n // devices} responses per device"]
+    actor = c.actor_rollout_ref.actor
+    lines += _update_plan("actor", actor.ppo_mini_batch_size, actor.ppo_micro_batch_size_per_gpu,
+                          actor.use_dynamic_bsz, actor.ppo_epochs, c)
+    if need_critic(c):
+        critic = c.critic
+        lines += _update_plan("critic", critic.ppo_mini_batch_size, critic.ppo_micro_batch_size_per_gpu,
+                              critic.use_dynamic_bsz, critic.ppo_epochs, c)
+    lines += _steps(c)
+    return "\n".join(lines)
+
+
+def _processes(c: PPOTrainerConfig, devices: int) -> list[str]:
+    kind = "CPU worker processes" if c.trainer.device == "cpu" else "GPUs (one worker process each)"
+    rollout = c.actor_rollout_ref.rollout
+    return [
+        f"devices: {devices} {kind} = trainer.nnodes={c.trainer.nnodes} x trainer.n_gpus_per_node="
+        f"{c.trainer.n_gpus_per_node} (trainer.device={c.trainer.device})",
+        f"rollout: {rollout.name} engine in each actor process, tensor_model_parallel_size="
+        f"{rollout.tensor_model_parallel_size}, {devices // rollout.tensor_model_parallel_size} engine(s)",
+    ]
+
+
+def _roles(c: PPOTrainerConfig) -> list[str]:
+    roles = ["actor_rollout"]
+    if need_reference_policy(c):
+        roles.append("ref")
+    if need_critic(c):
+        roles.append("critic")
+    if need_reward_model(c):
+        roles.append("reward_model")
+    fn = c.custom_reward_function
+    reward = f"{fn.path}:{fn.name}" if fn.path else "built-in scorer per data_source"
+    return [f"roles: {', '.join(roles)} (adv_estimator={c.algorithm.adv_estimator})",
+            f"reward: {reward} via reward_manager={c.reward_model.reward_manager}"]
+
+
+def _update_plan(role: str, mini: int, micro: Any, dynamic: bool, epochs: int, c: PPOTrainerConfig) -> list[str]:
+    n, train, devices = c.actor_rollout_ref.rollout.n, c.data.train_batch_size, n_devices(c)
+    minis = train // mini
+    per_device = mini * n // devices
+    head = (f"{role}: {minis} mini-batches per step (ppo_mini_batch_size={mini} prompts = {mini * n} responses) "
+            f"x ppo_epochs={epochs} = {minis * epochs} optimizer steps per step")
+    if dynamic:
+        return [head, f"{role} per device: {per_device} responses per mini-batch, micro-batches by token count "
+                      f"(use_dynamic_bsz=true)"]
+    return [head, f"{role} per device: {per_device} responses per mini-batch = {per_device // micro} micro-batches "
+                  f"of {micro} (gradient accumulation {per_device // micro})"]
+
+
+def _steps(c: PPOTrainerConfig) -> list[str]:
+    epochs, train = c.trainer.total_epochs, c.data.train_batch_size
+    rows = parquet_rows(c.data.train_files)
+    if c.trainer.total_training_steps is not None:
+        return [f"total training steps: {c.trainer.total_training_steps} (trainer.total_training_steps)"]
+    if rows is None:
+        return [f"total training steps: unknown (data.train_files not found: {c.data.train_files}); "
+                f"= rows // {train} x {epochs} epochs"]
+    per_epoch = rows // train
+    return [f"total training steps: {per_epoch * epochs} = {rows} rows // data.train_batch_size={train} "
+            f"= {per_epoch} steps per epoch x trainer.total_epochs={epochs} (before filtering overlong prompts)"]

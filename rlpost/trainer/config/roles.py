@@ -1,0 +1,31 @@
+"""Which worker roles a config creates (works on the DictConfig or on the typed config)."""
+
+from typing import Any
+
+from rlpost.trainer.config.errors import ConfigError
+
+
+def need_critic(cfg: Any) -> bool:
+    """True when a critic is created: `algorithm.adv_estimator == 'gae'` or `critic.enable=true`.
+
+    Raises:
+        ConfigError: `critic.enable=false` with the gae estimator, which needs values.
+    """
+    enable = cfg.critic.enable
+    gae = cfg.algorithm.adv_estimator == "gae"
+    if enable is False and gae:
+        raise ConfigError(
+            "critic.enable=false with algorithm.adv_estimator=gae: GAE needs the critic's values; "
+            "use critic.enable=null (or true), or algorithm.adv_estimator=grpo with actor_rollout_ref.rollout.n>1."
+        )
+    return bool(enable) or gae
+
+
+def need_reference_policy(cfg: Any) -> bool:
+    """True when a reference policy is created: `actor.use_kl_loss` or `algorithm.use_kl_in_reward`."""
+    return bool(cfg.actor_rollout_ref.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward)
+
+
+def need_reward_model(cfg: Any) -> bool:
+    """True when a reward-model worker is created (`reward_model.enable`)."""
+    return bool(cfg.reward_model.enable)

@@ -1,0 +1,185 @@
+"""Value and combination rules checked at start-up on the typed config.
+
+Each rule raises one `ConfigError` whose message names the key(s), the value(s), the rule, and a
+valid value to use; legal but suspicious combinations only warn.
+"""
+
+import difflib
+from typing import Any
+
+from rlpost.trainer.config.errors import ConfigError, warn
+from rlpost.trainer.config.schema import PPOTrainerConfig
+
+ARR = "actor_rollout_ref"
+KL_ESTIMATORS = ("kl", "abs", "mse", "low_var_kl", "full")
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
+STRATEGIES = ("fsdp2", "fsdp", "megatron")
+# Estimators that compare the n responses of a prompt with each other: they need rollout.n > 1.
+GROUP_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus_baseline", "opo", "gpg")
+
+ENUMS: dict[str, tuple[str, ...]] = {
+    "algorithm.adv_estimator": (
+        "gae", "grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "opo", "gpg",
+    ),
+    "algorithm.kl_penalty": KL_ESTIMATORS,
+    "algorithm.kl_ctrl.type": ("fixed", "adaptive"),
+    "algorithm.pf_ppo.reweight_method": ("pow", "max_min", "max_random"),
+    f"{ARR}.actor.kl_loss_type": KL_ESTIMATORS,
+    f"{ARR}.actor.loss_agg_mode": LOSS_AGG_MODES,
+    "critic.loss_agg_mode": LOSS_AGG_MODES,
+    f"{ARR}.actor.strategy": STRATEGIES,
+    f"{ARR}.ref.strategy": STRATEGIES,
+    "critic.strategy": STRATEGIES,
+    "reward_model.strategy": STRATEGIES,
+    f"{ARR}.actor.optim.lr_scheduler": ("constant", "cosine"),
+    "critic.optim.lr_scheduler": ("constant", "cosine"),
+    f"{ARR}.actor.checkpoint.save_contents": ("model", "optimizer", "extra", "hf_model"),
+    f"{ARR}.actor.checkpoint.load_contents": ("model", "optimizer", "extra", "hf_model"),
+    "critic.checkpoint.save_contents": ("model", "optimizer", "extra", "hf_model"),
+    "critic.checkpoint.load_contents": ("model", "optimizer", "extra", "hf_model"),
+    f"{ARR}.model.fused_kernel_options.impl_backend": ("torch", "triton"),
+    f"{ARR}.rollout.name": ("vllm", "hf", "sglang"),
+    f"{ARR}.rollout.dtype": ("bfloat16", "float16", "float32"),
+    f"{ARR}.rollout.load_format": (
+        "dummy_dtensor", "dummy_hf", "dtensor", "hf", "auto", "safetensors", "megatron", "dummy_megatron",
+    ),
+    "data.truncation": ("error", "left", "right", "middle"),
+    "reward_model.reward_manager": ("naive", "prime", "batch", "dapo"),
+    "trainer.resume_mode": ("auto", "disable", "resume_path"),
+    "trainer.logger": ("console", "file", "wandb", "tensorboard", "mlflow", "swanlab", "trackio", "vemlp_wandb"),
+    "trainer.device": ("cuda", "cpu"),
+}
+
+POSITIVE_INTS = (
+    "data.train_batch_size", "data.max_prompt_length", "data.max_response_length",
+    "data.filter_overlong_prompts_workers", f"{ARR}.actor.ppo_mini_batch_size", f"{ARR}.actor.ppo_epochs",
+    f"{ARR}.actor.ppo_max_token_len_per_gpu", f"{ARR}.ref.log_prob_max_token_len_per_gpu",
+    f"{ARR}.rollout.n", f"{ARR}.rollout.val_kwargs.n", f"{ARR}.rollout.tensor_model_parallel_size",
+    f"{ARR}.rollout.max_num_batched_tokens", f"{ARR}.rollout.max_num_seqs",
+    f"{ARR}.rollout.log_prob_max_token_len_per_gpu", "critic.ppo_mini_batch_size", "critic.ppo_epochs",
+    "critic.ppo_max_token_len_per_gpu", "critic.forward_max_token_len_per_gpu",
+    "reward_model.forward_max_token_len_per_gpu", "reward_model.sandbox_fusion.max_concurrent",
+    "algorithm.kl_ctrl.horizon", "trainer.total_epochs", "trainer.nnodes", "trainer.n_gpus_per_node",
+    "trainer.ray_wait_register_center_timeout",
+)
+POSITIVE_OR_NULL = (
+    "data.val_batch_size", f"{ARR}.rollout.max_model_len", f"{ARR}.rollout.multi_turn.max_turns",
+    "reward_model.max_length", "trainer.total_training_steps", "trainer.max_actor_ckpt_to_keep",
+    "trainer.max_critic_ckpt_to_keep", "ray_init.num_cpus",
+)
+NON_NEGATIVE = (
+    f"{ARR}.actor.entropy_coeff", f"{ARR}.actor.kl_loss_coef", f"{ARR}.actor.optim.lr",
+    f"{ARR}.actor.optim.weight_decay", "critic.optim.lr", "critic.optim.weight_decay",
+    f"{ARR}.rollout.temperature", f"{ARR}.rollout.val_kwargs.temperature", "algorithm.kl_ctrl.kl_coef",
+    f"{ARR}.actor.fsdp_config.wrap_policy.min_num_params", "trainer.log_val_generations",
+    "trainer.critic_warmup", "data.dataloader_num_workers", "reward_model.overlong_buffer.len", "reward_model.overlong_buffer.penalty_factor",
+)
+POSITIVE_FLOATS = (
+    f"{ARR}.actor.grad_clip", f"{ARR}.actor.clip_ratio", f"{ARR}.actor.clip_ratio_low",
+    f"{ARR}.actor.clip_ratio_high", f"{ARR}.actor.optim.num_cycles", "critic.grad_clip",
+    "critic.cliprange_value", "critic.optim.num_cycles", "algorithm.kl_ctrl.target_kl",
+    "trainer.rollout_drift_warn",
+)
+OPEN_UNIT = (f"{ARR}.rollout.gpu_memory_utilization", f"{ARR}.rollout.top_p", f"{ARR}.rollout.val_kwargs.top_p")
+CLOSED_UNIT = (
+    "algorithm.gamma", "algorithm.lam", f"{ARR}.actor.optim.lr_warmup_steps_ratio",
+    f"{ARR}.actor.optim.min_lr_ratio", "critic.optim.lr_warmup_steps_ratio", "critic.optim.min_lr_ratio",
+)
+
+
+def get(c: Any, key: str) -> Any:
+    """Value of a dotted key on the typed config (or a DictConfig)."""
+    for part in key.split("."):
+        c = getattr(c, part)
+    return c
+
+
+def fail(keys: str, rule: str, fix: str) -> None:
+    """Raise the one-message `ConfigError`: '<keys>: <rule>; use <fix>.'"""
+    raise ConfigError(f"{keys}: {rule}; use {fix}.")
+
+
+def show(value: Any) -> str:
+    """A value as it is written on the command line."""
+    if value is None:
+        return "null"
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def check_enums(c: PPOTrainerConfig) -> None:
+    """Every enumerated key holds one of its values (lists: every entry)."""
+    for key, allowed in ENUMS.items():
+        value = get(c, key)
+        for item in value if isinstance(value, list) else [value]:
+            if item not in allowed:
+                near = difflib.get_close_matches(str(item), allowed, n=1, cutoff=0.0)[0]
+                shown = f"{key}={show(value)}" + (f" (entry {item!r})" if isinstance(value, list) else "")
+                fix = f"{key}={[near if v == item else v for v in value]}" if isinstance(value, list) else f"{key}={near}"
+                fail(shown, f"must be one of {', '.join(allowed)}", fix)
+
+
+def check_ranges(c: PPOTrainerConfig) -> None:
+    """Sizes are positive, coefficients non-negative, fractions inside their interval."""
+    for key in POSITIVE_INTS:
+        if get(c, key) < 1:
+            fail(f"{key}={get(c, key)}", "must be an integer >= 1", f"{key}=1")
+    for key in POSITIVE_OR_NULL:
+        if get(c, key) is not None and get(c, key) < 1:
+            fail(f"{key}={get(c, key)}", "must be an integer >= 1 or null", f"{key}=null")
+    for key in NON_NEGATIVE:
+        if get(c, key) < 0:
+            fail(f"{key}={get(c, key)}", "must be >= 0", f"{key}=0")
+    for key in POSITIVE_FLOATS:
+        if get(c, key) <= 0:
+            fail(f"{key}={get(c, key)}", "must be > 0", f"{key}=1.0")
+    for key in OPEN_UNIT:
+        if not 0 < get(c, key) <= 1:
+            fail(f"{key}={get(c, key)}", "must be in (0, 1]", f"{key}={min(max(get(c, key), 0.1), 1.0)}")
+    for key in CLOSED_UNIT:
+        if get(c, key) is not None and not 0 <= get(c, key) <= 1:
+            fail(f"{key}={get(c, key)}", "must be in [0, 1]", f"{key}={min(max(get(c, key), 0.0), 1.0)}")
+    _check_misc_ranges(c)
+
+
+def _check_misc_ranges(c: PPOTrainerConfig) -> None:
+    for key in ("trainer.save_freq", "trainer.test_freq"):
+        if get(c, key) == 0 or get(c, key) < -1:
+            fail(f"{key}={get(c, key)}", "must be a number of steps >= 1, or -1 for never", f"{key}=-1")
+    for key in (f"{ARR}.rollout.top_k", f"{ARR}.rollout.val_kwargs.top_k"):
+        if get(c, key) < -1:
+            fail(f"{key}={get(c, key)}", "must be -1 (off) or >= 0", f"{key}=-1")
+    if c.actor_rollout_ref.actor.clip_ratio_c <= 1:
+        key = f"{ARR}.actor.clip_ratio_c"
+        fail(f"{key}={get(c, key)}", "the dual-clip constant must be > 1", f"{key}=3.0")
+    mem = c.actor_rollout_ref.rollout.engine_kwargs.sglang.get("mem_fraction_static")
+    if mem is not None and not (isinstance(mem, (int, float)) and 0 < mem <= 1):
+        key = f"{ARR}.rollout.engine_kwargs.sglang.mem_fraction_static"
+        fail(f"{key}={mem}", "must be in (0, 1] or null", f"{key}=0.8")
+    betas = {f"{ARR}.actor.optim.betas": c.actor_rollout_ref.actor.optim.betas, "critic.optim.betas": c.critic.optim.betas}
+    for key, value in betas.items():
+        if len(value) != 2 or not all(0 <= b < 1 for b in value):
+            fail(f"{key}={value}", "must be two floats in [0, 1)", f"{key}=[0.9,0.999]")
+
+
+def check_combinations(c: PPOTrainerConfig) -> None:
+    """Cross-key rules: estimator vs rollout.n, validation sampling, KL placement, engine vs device."""
+    algo, rollout = c.algorithm, c.actor_rollout_ref.rollout
+    if algo.adv_estimator in GROUP_ESTIMATORS and rollout.n == 1:
+        fail(f"algorithm.adv_estimator={algo.adv_estimator}, {ARR}.rollout.n=1",
+             f"{algo.adv_estimator} compares the responses of one prompt, so it needs rollout.n > 1",
+             f"{ARR}.rollout.n=4 (or algorithm.adv_estimator=gae)")
+    val = rollout.val_kwargs
+    if val.do_sample and val.temperature == 0:
+        fail(f"{ARR}.rollout.val_kwargs.do_sample=true, {ARR}.rollout.val_kwargs.temperature=0",
+             "sampling at temperature 0 is undefined", f"{ARR}.rollout.val_kwargs.do_sample=false "
+             f"(greedy) or {ARR}.rollout.val_kwargs.temperature=1.0")
+    if algo.use_kl_in_reward and c.actor_rollout_ref.actor.use_kl_loss:
+        warn(f"algorithm.use_kl_in_reward=true and {ARR}.actor.use_kl_loss=true: double KL penalty "
+             f"(reward and loss); usually keep one, e.g. {ARR}.actor.use_kl_loss=false.")
+    if rollout.name == "sglang" and c.trainer.device == "cpu":
+        fail(f"not supported yet: {ARR}.rollout.name=sglang with trainer.device=cpu",
+             "SGLang runs on GPUs only", f"{ARR}.rollout.name=vllm (or hf)")
+    if c.trainer.resume_mode == "resume_path" and not c.trainer.resume_from_path:
+        fail("trainer.resume_mode=resume_path, trainer.resume_from_path=null",
+             "resume_path needs the checkpoint folder", "trainer.resume_from_path=/abs/ckpt/global_step_N "
+             "(or trainer.resume_mode=auto)")

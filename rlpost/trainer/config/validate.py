@@ -1,0 +1,54 @@
+"""`validate_config(cfg)`: the start-up check every entry point runs before Ray starts.
+
+Order: deprecated aliases (mapped in place, with warnings), types and unknown keys, features not
+built yet, enumerations, ranges, combinations, batch arithmetic. The first failure raises one
+`ConfigError` naming the key(s), the value(s), the rule and a valid value.
+"""
+
+from omegaconf import DictConfig, open_dict
+
+from rlpost.trainer.config.aliases import apply_aliases
+from rlpost.trainer.config.batch_rules import check_batch_sizes
+from rlpost.trainer.config.convert import to_typed
+from rlpost.trainer.config.errors import ConfigError
+from rlpost.trainer.config.roles import need_critic
+from rlpost.trainer.config.rules import check_combinations, check_enums, check_ranges
+from rlpost.trainer.config.schema import PPOTrainerConfig
+from rlpost.trainer.config.unsupported import check_not_supported
+
+
+def validate_config(cfg: DictConfig) -> DictConfig:
+    """Check a composed `ppo_trainer` config; map deprecated keys in place and return `cfg`.
+
+    Args:
+        cfg: the composed config (from Hydra's main or `compose`).
+
+    Returns:
+        The same object, cleaned: deprecated keys copied onto their new names, `trainer.logger`
+        always a list, null entries of `custom_reward_function.reward_kwargs` removed.
+
+    Raises:
+        ConfigError: the first bad value or combination, in one message.
+    """
+    typed_config(cfg)
+    kwargs = cfg.custom_reward_function.reward_kwargs
+    with open_dict(kwargs):
+        for name in [k for k, v in kwargs.items() if v is None]:
+            del kwargs[name]  # unset example kwargs must not reach compute_score
+    return cfg
+
+
+def typed_config(cfg: DictConfig) -> PPOTrainerConfig:
+    """Apply the aliases to `cfg` (in place), run every check, and return the typed dataclasses."""
+    if not isinstance(cfg, DictConfig):
+        raise ConfigError(f"expected a composed DictConfig, got {type(cfg).__name__}; compose ppo_trainer first.")
+    apply_aliases(cfg)
+    typed = to_typed(cfg)
+    check_not_supported(cfg)
+    check_enums(typed)
+    check_ranges(typed)
+    check_combinations(typed)
+    need_critic(typed)
+    check_batch_sizes(typed)
+    return typed
+

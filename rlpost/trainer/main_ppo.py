@@ -1,0 +1,82 @@
+"""`python -m rlpost.trainer.main_ppo [key=value ...]`: compose, validate, then dry-run or train.
+
+    python -m rlpost.trainer.main_ppo trainer.dry_run=true          # print the plan, start nothing
+    python -m rlpost.trainer.main_ppo --cfg job                     # print the composed config
+    python -m rlpost.trainer.main_ppo --config-path=/abs/dir --config-name=my_exp key=value
+
+A user YAML in any folder extends the default with `defaults: [ppo_trainer, _self_]`: this module
+puts the package's config folder on Hydra's search path itself, so no plugin or flag is needed.
+"""
+
+import importlib
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from rlpost.trainer.config import ConfigError, validate_config
+from rlpost.trainer.config.convert import to_typed
+from rlpost.trainer.config.plan import dry_run_plan
+
+SEARCH_PATH = "pkg://rlpost.trainer.config"
+# Where the lead's `run_ppo(cfg)` may live; the first importable one is used.
+RUN_PPO_MODULES = ("rlpost.trainer.ppo.ray_trainer", "rlpost.trainer.ppo.launch")
+
+
+def with_search_path(argv: list[str]) -> list[str]:
+    """`argv` plus `hydra.searchpath=[pkg://rlpost.trainer.config]` (merged into a user's own list)."""
+    for i, arg in enumerate(argv):
+        if arg.startswith("hydra.searchpath="):
+            if SEARCH_PATH in arg:
+                return argv
+            inner = arg.split("=", 1)[1].strip().strip("[]").strip()
+            paths = f"{inner},{SEARCH_PATH}" if inner else SEARCH_PATH
+            return argv[:i] + [f"hydra.searchpath=[{paths}]"] + argv[i + 1:]
+    return argv + [f"hydra.searchpath=[{SEARCH_PATH}]"]
+
+
+def run(cfg: DictConfig) -> int:
+    """Validate `cfg`; print the dry-run plan or hand over to `run_ppo`. Returns the exit status."""
+    try:
+        validate_config(cfg)
+    except ConfigError as err:
+        print(f"config error: {err}", file=sys.stderr)
+        return 2
+    if cfg.trainer.dry_run:
+        print(dry_run_plan(to_typed(cfg)))
+        return 0
+    run_ppo = _find_run_ppo()
+    if run_ppo is None:
+        print(f"error: no run_ppo(cfg) found in {' or '.join(RUN_PPO_MODULES)}; the trainer is not installed "
+              "in this build (trainer.dry_run=true still works)", file=sys.stderr)
+        return 1
+    run_ppo(cfg)
+    return 0
+
+
+def _find_run_ppo():
+    for name in RUN_PPO_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        if hasattr(module, "run_ppo"):
+            return module.run_ppo
+    return None
+
+
+@hydra.main(config_path="config", config_name="ppo_trainer", version_base=None)
+def _hydra_main(cfg: DictConfig) -> None:
+    status = run(cfg)
+    if status:
+        sys.exit(status)  # SystemExit passes through Hydra's error reporting untouched
+
+
+def main() -> None:
+    """Console entry point."""
+    sys.argv = with_search_path(sys.argv)
+    _hydra_main()
+
+
+if __name__ == "__main__":
+    main()
