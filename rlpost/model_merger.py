@@ -1,0 +1,259 @@
+"""Turn a sharded FSDP checkpoint (`global_step_N/actor` or `/critic`) into a transformers folder.
+
+    python -m rlpost.model_merger merge --backend fsdp --local_dir ckpts/global_step_10/actor --target_dir out/
+    python -m rlpost.model_merger test  --backend fsdp --local_dir ckpts/global_step_10/actor --test_hf_dir out/
+
+Shard format (version `rlpost-fsdp-v1`), one folder per role::
+
+    model_world_size_{W}_rank_{r}.pt   # torch.save'd dict: state-dict name (HF name) -> this rank's local
+                                       # shard as a plain CPU tensor (`DTensor.to_local()`), for r in 0..W-1
+    fsdp_meta.json                     # {"format": "rlpost-fsdp-v1", "world_size": W,
+                                       #  "model_class": "Qwen2ForCausalLM",   (optional, HF class name)
+                                       #  "params": {name: {"shape": [full shape], "placement": "Shard(0)" |
+                                       #                    "Replicate()", "dtype": "float32"}}}
+    huggingface/                       # config.json + tokenizer files (+ weights if save_contents has hf_model)
+
+`Shard(0)` follows FSDP2 / `torch.chunk` semantics: with `c = ceil(rows / W)`, rank r holds rows
+`[r*c, min((r+1)*c, rows))`, so the last ranks may hold fewer rows, or none (an empty `(0, ...)` tensor).
+`Replicate()` entries are full on every rank (rank 0's copy is used). Without `fsdp_meta.json`, W is read
+from the file names and every tensor with a dim is taken as `Shard(0)`. `build_fsdp_meta` writes the
+meta from a live (FSDP2) state dict; workers call it next to `rlpost.utils.fsdp.local_state`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import shutil
+import sys
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import torch
+
+FORMAT = "rlpost-fsdp-v1"
+META_FILE = "fsdp_meta.json"
+HF_SUBDIR = "huggingface"
+SHARD = "Shard(0)"
+REPLICATE = "Replicate()"
+_SHARD_FILE_RE = re.compile(r"^model_world_size_(\d+)_rank_(\d+)\.pt$")
+
+
+def shard_file(local_dir: str | Path, world_size: int, rank: int) -> Path:
+    """Path of rank `rank`'s model shard."""
+    return Path(local_dir) / f"model_world_size_{world_size}_rank_{rank}.pt"
+
+
+def _placement_name(tensor: Any) -> str:
+    """`Shard(0)` / `Replicate()` of a DTensor (duck-typed: no torch.distributed import); plain -> Replicate."""
+    placements = getattr(tensor, "placements", None)
+    if not placements:
+        return REPLICATE
+    if len(placements) != 1:
+        raise ValueError(f"not supported yet: {len(placements)}-D device meshes (placements {placements})")
+    placement = placements[0]
+    if placement.is_shard(0):
+        return SHARD
+    if placement.is_replicate():
+        return REPLICATE
+    raise ValueError(f"not supported yet: placement {placement}")
+
+
+def build_fsdp_meta(state_dict: Mapping[str, Any], world_size: int, model_class: str | None = None) -> dict:
+    """The `fsdp_meta.json` content for a (DTensor) state dict: full shape, placement, dtype per name.
+
+    Args:
+        state_dict: `model.state_dict()` of the FSDP2 model (DTensor values report the full shape).
+        world_size: number of ranks that write shards.
+        model_class: HF class name; a leading "FSDP" that `fully_shard` adds to the class is removed.
+    """
+    if model_class is not None and model_class.startswith("FSDP"):
+        model_class = model_class[len("FSDP"):]
+    params = {
+        name: {"shape": list(t.shape), "placement": _placement_name(t), "dtype": str(t.dtype).replace("torch.", "")}
+        for name, t in state_dict.items()
+    }
+    return {"format": FORMAT, "world_size": int(world_size), "model_class": model_class, "params": params}
+
+
+def save_fsdp_meta(local_dir: str | Path, meta: Mapping[str, Any]) -> Path:
+    """Write `fsdp_meta.json` into `local_dir`."""
+    path = Path(local_dir) / META_FILE
+    path.write_text(json.dumps(meta, indent=1))
+    return path
+
+
+def read_fsdp_meta(local_dir: str | Path) -> dict:
+    """The meta of a checkpoint folder; inferred from the shard file names when `fsdp_meta.json` is absent."""
+    path = Path(local_dir) / META_FILE
+    if path.exists():
+        meta = json.loads(path.read_text())
+        if meta.get("format") != FORMAT:
+            raise ValueError(f"{path}: format {meta.get('format')!r}, expected {FORMAT!r}")
+        return meta
+    sizes = {int(m.group(1)) for p in Path(local_dir).glob("*.pt") if (m := _SHARD_FILE_RE.match(p.name))}
+    if len(sizes) != 1:
+        raise FileNotFoundError(f"{local_dir}: no {META_FILE} and shard files for world sizes {sorted(sizes)}")
+    return {"format": FORMAT, "world_size": sizes.pop(), "model_class": None, "params": None}
+
+
+def gather_shard0(pieces: Sequence[torch.Tensor], shape: Sequence[int], name: str = "") -> torch.Tensor:
+    """Concatenate dim-0 shards (torch.chunk layout, trailing ranks possibly empty) and check the shape."""
+    rows = int(shape[0])
+    chunk = math.ceil(rows / len(pieces)) if rows else 0
+    for rank, piece in enumerate(pieces):
+        expected = max(0, min(chunk, rows - rank * chunk))
+        if piece.shape[0] != expected or list(piece.shape[1:]) != list(shape[1:]):
+            raise ValueError(
+                f"{name}: rank {rank} holds shape {list(piece.shape)}, expected [{expected}, *{list(shape[1:])}] "
+                f"for full shape {list(shape)} over {len(pieces)} ranks"
+            )
+    return torch.cat([p for p in pieces if p.shape[0] > 0] or [pieces[0]], dim=0)
+
+
+def load_full_state(local_dir: str | Path, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    """Read every rank's shard file of `local_dir` and return the full state dict (HF names)."""
+    meta = read_fsdp_meta(local_dir)
+    world = int(meta["world_size"])
+    files = [shard_file(local_dir, world, r) for r in range(world)]
+    missing = [str(f) for f in files if not f.exists()]
+    if missing:
+        raise FileNotFoundError(f"missing shard files: {missing}")
+    shards = [torch.load(f, map_location="cpu", weights_only=True, mmap=True) for f in files]
+    params = meta.get("params") or {
+        n: {"shape": None, "placement": SHARD if t.dim() > 0 else REPLICATE} for n, t in shards[0].items()
+    }
+    full = {}
+    for name, info in params.items():
+        pieces = [s[name] for s in shards]
+        if info["placement"] == REPLICATE:
+            tensor = pieces[0]
+        elif info["placement"] == SHARD:
+            shape = info["shape"] or [sum(p.shape[0] for p in pieces), *pieces[0].shape[1:]]
+            tensor = gather_shard0(pieces, shape, name)
+        else:
+            raise ValueError(f"not supported yet: placement {info['placement']} of {name}")
+        full[name] = tensor.to(dtype) if dtype is not None else tensor.clone()
+    return full
+
+
+def _model_class(config: Any, names: Sequence[str], meta_class: str | None) -> type:
+    """The transformers class to rebuild: meta's model_class, else config.architectures[0].
+
+    A critic saved from a causal-LM config has a `score` head: its class becomes ...ForTokenClassification.
+    """
+    import transformers
+
+    name = meta_class or (config.architectures or [None])[0]
+    if name is None:
+        raise ValueError("cannot tell the model class: no model_class in fsdp_meta.json and no config.architectures")
+    if "score.weight" in names and "lm_head.weight" not in names and name.endswith("ForCausalLM"):
+        name = name[: -len("ForCausalLM")] + "ForTokenClassification"
+    if not hasattr(transformers, name):
+        raise ValueError(f"transformers has no class {name!r} (trust_remote_code models: not supported yet)")
+    return getattr(transformers, name)
+
+
+def merge(local_dir: str | Path, target_dir: str | Path, dtype: torch.dtype | None = None) -> Path:
+    """Write a `from_pretrained`-loadable folder (config, tokenizer, safetensors) for `local_dir` into `target_dir`."""
+    from transformers import AutoConfig
+
+    local_dir, target = Path(local_dir), Path(target_dir)
+    hf_dir = local_dir / HF_SUBDIR
+    if not (hf_dir / "config.json").exists():
+        raise FileNotFoundError(f"{hf_dir / 'config.json'} is missing (the worker saves config + tokenizer there)")
+    state = load_full_state(local_dir, dtype)
+    config = AutoConfig.from_pretrained(hf_dir)
+    cls = _model_class(config, list(state), read_fsdp_meta(local_dir).get("model_class"))
+    if "score.weight" in state:
+        config.num_labels = state["score.weight"].shape[0]
+    with torch.device("meta"):
+        model = cls(config)
+    result = model.load_state_dict(state, strict=False, assign=True)
+    tied = {"lm_head.weight"} if getattr(config, "tie_word_embeddings", False) else set()
+    if set(result.missing_keys) - tied or result.unexpected_keys:
+        raise ValueError(f"state/model mismatch: missing {result.missing_keys}, unexpected {result.unexpected_keys}")
+    model.tie_weights()
+    target.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(target, safe_serialization=True)
+    for src in hf_dir.iterdir():  # tokenizer + generation config; weights come from the shards
+        if src.is_file() and not (target / src.name).exists() and not src.name.endswith((".safetensors", ".bin")):
+            shutil.copy2(src, target / src.name)
+    return target
+
+
+def _load_safetensors_dir(hf_dir: str | Path) -> dict[str, torch.Tensor]:
+    """All tensors of the `*.safetensors` files of a HF folder."""
+    from safetensors.torch import load_file
+
+    files = sorted(Path(hf_dir).glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"{hf_dir}: no *.safetensors files")
+    state: dict[str, torch.Tensor] = {}
+    for f in files:
+        state.update(load_file(str(f)))
+    return state
+
+
+def compare(local_dir: str | Path, test_hf_dir: str | Path, atol: float = 1e-6) -> list[str]:
+    """Compare the merged shards with a HF folder; print max |diff| per tensor; return the problems found."""
+    merged = load_full_state(local_dir)
+    reference = _load_safetensors_dir(test_hf_dir)
+    config = json.loads((Path(test_hf_dir) / "config.json").read_text())
+    problems = []
+    for name, tensor in merged.items():
+        if name not in reference:
+            if not (name == "lm_head.weight" and config.get("tie_word_embeddings")):
+                problems.append(f"{name}: missing in {test_hf_dir}")
+            continue
+        ref = reference[name]
+        if list(ref.shape) != list(tensor.shape):
+            problems.append(f"{name}: shape {list(tensor.shape)} != {list(ref.shape)}")
+            continue
+        diff = (tensor.float() - ref.float()).abs().max().item() if tensor.numel() else 0.0
+        print(f"{name}\tmax_abs_diff={diff:.3e}")
+        if not diff <= atol:
+            problems.append(f"{name}: max abs diff {diff:.3e} > atol {atol:g}")
+    problems += [f"{n}: only in {test_hf_dir}" for n in reference if n not in merged]
+    return problems
+
+
+_DTYPES = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m rlpost.model_merger", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="operation", required=True)
+    for op in ("merge", "test"):
+        p = sub.add_parser(op, help="write a HF folder" if op == "merge" else "compare shards with a HF folder")
+        p.add_argument("--backend", default="fsdp", help="checkpoint backend (only fsdp is built)")
+        p.add_argument("--local_dir", required=True, help="global_step_N/actor (or /critic) folder")
+        if op == "merge":
+            p.add_argument("--target_dir", required=True, help="output folder for from_pretrained")
+            p.add_argument("--dtype", default="auto", choices=sorted(_DTYPES), help="weights dtype (auto: as saved)")
+        else:
+            p.add_argument("--test_hf_dir", required=True, help="HF folder to compare against")
+            p.add_argument("--atol", type=float, default=1e-6, help="max allowed abs diff per tensor")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry; returns the exit code (0 ok, 1 mismatch in `test`)."""
+    args = _parser().parse_args(argv)
+    if args.backend != "fsdp":
+        raise SystemExit(f"not supported yet: --backend {args.backend} (only fsdp)")
+    if args.operation == "merge":
+        out = merge(args.local_dir, args.target_dir, _DTYPES[args.dtype])
+        print(f"saved HF model to {out}")
+        return 0
+    problems = compare(args.local_dir, args.test_hf_dir, args.atol)
+    for line in problems:
+        print(f"MISMATCH {line}", file=sys.stderr)
+    print("OK: merged shards match" if not problems else f"FAILED: {len(problems)} mismatching tensors")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
