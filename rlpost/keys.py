@@ -41,3 +41,7 @@ META_VALIDATE = "validate"  # True: the rollout uses rollout.val_kwargs.*
 META_METRICS = "metrics"  # dict[str, float | list[float]] returned by update methods
 META_TEMPERATURE = "temperature"
 META_GLOBAL_STEP = "global_step"
+META_GLOBAL_TOKEN_NUM = "global_token_num"  # list[int]: tokens per row, for throughput metrics
+
+# --- batch fields used by specific algorithms --------------------------------------------------------
+REWARD_BASELINES = "reward_baselines"  # (B,) ReMax: score of the greedy response to the same prompt

@@ -14,9 +14,6 @@ import torch
 
 from rlpost import keys
 
-# meta_info key: per-row token counts (prompt + response), set by the trainer for throughput metrics.
-# TODO(lead): move to rlpost/keys.py as META_GLOBAL_TOKEN_NUM.
-META_GLOBAL_TOKEN_NUM = "global_token_num"
 
 _TOKEN_PHASES = ("ref", "values", "adv", "update_critic", "update_actor", "old_log_prob")
 
@@ -102,8 +99,8 @@ def compute_throughout_metrics(batch: Any, timing_raw: dict[str, float], n_gpus:
     meta_info["global_token_num"] (per-row counts) when set, else from `attention_mask`.
     """
     meta = getattr(batch, "meta_info", None) or {}
-    if META_GLOBAL_TOKEN_NUM in meta:
-        total = float(sum(meta[META_GLOBAL_TOKEN_NUM]))
+    if keys.META_GLOBAL_TOKEN_NUM in meta:
+        total = float(sum(meta[keys.META_GLOBAL_TOKEN_NUM]))
     else:
         total = float(batch.batch[keys.ATTENTION_MASK].sum().item())
     step = float(timing_raw["step"])

@@ -1,0 +1,99 @@
+"""Build everything a PPO run needs from a validated config, then train.
+
+Order matters: data and the reward function are checked before Ray starts (a missing column or a
+raising reward function fails in seconds, not after the engines are up); the rollout-holding group is
+initialised last so the engine sizes its cache after the other models have allocated.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from omegaconf import DictConfig, OmegaConf
+
+logger = logging.getLogger(__name__)
+
+
+def run_ppo(config: DictConfig) -> dict[str, float]:
+    """Train with a validated `ppo_trainer` config; returns the last step's metrics."""
+    from rlpost.trainer.ppo.ray_trainer import RayPPOTrainer, inject_total_training_steps, total_training_steps
+
+    tokenizer = load_tokenizer(config)
+    train_loader, val_loader = build_dataloaders(config, tokenizer)
+    reward_fn, val_reward_fn = build_reward_fns(config, tokenizer, val_loader)
+    inject_total_training_steps(config, total_training_steps(config, len(train_loader)))
+
+    from rlpost.single_controller.ray.init import finish_ray, init_ray
+    from rlpost.trainer.ppo.roles import build_worker_groups
+    from rlpost.utils.tracking import Tracking
+
+    init_ray(config)
+    tracker = None
+    try:
+        workers = build_worker_groups(config)
+        trainer = RayPPOTrainer(config, tokenizer, workers, reward_fn, val_reward_fn, train_loader, val_loader)
+        tracker = Tracking(
+            project_name=config.trainer.project_name,
+            experiment_name=config.trainer.experiment_name,
+            default_backend=list(config.trainer.logger),
+            config=OmegaConf.to_container(config, resolve=True),
+            log_dir=config.trainer.default_local_dir,
+        )
+        return trainer.fit(tracker)
+    finally:
+        if tracker is not None:
+            tracker.finish()
+        finish_ray(config)
+
+
+def load_tokenizer(config: DictConfig):
+    """The policy tokenizer (`data.tokenizer` overrides the model path), left padding for generation."""
+    from transformers import AutoTokenizer
+
+    path = config.data.get("tokenizer") or config.actor_rollout_ref.model.path
+    path = os.path.expanduser(path)
+    tok = AutoTokenizer.from_pretrained(path, trust_remote_code=config.data.get("trust_remote_code", False))
+    tok.padding_side = "left"
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def build_dataloaders(config: DictConfig, tokenizer):
+    """Train loader (resumable, `data.train_batch_size` prompts per batch) and the validation loader."""
+    from rlpost.data.rl_dataset import collate_fn, create_rl_dataset, create_rl_sampler
+    from rlpost.data.loader import ResumableLoader
+
+    data_cfg = config.data
+    train_ds = create_rl_dataset(data_cfg.train_files, data_cfg, tokenizer)
+    train_loader = ResumableLoader(
+        train_ds, batch_size=data_cfg.train_batch_size, sampler=create_rl_sampler(data_cfg, train_ds),
+        collate_fn=collate_fn, drop_last=True,
+    )
+    if len(train_loader) == 0:
+        raise ValueError(
+            f"data.train_batch_size={data_cfg.train_batch_size} is larger than the training set "
+            f"({len(train_ds)} rows in {data_cfg.train_files}): lower data.train_batch_size to <= {len(train_ds)}")
+    val_loader = None
+    if data_cfg.get("val_files"):
+        import torch
+
+        val_ds = create_rl_dataset(data_cfg.val_files, data_cfg, tokenizer)
+        val_bs = data_cfg.get("val_batch_size") or len(val_ds)
+        val_loader = torch.utils.data.DataLoader(
+            val_ds, batch_size=val_bs, shuffle=data_cfg.get("validation_shuffle", False), collate_fn=collate_fn,
+        )
+    return train_loader, val_loader
+
+
+def build_reward_fns(config: DictConfig, tokenizer, val_loader):
+    """Reward managers for training and validation, checked on a few validation samples first."""
+    from rlpost.reward import check_reward_fn, load_reward_manager
+
+    kwargs = dict(config.reward_model.get("reward_kwargs", {}) or {})
+    reward_fn = load_reward_manager(config, tokenizer, num_examine=0, **kwargs)
+    val_reward_fn = load_reward_manager(config, tokenizer, num_examine=1, **kwargs)
+    if val_loader is not None and not config.reward_model.enable:
+        check_reward_fn(val_reward_fn, val_loader.dataset, tokenizer)
+    return reward_fn, val_reward_fn

@@ -1,0 +1,118 @@
+"""Validation during training, and JSONL dumps of generations.
+
+Validation generates `rollout.val_kwargs.n` responses per held-out prompt with the validation sampling
+settings, scores them with the validation reward function and reports `val-core/<data_source>/reward/mean@<n>`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+from omegaconf import DictConfig
+
+from rlpost import keys as K
+from rlpost.protocol import DataProto
+from rlpost.trainer.ppo.metric_utils import process_validation_metrics
+
+
+class Validator:
+    """Runs validation over the whole validation loader with the actor's rollout engine."""
+
+    def __init__(self, config: DictConfig, tokenizer, actor_rollout_wg, val_reward_fn, val_dataloader):
+        self.config = config
+        self.tokenizer = tokenizer
+        self.actor_rollout_wg = actor_rollout_wg
+        self.val_reward_fn = val_reward_fn
+        self.val_dataloader = val_dataloader
+
+    @property
+    def enabled(self) -> bool:
+        return self.val_dataloader is not None and self.val_reward_fn is not None
+
+    def validate(self, step: int, tracker=None) -> dict[str, float]:
+        """Generate, score and aggregate; logs sample tables and dumps when configured."""
+        val_n = self.config.actor_rollout_ref.rollout.val_kwargs.n
+        sources, scores, uids, prompts, responses = [], [], [], [], []
+        extra_all: dict[str, list] = defaultdict(list)
+        for batch_dict in self.val_dataloader:
+            batch = DataProto.from_single_dict(batch_dict)
+            uids.extend(np.repeat(np.arange(len(uids), len(uids) + len(batch)), val_n).tolist())
+            batch = batch.repeat(val_n, interleave=True)
+            gen = batch.select(
+                batch_keys=[K.INPUT_IDS, K.ATTENTION_MASK, K.POSITION_IDS],
+                non_tensor_batch_keys=[k for k in (K.RAW_PROMPT_IDS,) if k in batch.non_tensor_batch],
+            )
+            gen.meta_info.update({
+                K.META_EOS_TOKEN_ID: self.tokenizer.eos_token_id,
+                K.META_PAD_TOKEN_ID: self.tokenizer.pad_token_id,
+                K.META_DO_SAMPLE: self.config.actor_rollout_ref.rollout.val_kwargs.do_sample,
+                K.META_VALIDATE: True,
+                K.META_GLOBAL_STEP: step,
+            })
+            out = self.actor_rollout_wg.generate_sequences(gen)
+            out.meta_info.pop(K.META_METRICS, None)
+            for k in (K.INPUT_IDS, K.ATTENTION_MASK, K.POSITION_IDS):
+                batch.batch.pop(k)
+            batch = batch.union(out)
+            result = self.val_reward_fn(batch, return_dict=True)
+            scores.extend(result["reward_tensor"].sum(-1).tolist())
+            for name, values in (result.get("reward_extra_info") or {}).items():
+                extra_all[name].extend(values)
+            sources.extend(batch.non_tensor_batch.get(K.DATA_SOURCE, np.array(["unknown"] * len(batch))))
+            prompts.extend(_decode(self.tokenizer, batch.batch[K.PROMPTS]))
+            responses.extend(_decode_responses(self.tokenizer, batch))
+        numeric = {k: v for k, v in extra_all.items() if all(isinstance(x, (int, float, bool)) for x in v)}
+        metrics = process_validation_metrics([str(s) for s in sources], scores, uids, numeric)
+        self._log_samples(tracker, prompts, responses, scores, step)
+        out_dir = self.config.trainer.validation_data_dir
+        if out_dir:
+            write_jsonl(out_dir, step, prompts, responses, scores, dict(extra_all))
+        return metrics
+
+    def _log_samples(self, tracker, prompts, responses, scores, step) -> None:
+        n = self.config.trainer.log_val_generations
+        if not n or tracker is None:
+            return
+        rng = np.random.RandomState(42)  # the same samples every validation, so they can be compared
+        idx = rng.permutation(len(prompts))[:n]
+        rows = [(prompts[i], responses[i], float(scores[i])) for i in sorted(idx)]
+        tracker.log_generations(rows, step)
+
+
+def _decode(tokenizer, ids) -> list[str]:
+    return tokenizer.batch_decode(ids, skip_special_tokens=True)
+
+
+def _decode_responses(tokenizer, batch: DataProto) -> list[str]:
+    mask = batch.batch[K.RESPONSE_MASK].bool()
+    return [tokenizer.decode(r[m], skip_special_tokens=True) for r, m in zip(batch.batch[K.RESPONSES], mask)]
+
+
+def write_jsonl(out_dir: str, step: int, prompts, responses, scores, extra: dict[str, list[Any]]) -> str:
+    """Write one JSON object per sample to `<out_dir>/<step>.jsonl`; returns the path."""
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, f"{step}.jsonl")
+    with open(path, "w") as f:
+        for i, (p, r, s) in enumerate(zip(prompts, responses, scores)):
+            row = {"step": step, "prompt": p, "response": r, "score": float(s)}
+            row.update({k: _jsonable(v[i]) for k, v in extra.items() if i < len(v)})
+            f.write(json.dumps(row) + "\n")
+    return path
+
+
+def _jsonable(v):
+    if isinstance(v, (np.generic,)):
+        return v.item()
+    return v if isinstance(v, (int, float, str, bool, type(None), list, dict)) else str(v)
+
+
+def dump_generations(tokenizer, batch: DataProto, out_dir: str, step: int, extra: dict[str, list]) -> str:
+    """Dump the training rollouts of one step (trainer.rollout_data_dir)."""
+    prompts = _decode(tokenizer, batch.batch[K.PROMPTS])
+    responses = _decode_responses(tokenizer, batch)
+    scores = batch.batch[K.TOKEN_LEVEL_SCORES].sum(-1).tolist()
+    return write_jsonl(out_dir, step, prompts, responses, scores, extra)
