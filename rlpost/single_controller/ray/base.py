@@ -1,0 +1,225 @@
+"""Resource pools (placement groups), worker groups (one Ray actor per bundle) and colocation."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import ray
+from ray.util.placement_group import PlacementGroup, placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from rlpost.protocol import DataProtoFuture
+from rlpost.single_controller.base.decorator import (
+    DpLayout,
+    RegisterInfo,
+    collect_fn_for,
+    plan_calls,
+    registered_methods,
+)
+from rlpost.single_controller.ray.errors import Gatherer
+from rlpost.single_controller.ray.host import WorkerHost
+
+
+class RayResourcePool:
+    """`process_on_nodes[i]` worker processes on node i, each one bundle of a per-node placement group.
+
+    A bundle is {"CPU": 1} (+ {"GPU": 1} with use_gpu). `max_colocate_count` worker groups may share
+    a bundle (each actor then asks 1/max_colocate_count of it); colocated roles in ONE process
+    (`create_colocated_worker_cls`) need only 1.
+    """
+
+    def __init__(
+        self,
+        process_on_nodes: list[int],
+        use_gpu: bool = True,
+        name_prefix: str = "",
+        max_colocate_count: int = 1,
+    ) -> None:
+        if not process_on_nodes or any(n <= 0 for n in process_on_nodes):
+            raise ValueError(f"process_on_nodes must be positive counts, got {process_on_nodes}")
+        self.store = list(process_on_nodes)
+        self.use_gpu = use_gpu
+        self.name_prefix = name_prefix
+        self.max_colocate_count = max_colocate_count
+        self._pgs: list[PlacementGroup] | None = None
+
+    @property
+    def world_size(self) -> int:
+        return sum(self.store)
+
+    @property
+    def device(self) -> str:
+        return "cuda" if self.use_gpu else "cpu"
+
+    def bundle(self) -> dict[str, float]:
+        return {"CPU": 1, "GPU": 1} if self.use_gpu else {"CPU": 1}
+
+    def get_placement_groups(self, timeout_s: float = 300.0) -> list[PlacementGroup]:
+        """One STRICT_PACK placement group per node, created once and waited for."""
+        if self._pgs is None:
+            pgs = [placement_group([self.bundle()] * n, strategy="STRICT_PACK") for n in self.store]
+            try:
+                ray.get([pg.ready() for pg in pgs], timeout=timeout_s)
+            except ray.exceptions.GetTimeoutError as exc:
+                for pg in pgs:
+                    ray.util.remove_placement_group(pg)
+                raise TimeoutError(
+                    f"resource pool {self.name_prefix!r}: placement groups {self.store} x {self.bundle()} not "
+                    f"ready after {timeout_s} s; cluster has {ray.cluster_resources()}"
+                ) from exc
+            self._pgs = pgs
+        return self._pgs
+
+
+class RayClassWithInitArgs:
+    """A role class and its constructor arguments, built later inside each worker process."""
+
+    def __init__(self, cls: type, *args: Any, **kwargs: Any) -> None:
+        self.cls = cls
+        self.args, self.kwargs = args, kwargs
+        self.options: dict[str, Any] = {}
+        self.roles: dict[str, tuple[type, tuple, dict]] = {"": (cls, args, kwargs)}
+
+    def update_options(self, options: dict[str, Any]) -> None:
+        """Extra Ray actor options (e.g. runtime_env) for the worker processes."""
+        self.options.update(options)
+
+
+def create_colocated_worker_cls(class_dict: dict[str, RayClassWithInitArgs | type]) -> RayClassWithInitArgs:
+    """One worker process per bundle holding all roles of `class_dict`; use `group.spawn(...)` for views."""
+    colocated = RayClassWithInitArgs(WorkerHost)
+    colocated.cls = None
+    colocated.roles = {}
+    for prefix, spec in class_dict.items():
+        if not isinstance(spec, RayClassWithInitArgs):
+            spec = RayClassWithInitArgs(spec)
+        colocated.roles[prefix] = (spec.cls, spec.args, spec.kwargs)
+        colocated.options.update(spec.options)
+    return colocated
+
+
+class RayWorkerGroup:
+    """One Ray actor per bundle of `resource_pool`; @register-ed methods of the role become methods here.
+
+    Args:
+        resource_pool: where the workers run.
+        ray_cls_with_init: the role (or, from `create_colocated_worker_cls`, several roles).
+        name_prefix: group name used in errors (default: the role class name).
+        call_timeout_s: time-out of every method call.
+        startup_timeout_s: time-out of start-up (trainer.ray_wait_register_center_timeout).
+    """
+
+    def __init__(
+        self,
+        resource_pool: RayResourcePool,
+        ray_cls_with_init: RayClassWithInitArgs,
+        name_prefix: str | None = None,
+        call_timeout_s: float = 3600.0,
+        startup_timeout_s: float = 300.0,
+    ) -> None:
+        roles = ray_cls_with_init.roles
+        self.name = name_prefix or "+".join(spec[0].__name__ for spec in roles.values())
+        self.call_timeout_s = call_timeout_s
+        self.resource_pool = resource_pool
+        self._hosts = _start_hosts(resource_pool, ray_cls_with_init.options, startup_timeout_s)
+        env = _rank_envs(self._hosts, resource_pool, startup_timeout_s)
+        init_refs = [h.init_roles.remote(e, roles) for h, e in zip(self._hosts, env)]
+        gather = Gatherer(self.name, "__init__", list(range(len(self._hosts))), startup_timeout_s)
+        self.pids: list[int] = gather(init_refs)
+        self._prefix: str | None = None
+        self._layout: DpLayout | None = None
+        self._roles = roles
+        if list(roles) == [""]:
+            self._bind("", roles[""][0])
+
+    @property
+    def world_size(self) -> int:
+        return len(self._hosts)
+
+    def spawn(self, prefix_set: Any) -> dict[str, RayWorkerGroup]:
+        """{prefix: a view of this group bound to that colocated role's methods}."""
+        views = {}
+        for prefix in prefix_set:
+            if prefix not in self._roles:
+                raise KeyError(f"spawn: no colocated role {prefix!r}; roles are {sorted(self._roles)}")
+            view = object.__new__(RayWorkerGroup)
+            view.__dict__.update(self.__dict__)
+            view.name, view._layout = f"{self.name}/{prefix}", None
+            view._bind(prefix, self._roles[prefix][0])
+            views[prefix] = view
+        return views
+
+    def _bind(self, prefix: str, cls: type) -> None:
+        self._prefix = prefix
+        for method, info in registered_methods(cls).items():
+            bound = functools.partial(self._call, method, info)
+            functools.update_wrapper(bound, getattr(cls, method))
+            setattr(self, method, bound)
+
+    def _dp_layout(self) -> DpLayout:
+        if self._layout is None:
+            refs = [h.dispatch_info.remote(self._prefix) for h in self._hosts]
+            reports = Gatherer(self.name, "get_dispatch_info", list(range(self.world_size)), self.call_timeout_s)(refs)
+            self._layout = DpLayout.from_reports(reports)
+        return self._layout
+
+    def _call(self, method: str, info: RegisterInfo, *args: Any, **kwargs: Any) -> Any:
+        """Dispatch, run on the ranks, then collect (blocking) or return a DataProtoFuture."""
+        layout = self._dp_layout() if info.uses_dp_layout else DpLayout.plain(self.world_size)
+        if not info.uses_dp_layout:
+            self._layout = None  # e.g. init_model may change the data-parallel layout
+        calls = plan_calls(info, layout, args, kwargs)
+        refs = [self._hosts[c.rank].call.remote(self._prefix, method, c.args, c.kwargs, c.trim) for c in calls]
+        ranks = [c.rank for c in calls]
+        future = DataProtoFuture(
+            collect_fn=collect_fn_for(info, layout, ranks),
+            futures=refs,
+            fetch_fn=Gatherer(self.name, method, ranks, self.call_timeout_s),
+        )
+        return future.get() if info.blocking else future
+
+    def execute_all(self, method: str, *args: Any, **kwargs: Any) -> list:
+        """Call any method (registered or not) with the same arguments on every rank; blocking."""
+        refs = [h.call.remote(self._prefix, method, args, kwargs, 0) for h in self._hosts]
+        return Gatherer(self.name, method, list(range(self.world_size)), self.call_timeout_s)(refs)
+
+    def shutdown(self) -> None:
+        """Kill the worker processes (views of a colocated group share them)."""
+        for host in self._hosts:
+            ray.kill(host)
+
+
+def _start_hosts(pool: RayResourcePool, options: dict, timeout_s: float) -> list:
+    """One WorkerHost actor per bundle, in rank order (node by node)."""
+    share = 1.0 / pool.max_colocate_count
+    host_cls = ray.remote(WorkerHost)
+    hosts = []
+    for pg in pool.get_placement_groups(timeout_s):
+        for index in range(pg.bundle_count):
+            strategy = PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=index)
+            actor_options = {"num_cpus": share, "scheduling_strategy": strategy, **options}
+            if pool.use_gpu:
+                actor_options["num_gpus"] = share
+            hosts.append(host_cls.options(**actor_options).remote())
+    return hosts
+
+
+def _rank_envs(hosts: list, pool: RayResourcePool, timeout_s: float) -> list[dict[str, str]]:
+    """RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR/PORT, RLPOST_DEVICE per rank."""
+    master = Gatherer("worker group", "node_ip_and_free_port", [0], timeout_s)([hosts[0].node_ip_and_free_port.remote()])
+    addr, port = master[0]
+    envs = []
+    for node_size in pool.store:
+        for local in range(node_size):
+            envs.append({
+                "RANK": str(len(envs)),
+                "WORLD_SIZE": str(pool.world_size),
+                # On GPU, Ray sets CUDA_VISIBLE_DEVICES to the bundle's one GPU: it is device 0 in the process.
+                "LOCAL_RANK": "0" if pool.use_gpu else str(local),
+                "LOCAL_WORLD_SIZE": str(node_size),
+                "MASTER_ADDR": addr,
+                "MASTER_PORT": str(port),
+                "RLPOST_DEVICE": pool.device,
+            })
+    return envs

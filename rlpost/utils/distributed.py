@@ -1,0 +1,41 @@
+"""Process-group start-up inside a worker, from the env set by the worker group (or torchrun)."""
+
+from __future__ import annotations
+
+import datetime
+import os
+
+import torch
+import torch.distributed as dist
+
+
+def init_distributed(device: str | None = None, timeout_s: float = 1800.0) -> None:
+    """Initialise the default process group once per process (later calls do nothing).
+
+    Reads RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT. On cpu the backend is gloo; on cuda
+    it is nccl for CUDA tensors plus gloo for CPU tensors, and the current device is LOCAL_RANK.
+
+    Args:
+        device: 'cpu' or 'cuda'; None reads RLPOST_DEVICE (default 'cpu').
+        timeout_s: collective and rendezvous time-out.
+    """
+    if dist.is_initialized():
+        return
+    device = device or os.environ.get("RLPOST_DEVICE", "cpu")
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"init_distributed: device must be 'cpu' or 'cuda', got {device!r}")
+    for key in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        if key not in os.environ:
+            raise RuntimeError(f"init_distributed: environment variable {key} is not set")
+    if device == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        backend = "cpu:gloo,cuda:nccl"
+    else:
+        backend = "gloo"
+    dist.init_process_group(
+        backend=backend,
+        init_method="env://",
+        rank=int(os.environ["RANK"]),
+        world_size=int(os.environ["WORLD_SIZE"]),
+        timeout=datetime.timedelta(seconds=timeout_s),
+    )
