@@ -28,7 +28,7 @@ def run_ppo(config: DictConfig) -> dict[str, float]:
     from rlpost.trainer.ppo.roles import build_worker_groups
     from rlpost.utils.tracking import Tracking
 
-    init_ray(config)
+    init_ray(config.ray_init)
     tracker = None
     try:
         workers = build_worker_groups(config)
@@ -44,7 +44,7 @@ def run_ppo(config: DictConfig) -> dict[str, float]:
     finally:
         if tracker is not None:
             tracker.finish()
-        finish_ray(config)
+        finish_ray(config.ray_init)
 
 
 def load_tokenizer(config: DictConfig):
@@ -62,38 +62,31 @@ def load_tokenizer(config: DictConfig):
 
 def build_dataloaders(config: DictConfig, tokenizer):
     """Train loader (resumable, `data.train_batch_size` prompts per batch) and the validation loader."""
-    from rlpost.data.rl_dataset import collate_fn, create_rl_dataset, create_rl_sampler
-    from rlpost.data.loader import ResumableLoader
+    from rlpost.data.loader import create_train_loader, create_val_loader
+    from rlpost.data.rl_dataset import collate_fn, create_rl_dataset
 
     data_cfg = config.data
     train_ds = create_rl_dataset(data_cfg.train_files, data_cfg, tokenizer)
-    train_loader = ResumableLoader(
-        train_ds, batch_size=data_cfg.train_batch_size, sampler=create_rl_sampler(data_cfg, train_ds),
-        collate_fn=collate_fn, drop_last=True,
-    )
+    train_loader = create_train_loader(data_cfg, train_ds, collate_fn)
     if len(train_loader) == 0:
         raise ValueError(
             f"data.train_batch_size={data_cfg.train_batch_size} is larger than the training set "
             f"({len(train_ds)} rows in {data_cfg.train_files}): lower data.train_batch_size to <= {len(train_ds)}")
     val_loader = None
     if data_cfg.get("val_files"):
-        import torch
-
-        val_ds = create_rl_dataset(data_cfg.val_files, data_cfg, tokenizer)
-        val_bs = data_cfg.get("val_batch_size") or len(val_ds)
-        val_loader = torch.utils.data.DataLoader(
-            val_ds, batch_size=val_bs, shuffle=data_cfg.get("validation_shuffle", False), collate_fn=collate_fn,
-        )
+        val_loader = create_val_loader(data_cfg, create_rl_dataset(data_cfg.val_files, data_cfg, tokenizer),
+                                       collate_fn)
     return train_loader, val_loader
 
 
 def build_reward_fns(config: DictConfig, tokenizer, val_loader):
     """Reward managers for training and validation, checked on a few validation samples first."""
-    from rlpost.reward import check_reward_fn, load_reward_manager
+    from rlpost.reward import check_reward_fn, load_reward_manager, reward_fn_spec
 
     kwargs = dict(config.reward_model.get("reward_kwargs", {}) or {})
     reward_fn = load_reward_manager(config, tokenizer, num_examine=0, **kwargs)
     val_reward_fn = load_reward_manager(config, tokenizer, num_examine=1, **kwargs)
     if val_loader is not None and not config.reward_model.enable:
-        check_reward_fn(val_reward_fn, val_loader.dataset, tokenizer)
+        check_reward_fn(reward_fn_spec(config).resolve(), val_loader.dataset,
+                        reward_fn_key=config.data.get("reward_fn_key", "data_source"))
     return reward_fn, val_reward_fn

@@ -1,0 +1,89 @@
+"""Trainer-level checkpoints: one atomic `global_step_N/` folder per save, and resuming from one.
+
+The workers write their own shards (`actor/`, `critic/`) into the folder the driver opened with
+`CheckpointManager.begin`; the driver adds the data-loader position and commits (rename + latest file).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+
+from rlpost.utils.checkpoint import (
+    DATA_FILE,
+    CheckpointManager,
+    build_manifest,
+    check_compatible,
+    config_fields,
+    config_hash,
+    effective_keep,
+    read_manifest,
+    step_of,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class TrainerCheckpointer:
+    """Saves and restores actor, critic and data-loader state per `trainer.*` checkpoint keys."""
+
+    def __init__(self, config: DictConfig, workers: Any, train_dataloader):
+        self.config = config
+        self.trainer_cfg = config.trainer
+        self.workers = workers
+        self.loader = train_dataloader
+        self.manager = CheckpointManager(os.path.expanduser(self.trainer_cfg.default_local_dir))
+        self.world_size = self.trainer_cfg.n_gpus_per_node * self.trainer_cfg.nnodes
+        self.start_epoch = 0
+
+    def _contents(self, key: str) -> list[str]:
+        return list(self.config.actor_rollout_ref.actor.checkpoint.get(key) or ["model", "optimizer", "extra"])
+
+    def save(self, step: int, epoch: int) -> str:
+        """Write `global_step_<step>/` atomically and prune old ones; returns the final path."""
+        tmp = self.manager.begin(step)
+        contents = self._contents("save_contents")
+        self.workers.actor_rollout.save_checkpoint(
+            os.path.join(tmp, "actor"), global_step=step, save_contents=contents)
+        if self.workers.critic is not None:
+            critic_contents = list(self.config.critic.checkpoint.get("save_contents") or contents)
+            self.workers.critic.save_checkpoint(
+                os.path.join(tmp, "critic"), global_step=step, save_contents=critic_contents)
+        torch.save(self.loader.state_dict(), os.path.join(tmp, DATA_FILE))
+        manifest = build_manifest(step, epoch, self.world_size, self.config, contents)
+        final = self.manager.commit(step, manifest)
+        keep = effective_keep(self.trainer_cfg.max_actor_ckpt_to_keep, self.trainer_cfg.max_critic_ckpt_to_keep,
+                              self.trainer_cfg.remove_previous_ckpt_in_save)
+        for path in self.manager.prune(keep):
+            logger.info("removed old checkpoint %s", path)
+        print(f"[rlpost] saved checkpoint {final}")
+        return str(final)
+
+    def maybe_resume(self) -> int:
+        """Load the checkpoint `trainer.resume_mode` selects; returns its step (0 when starting fresh)."""
+        path = self.manager.resolve_resume(self.trainer_cfg.resume_mode, self.trainer_cfg.resume_from_path)
+        if path is None:
+            print(f"[rlpost] starting fresh (resume_mode={self.trainer_cfg.resume_mode}, "
+                  f"no checkpoint used under {self.manager.root})")
+            return 0
+        manifest = read_manifest(path)
+        check_compatible(manifest, self.world_size, config_hash(self.config), config_fields(self.config))
+        step = step_of(path)
+        load_contents = self._contents("load_contents")
+        self.workers.actor_rollout.load_checkpoint(os.path.join(path, "actor"), load_contents=load_contents)
+        if self.workers.critic is not None:
+            self.workers.critic.load_checkpoint(os.path.join(path, "critic"), load_contents=load_contents)
+        data_file = os.path.join(path, DATA_FILE)
+        if os.path.exists(data_file):
+            self.loader.load_state_dict(torch.load(data_file, weights_only=False))
+        self.start_epoch = int(manifest.get("epoch", 0))
+        print(f"[rlpost] resumed from {path} (step {step}); continuing at step {step + 1}")
+        if self.trainer_cfg.del_local_ckpt_after_load:
+            shutil.rmtree(path)
+            logger.info("trainer.del_local_ckpt_after_load: deleted %s", path)
+        return step
