@@ -79,7 +79,8 @@ def reward_fn_spec(config: Any) -> RewardFnSpec:
     group = _get(config, "custom_reward_function", None) or {}
     path = _get(group, "path", None)
     name = _get(group, "name", None) or DEFAULT_FUNCTION_NAME
-    kwargs = _to_plain(_get(group, "reward_kwargs", None) or {})
+    # ppo_trainer.yaml lists example kwargs as null: a null entry means "not passed".
+    kwargs = {k: v for k, v in _to_plain(_get(group, "reward_kwargs", None) or {}).items() if v is not None}
     if path is None and name != DEFAULT_FUNCTION_NAME:
         raise ValueError(
             f"custom_reward_function.name={name!r} is set but custom_reward_function.path is null; "

@@ -82,8 +82,12 @@ class DAPORewardManager(NaiveRewardManager):
         super().__init__(tokenizer, num_examine, spec, reward_fn_key)
         self.max_resp_len = max_resp_len
         self.buffer = overlong_buffer_cfg
-        if self.buffer is not None and self.buffer.get("enable", False) and max_resp_len is None:
-            raise ValueError("reward_model.overlong_buffer.enable=True needs data.max_response_length")
+        if self.buffer is not None and self.buffer.get("enable", False):
+            if max_resp_len is None:
+                raise ValueError("reward_model.overlong_buffer.enable=True needs data.max_response_length")
+            if not 0 < int(self.buffer.get("len")) <= int(max_resp_len):
+                raise ValueError(f"reward_model.overlong_buffer.len={self.buffer.get('len')} must be in "
+                                 f"(0, data.max_response_length={max_resp_len}]")
 
     def __call__(self, data: Any, return_dict: bool = False):
         if keys.RM_SCORES in data.batch.keys():
@@ -124,6 +128,10 @@ def load_reward_manager(config: Any, tokenizer: Any, num_examine: int = 0, **kwa
     manager_kwargs = {**_to_plain(_get(rm_cfg, "reward_kwargs", None) or {}), **kwargs}
     data_cfg = _get(config, "data", None) or {}
     manager_kwargs["reward_fn_key"] = _get(data_cfg, "reward_fn_key", None) or keys.DATA_SOURCE
+    buffer = _get(rm_cfg, "overlong_buffer", None)
+    if name != "dapo" and buffer is not None and _get(buffer, "enable", False):
+        raise ValueError(f"reward_model.overlong_buffer.enable=True needs reward_model.reward_manager=dapo, "
+                         f"got {name!r}")
     if name == "dapo":
         manager_kwargs.setdefault("max_resp_len", _get(data_cfg, "max_response_length", None))
         manager_kwargs.setdefault("overlong_buffer_cfg", _get(rm_cfg, "overlong_buffer", None))

@@ -85,7 +85,8 @@ def test_custom_name_and_kwargs(make_batch, tokenizer, tmp_path):
         def other(data_source, solution_str, ground_truth, extra_info=None, bonus=0.0):
             return 1.0 + bonus + extra_info["index"]
     """)
-    out = load_reward_manager(cfg(path=path, name="other", reward_kwargs={"bonus": 0.25}), tokenizer)(
+    kwargs = {"bonus": 0.25, "tool_bonus": None}  # null entries are not passed
+    out = load_reward_manager(cfg(path=path, name="other", reward_kwargs=kwargs), tokenizer)(
         make_batch(["#### 3", "#### 3"], ["3", "3"]))
     assert out.sum(-1).tolist() == [1.25, 2.25]
 
@@ -122,6 +123,10 @@ def test_dapo_overlong_penalty(make_batch, tokenizer):
     out = load_reward_manager(cfg("dapo", overlong_buffer=buffer), tokenizer)(data, return_dict=True)
     assert out["reward_tensor"].sum(-1).tolist() == pytest.approx([1.0, 0.0 - (12 - 8) / 4])
     assert out["reward_extra_info"]["overlong"] == [False, True]
+    with pytest.raises(ValueError, match="overlong_buffer.enable=True needs reward_model.reward_manager=dapo"):
+        load_reward_manager(cfg("naive", overlong_buffer=buffer), tokenizer)
+    with pytest.raises(ValueError, match=r"overlong_buffer.len=0 must be in \(0, data.max_response_length=12\]"):
+        load_reward_manager(cfg("dapo", overlong_buffer={**buffer, "len": 0}), tokenizer)
 
 
 @pytest.mark.timeout(120)

@@ -1,0 +1,96 @@
+"""Data preparation scripts: the synthetic arithmetic task and the GSM8K converter (local fixture)."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from rlpost.reward import default_compute_score
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load_script(name):
+    spec = importlib.util.spec_from_file_location(f"preprocess_{name}", ROOT / "examples/data_preprocess" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_arith_generator(tmp_path):
+    arith = load_script("arith")
+    arith.main(["--local_dir", str(tmp_path), "--train_size", "50", "--test_size", "20", "--seed", "3"])
+    train, test = pd.read_parquet(tmp_path / "train.parquet"), pd.read_parquet(tmp_path / "test.parquet")
+    assert len(train) == 50 and len(test) == 20
+    assert set(train.columns) >= {"data_source", "prompt", "reward_model", "extra_info"}
+    row = train.iloc[0]
+    a, _, b = row["prompt"][0]["content"].split("?")[0].split()[-3:]
+    assert row["prompt"][0]["role"] == "user"
+    assert row["reward_model"]["ground_truth"] == str(int(a) + int(b))
+    assert default_compute_score(row["data_source"], row["extra_info"]["answer"], row["reward_model"]["ground_truth"]) == 1.0
+    questions = lambda df: {p[0]["content"] for p in df["prompt"]}  # noqa: E731
+    assert not questions(train) & questions(test)  # held-out problems are unseen
+    assert len(questions(train)) == 50
+    sft = pd.read_parquet(tmp_path / "sft_train.parquet")
+    assert sft["question"].tolist() == sft["prompt"].tolist() == [p[0]["content"] for p in train["prompt"]]
+    assert sft["answer"].iloc[0] == f"#### {row['reward_model']['ground_truth']}"
+    # same seed -> same data
+    arith.main(["--local_dir", str(tmp_path / "again"), "--train_size", "50", "--test_size", "20", "--seed", "3"])
+    assert pd.read_parquet(tmp_path / "again/train.parquet").equals(train)
+
+
+def test_arith_prompt_is_short(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    arith = load_script("arith")
+    assert len(tok(arith.question(87, "+", 45), add_special_tokens=False)["input_ids"]) <= 18
+    assert len(tok("#### 132", add_special_tokens=False)["input_ids"]) <= 8
+
+
+def test_arith_rejects_impossible_sizes(tmp_path):
+    arith = load_script("arith")
+    with pytest.raises(ValueError, match="only 16 exist"):
+        arith.generate(str(tmp_path), train_size=20, test_size=0, max_operand=3)
+    with pytest.raises(ValueError, match="--ops"):
+        arith.generate(str(tmp_path), ops="/")
+
+
+def write_gsm8k_fixture(root: Path, as_jsonl: bool):
+    train = [{"question": "Tom has 3 apples and buys 4. How many?", "answer": "3 + 4 = <<3+4=7>>7\n#### 7"},
+             {"question": "A farm sells 1,000 eggs twice.", "answer": "1000*2=2000\n#### 2,000"}]
+    test = [{"question": "What is 5 - 2?", "answer": "5-2=3\n#### 3"}]
+    (root / "main").mkdir(parents=True)
+    for split, rows in (("train", train), ("test", test)):
+        if as_jsonl:
+            (root / "main" / f"{split}.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+        else:
+            pd.DataFrame(rows).to_parquet(root / "main" / f"{split}-00000-of-00001.parquet")
+
+
+@pytest.mark.parametrize("as_jsonl", [False, True])
+def test_gsm8k_conversion(tmp_path, as_jsonl):
+    gsm8k = load_script("gsm8k")
+    write_gsm8k_fixture(tmp_path / "raw", as_jsonl)
+    gsm8k.main(["--local_dir", str(tmp_path / "raw"), "--output_dir", str(tmp_path / "out")])
+    train = pd.read_parquet(tmp_path / "out/train.parquet")
+    test = pd.read_parquet(tmp_path / "out/test.parquet")
+    assert len(train) == 2 and len(test) == 1
+    assert train["data_source"].tolist() == ["openai/gsm8k"] * 2
+    assert [r["ground_truth"] for r in train["reward_model"]] == ["7", "2000"]
+    content = train["prompt"][0][0]["content"]
+    assert content.startswith("Tom has 3 apples") and content.endswith(gsm8k.INSTRUCTION)
+    assert train["extra_info"][1]["index"] == 1 and train["extra_info"][1]["split"] == "train"
+    assert default_compute_score("openai/gsm8k", train["extra_info"][0]["answer"], "7") == 1.0
+
+
+def test_gsm8k_missing_files_and_bad_answer(tmp_path):
+    gsm8k = load_script("gsm8k")
+    with pytest.raises(FileNotFoundError, match="no GSM8K train files under"):
+        gsm8k.convert(str(tmp_path))
+    with pytest.raises(ValueError, match="without '#### <number>'"):
+        gsm8k.extract_answer("no final answer")
