@@ -1,0 +1,146 @@
+"""Offline generation: n sampled responses per chat prompt of a parquet file, written back to parquet.
+
+Launch (config: rlpost/trainer/config/generation.yaml):
+    python -m rlpost.trainer.main_generation data.path=test.parquet data.prompt_key=prompt \
+        data.n_samples=4 data.output_path=out.parquet model.path=/path/to/hf_model rollout.name=vllm
+
+The output holds every input column plus `responses`: a list of `data.n_samples` strings per row.
+One process drives one engine (vLLM, SGLang or HF `generate`, chosen by rollout.name).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+import hydra
+import numpy as np
+import pandas as pd
+import torch
+from omegaconf import DictConfig, OmegaConf
+from tqdm import tqdm
+
+from rlpost import keys
+from rlpost.protocol import DataProto
+from rlpost.rollout import build_rollout
+
+OUTPUT_COLUMN = "responses"
+
+# Keys of generation.yaml that are in scope but not built yet: value must stay at this default.
+UNSUPPORTED_DEFAULTS: dict[str, Any] = {
+    "trainer.nnodes": 1,
+    "model.external_lib": None,
+    "rollout.mode": "sync",
+    "rollout.n": 1,
+}
+
+
+def check_generation_config(config: DictConfig) -> None:
+    """Fail fast on keys this single-process tool does not build and on inconsistent sampling."""
+    for key, default in UNSUPPORTED_DEFAULTS.items():
+        value = OmegaConf.select(config, key, default=default)
+        if value is not None and value != default:
+            hint = " (use data.n_samples for several responses per prompt)" if key == "rollout.n" else ""
+            raise NotImplementedError(f"not supported yet: {key}={value!r} (leave it at {default!r}){hint}")
+    n = int(config.data.n_samples)
+    if n < 1:
+        raise ValueError(f"data.n_samples={n} must be >= 1; nearest valid: 1")
+    greedy = not config.rollout.get("do_sample", True) or float(config.rollout.get("temperature", 1.0)) <= 0
+    if greedy and n > 1:
+        raise ValueError(
+            f"data.n_samples={n} with greedy decoding (rollout.temperature=0 or do_sample=false) gives n "
+            "identical responses; set rollout.temperature > 0 or data.n_samples=1"
+        )
+    if int(config.data.batch_size) < 1:
+        raise ValueError(f"data.batch_size={config.data.batch_size} must be >= 1; nearest valid: 1")
+
+
+def rollout_config(config: DictConfig) -> DictConfig:
+    """The rollout group, loading weights from model.path.
+
+    `dummy_*` load formats mean "weights arrive from the trainer"; with no trainer here they come
+    from the checkpoint on disk instead, which is what such a config asks for in the end.
+    """
+    rollout = OmegaConf.to_container(config.rollout, resolve=True)
+    if str(rollout.get("load_format", "auto")).startswith("dummy"):
+        rollout["load_format"] = "auto"
+    return OmegaConf.create(rollout)
+
+
+def build_prompt_batch(chats: Sequence[Any], tokenizer, max_prompt_length: int) -> DataProto:
+    """Chat-template and left-pad a list of chats.
+
+    Args:
+        chats: B chats (lists of {"role", "content"}) or plain strings (one user turn).
+        tokenizer: HF tokenizer with a chat template and a pad token.
+        max_prompt_length: rollout.prompt_length; a longer templated prompt raises.
+
+    Returns:
+        DataProto with `input_ids`, `attention_mask`, `position_ids` (B, P), P = longest prompt;
+        meta_info `eos_token_id`, `pad_token_id`.
+    """
+    rows = []
+    for i, chat in enumerate(chats):
+        messages = [{"role": "user", "content": chat}] if isinstance(chat, str) else [dict(m) for m in chat]
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        if len(ids) > max_prompt_length:
+            raise ValueError(f"prompt {i} has {len(ids)} tokens > rollout.prompt_length={max_prompt_length}")
+        rows.append(ids)
+    width = max(len(r) for r in rows)
+    input_ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, ids in enumerate(rows):
+        input_ids[i, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+        attention_mask[i, width - len(ids) :] = 1
+    position_ids = torch.clamp(attention_mask.cumsum(-1) - 1, min=0)
+    return DataProto.from_dict(
+        tensors={keys.INPUT_IDS: input_ids, keys.ATTENTION_MASK: attention_mask, keys.POSITION_IDS: position_ids},
+        meta_info={keys.META_EOS_TOKEN_ID: tokenizer.eos_token_id, keys.META_PAD_TOKEN_ID: tokenizer.pad_token_id},
+    )
+
+
+def decode_responses(output: DataProto, tokenizer) -> list[str]:
+    """Text of each row's response: tokens under `response_mask` (B, R), special tokens dropped."""
+    responses, mask = output.batch[keys.RESPONSES], output.batch[keys.RESPONSE_MASK].bool()
+    return [tokenizer.decode(row[m].tolist(), skip_special_tokens=True) for row, m in zip(responses, mask)]
+
+
+def generate(config: DictConfig) -> pd.DataFrame:
+    """Run generation as configured; write and return the output frame (input rows + `responses`)."""
+    from transformers import AutoTokenizer
+
+    check_generation_config(config)
+    frame = pd.read_parquet(config.data.path)
+    prompt_key = config.data.get("prompt_key", "prompt")
+    if prompt_key not in frame.columns:
+        raise KeyError(f"data.prompt_key={prompt_key!r}: no such column in {config.data.path}; has {list(frame.columns)}")
+    trust = bool(config.model.get("trust_remote_code", False))
+    tokenizer = AutoTokenizer.from_pretrained(config.model.path, trust_remote_code=trust)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    rollout = build_rollout(rollout_config(config), config.model.path, tokenizer, device)
+    n, batch_size = int(config.data.n_samples), int(config.data.batch_size)
+    prompt_length = int(config.rollout.prompt_length)
+    texts: list[str] = []
+    for start in tqdm(range(0, len(frame), batch_size), desc="generation"):
+        chats = frame[prompt_key].iloc[start : start + batch_size].tolist()
+        batch = build_prompt_batch(chats, tokenizer, prompt_length).repeat(n, interleave=True)
+        texts.extend(decode_responses(rollout.generate_sequences(batch), tokenizer))
+    out = frame.copy()
+    grouped = np.empty(len(frame), dtype=object)
+    grouped[:] = [texts[i * n : (i + 1) * n] for i in range(len(frame))]  # interleaved: row i's n are adjacent
+    out[OUTPUT_COLUMN] = grouped
+    path = Path(config.data.output_path).expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    out.to_parquet(path)
+    return out
+
+
+@hydra.main(config_path="config", config_name="generation", version_base=None)
+def main(config: DictConfig) -> None:
+    """Hydra entry point: `python -m rlpost.trainer.main_generation key=value ...`."""
+    generate(config)
+
+
+if __name__ == "__main__":
+    main()
