@@ -1,0 +1,96 @@
+"""Dynamic batch size: split rows into micro-batches of at most `max_token_len` real tokens each.
+
+Rows are spread over the fewest micro-batches that fit (largest row first into the lightest micro-batch),
+so micro-batches carry similar token counts. Under FSDP every rank must run the same number of forwards
+(each forward all-gathers parameters), so the count is the max over the data-parallel group.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+import torch
+
+
+def partition_balanced(lengths: list[int], k: int) -> list[list[int]]:
+    """Greedy longest-first partition of row indices into `k` non-empty groups with balanced sums.
+
+    Args:
+        lengths: token count of each row (len n >= k).
+        k: number of groups.
+
+    Returns:
+        k lists of row indices, each sorted ascending.
+    """
+    if not 1 <= k <= len(lengths):
+        raise ValueError(f"cannot split {len(lengths)} rows into {k} micro-batches")
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    groups: list[list[int]] = [[] for _ in range(k)]
+    # The first k rows seed the k groups so none stays empty; then lightest group takes the next row.
+    heap = []
+    for g, i in enumerate(order[:k]):
+        groups[g].append(i)
+        heap.append((lengths[i], g))
+    heapq.heapify(heap)
+    for i in order[k:]:
+        total, g = heapq.heappop(heap)
+        groups[g].append(i)
+        heapq.heappush(heap, (total + lengths[i], g))
+    return [sorted(g) for g in groups]
+
+
+def _sync_max(value: int) -> int:
+    """Max of `value` over the default process group (identity when not distributed)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return value
+    t = torch.tensor([value], dtype=torch.int64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())
+
+
+def rearrange_micro_batches(
+    attention_mask: torch.Tensor, max_token_len: int, sync_dp: bool = True
+) -> list[list[int]]:
+    """Row indices of each micro-batch so that no micro-batch holds more than `max_token_len` real tokens.
+
+    Args:
+        attention_mask: (B, T) 1 on real tokens.
+        max_token_len: token budget per micro-batch (ppo_max_token_len_per_gpu and variants).
+        sync_dp: make every rank use the same (max) number of micro-batches.
+
+    Returns:
+        list of micro-batches, each a list of row indices; together a permutation of range(B).
+    """
+    lengths = attention_mask.sum(dim=-1).tolist()
+    lengths = [int(x) for x in lengths]
+    if max(lengths) > max_token_len:
+        raise ValueError(
+            f"a row has {max(lengths)} tokens > max_token_len={max_token_len}; raise the *_max_token_len_per_gpu "
+            f"key to at least {max(lengths)}"
+        )
+    k = max(1, math.ceil(sum(lengths) / max_token_len))
+    while True:
+        k_used = _sync_max(k) if sync_dp else k
+        k_used = min(k_used, len(lengths))
+        groups = partition_balanced(lengths, k_used)
+        fits = all(sum(lengths[i] for i in g) <= max_token_len for g in groups)
+        # Every rank must agree on leaving the loop, or the collectives above would fall out of step.
+        done = _sync_max(0 if fits else 1) == 0 if sync_dp else fits
+        if done:
+            return groups
+        k = k_used + 1
+
+
+def reverse_indices(groups: list[list[int]]) -> torch.Tensor:
+    """Permutation that restores the original row order after concatenating the micro-batch outputs.
+
+    Returns:
+        (B,) long tensor `rev` with `torch.cat(outputs)[rev]` in the original order.
+    """
+    flat = torch.tensor([i for g in groups for i in g], dtype=torch.long)
+    rev = torch.empty_like(flat)
+    rev[flat] = torch.arange(len(flat))
+    return rev

@@ -1,0 +1,149 @@
+"""Per-rank batching shared by the actor and the critic: micro-batches (fixed or by token count),
+mini-batches with optional shuffling, and loss weights that make gradient accumulation exact."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from rlpost import keys
+from rlpost.utils.seqlen_balancing import rearrange_micro_batches, reverse_indices
+
+TensorDict = dict[str, torch.Tensor]
+
+
+def cfg_get(cfg: Any, key: str, default: Any = None) -> Any:
+    """`cfg.key` for DictConfig / dict / dataclass, `default` when missing or None."""
+    if cfg is None:
+        return default
+    val = cfg.get(key, default) if hasattr(cfg, "get") else getattr(cfg, key, default)
+    return default if val is None else val
+
+
+def take(tensors: TensorDict, idx: list[int] | torch.Tensor) -> TensorDict:
+    """Rows `idx` of every tensor."""
+    index = torch.as_tensor(idx, dtype=torch.long)
+    return {k: v[index] for k, v in tensors.items()}
+
+
+def micro_batches(tensors: TensorDict, micro_size: int, use_dynamic_bsz: bool,
+                  max_token_len: int) -> tuple[list[TensorDict], torch.Tensor | None]:
+    """Split rows into micro-batches.
+
+    Args:
+        tensors: (B, ...) tensors; `attention_mask` (B, T) is used for token counts.
+        micro_size: rows per micro-batch (fixed mode).
+        use_dynamic_bsz: pack by real-token count instead, at most `max_token_len` tokens per micro-batch.
+
+    Returns:
+        (micro-batches, rev) where `rev` restores the original row order of concatenated outputs
+        (None in fixed mode, where the order is kept).
+    """
+    n = next(iter(tensors.values())).shape[0]
+    if use_dynamic_bsz:
+        groups = rearrange_micro_batches(tensors[keys.ATTENTION_MASK], int(max_token_len))
+        return [take(tensors, g) for g in groups], reverse_indices(groups)
+    if micro_size <= 0:
+        raise ValueError(f"micro batch size must be > 0, got {micro_size}")
+    return [{k: v[i:i + micro_size] for k, v in tensors.items()} for i in range(0, n, micro_size)], None
+
+
+def mini_batches(tensors: TensorDict, mini_size: int, shuffle: bool, seed: int, epoch: int) -> list[TensorDict]:
+    """Split the rank's rows into mini-batches of `mini_size` rows (one optimiser step each)."""
+    n = next(iter(tensors.values())).shape[0]
+    if mini_size <= 0 or n % mini_size != 0:
+        raise ValueError(f"{n} rows on this rank are not divisible into mini-batches of {mini_size} rows "
+                         "(ppo_mini_batch_size * rollout.n / dp_size)")
+    if shuffle:
+        gen = torch.Generator().manual_seed(int(seed) + epoch)
+        tensors = take(tensors, torch.randperm(n, generator=gen))
+    return [{k: v[i:i + mini_size] for k, v in tensors.items()} for i in range(0, n, mini_size)]
+
+
+def _all_reduce_sum(value: float) -> tuple[float, int]:
+    """Sum of `value` over the default group and the group size (identity when not distributed)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return value, 1
+    t = torch.tensor([float(value)], dtype=torch.float64)
+    dist.all_reduce(t)
+    return float(t.item()), dist.get_world_size()
+
+
+def loss_weights(micros: list[TensorDict], loss_agg_mode: str, mask_key: str = keys.RESPONSE_MASK
+                 ) -> tuple[list[float], list[float]]:
+    """Factor for each micro loss so the accumulated gradient equals the full mini-batch's.
+
+    token-mean weighs a micro-batch by its share of the response tokens, seq-* modes by its share of rows,
+    both counted over all data-parallel ranks (FSDP averages gradients over ranks, hence the `world` factor).
+
+    Returns:
+        (grad weights, local metric weights), one per micro-batch; local ones sum to 1 on this rank.
+    """
+    if loss_agg_mode == "token-mean":
+        sizes = [float(m[mask_key].sum().item()) for m in micros]
+    else:
+        sizes = [float(m[mask_key].shape[0]) for m in micros]
+    local = sum(sizes)
+    total, world = _all_reduce_sum(local)
+    grad_w = [s * world / max(total, 1.0) for s in sizes]
+    metric_w = [s / max(local, 1.0) for s in sizes]
+    return grad_w, metric_w
+
+
+def optimizer_step(module: torch.nn.Module, optimizer: torch.optim.Optimizer, grad_clip: float,
+                   prefix: str) -> dict[str, float]:
+    """Clip, then step unless the grad norm is not finite (the step is then skipped, warned and counted)."""
+    import logging
+    import math
+
+    from rlpost.utils.fsdp import clip_grad_norm
+
+    norm = float(clip_grad_norm(module, grad_clip).item())
+    if not math.isfinite(norm):
+        logging.getLogger(__name__).warning("%s: grad norm is %s, skipping this optimiser step", prefix, norm)
+        optimizer.zero_grad(set_to_none=True)
+        return {f"{prefix}/grad_norm": norm, f"{prefix}/grad_norm_nonfinite": 1.0}
+    optimizer.step()
+    return {f"{prefix}/grad_norm": norm, f"{prefix}/grad_norm_nonfinite": 0.0}
+
+
+def train_epochs(module: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg: Any, tensors: TensorDict,
+                 micro_loss: Any, prefix: str) -> dict[str, list[float]]:
+    """`ppo_epochs` x mini-batches of accumulated micro-batch losses, one optimiser step per mini-batch.
+
+    Args:
+        cfg: actor or critic config (ppo_mini_batch_size in rows per rank, ppo_micro_batch_size_per_gpu,
+            use_dynamic_bsz, ppo_max_token_len_per_gpu, ppo_epochs, shuffle, data_loader_seed,
+            loss_agg_mode, grad_clip).
+        tensors: this rank's rows.
+        micro_loss: maps a micro-batch to (scalar loss, {metric: float}).
+
+    Returns:
+        metric name -> one value per mini-batch (micro values weighted by their share).
+    """
+    mode = str(cfg_get(cfg, "loss_agg_mode", "token-mean"))
+    metrics: dict[str, list[float]] = {}
+    module.train()
+    for epoch in range(int(cfg_get(cfg, "ppo_epochs", 1))):
+        minis = mini_batches(tensors, int(cfg.ppo_mini_batch_size), bool(cfg_get(cfg, "shuffle", False)),
+                             int(cfg_get(cfg, "data_loader_seed", 0)), epoch)
+        for mini in minis:
+            micros, _ = micro_batches(mini, int(cfg_get(cfg, "ppo_micro_batch_size_per_gpu", 1)),
+                                      bool(cfg_get(cfg, "use_dynamic_bsz", False)),
+                                      int(cfg_get(cfg, "ppo_max_token_len_per_gpu", 0)))
+            grad_w, metric_w = loss_weights(micros, mode)
+            optimizer.zero_grad(set_to_none=True)
+            step: dict[str, float] = {}
+            for mb, gw, mw in zip(micros, grad_w, metric_w):
+                loss, m = micro_loss(mb)
+                (loss * gw).backward()
+                for k, v in m.items():
+                    step[k] = step.get(k, 0.0) + v * mw
+            step.update(optimizer_step(module, optimizer, float(cfg_get(cfg, "grad_clip", 1.0)), prefix))
+            for k, v in step.items():
+                metrics.setdefault(k, []).append(v)
+    optimizer.zero_grad(set_to_none=True)
+    return metrics

@@ -1,0 +1,125 @@
+"""Per-rank checkpoints of an FSDP2 model: shards of the model and AdamW state, LR scheduler and RNG state.
+
+Layout of `local_path` (one file per rank and content; reload needs the same world size):
+    model_world_size_{W}_rank_{r}.pt    this rank's shard of every state-dict entry
+    optim_world_size_{W}_rank_{r}.pt    this rank's shard of the optimiser state
+    extra_state_world_size_{W}_rank_{r}.pt   lr_scheduler state + torch/numpy/python RNG
+    huggingface/                        (content "hf_model") full HF folder + tokenizer, rank 0 writes
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from typing import Any, Iterable
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.distributed.tensor import DTensor
+
+from rlpost.utils.fsdp import iter_full_params, load_local_state, local_state
+
+CONTENTS = ("model", "optimizer", "extra", "hf_model")
+
+
+def _file(local_path: str, kind: str) -> str:
+    w, r = dist.get_world_size(), dist.get_rank()
+    return os.path.join(local_path, f"{kind}_world_size_{w}_rank_{r}.pt")
+
+
+def _check_contents(contents: Iterable[str]) -> list[str]:
+    contents = list(contents)
+    bad = [c for c in contents if c not in CONTENTS]
+    if bad:
+        raise ValueError(f"checkpoint contents {bad} unknown; valid: {list(CONTENTS)}")
+    return contents
+
+
+def _optim_local(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """Optimiser state_dict with every DTensor replaced by this rank's local shard (CPU copy)."""
+    sd = optimizer.state_dict()
+    state = {
+        idx: {k: (v.to_local() if isinstance(v, DTensor) else v).detach().cpu().clone()
+              if isinstance(v, torch.Tensor) else v for k, v in st.items()}
+        for idx, st in sd["state"].items()
+    }
+    return {"state": state, "param_groups": sd["param_groups"]}
+
+
+def _optim_restore(optimizer: torch.optim.Optimizer, saved: dict[str, Any]) -> None:
+    """Load `_optim_local` output: local shards are re-wrapped as DTensors laid out like their params."""
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    state = {}
+    for idx, st in saved["state"].items():
+        p = params[int(idx)]
+        new = {}
+        for k, v in st.items():
+            if isinstance(p, DTensor) and isinstance(v, torch.Tensor) and v.dim() > 0:
+                local = v.to(p.to_local().device)
+                v = DTensor.from_local(local, p.device_mesh, p.placements, shape=p.shape, stride=p.stride())
+            new[k] = v
+        state[idx] = new
+    optimizer.load_state_dict({"state": state, "param_groups": saved["param_groups"]})
+
+
+def _rng_state() -> dict[str, Any]:
+    state = {"cpu": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["cpu"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
+def save_hf_model(model: torch.nn.Module, local_path: str, tokenizer: Any = None) -> None:
+    """Gather full tensors one at a time (all ranks take part); rank 0 writes `local_path/huggingface`."""
+    out = os.path.join(local_path, "huggingface")
+    full = {}
+    for name, tensor in iter_full_params(model):
+        if dist.get_rank() == 0:
+            full[name] = tensor.detach().cpu()
+    if dist.get_rank() == 0:
+        model.save_pretrained(out, state_dict=full, safe_serialization=True)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(out)
+    dist.barrier()
+
+
+def save_fsdp_checkpoint(local_path: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
+                         lr_scheduler: Any, contents: Iterable[str], tokenizer: Any = None) -> None:
+    """Write the chosen `contents` of this rank into `local_path` (every rank calls it)."""
+    contents = _check_contents(contents)
+    os.makedirs(local_path, exist_ok=True)
+    if "model" in contents:
+        torch.save(local_state(model), _file(local_path, "model"))
+    if "optimizer" in contents and optimizer is not None:
+        torch.save(_optim_local(optimizer), _file(local_path, "optim"))
+    if "extra" in contents:
+        extra = {"rng": _rng_state(), "lr_scheduler": lr_scheduler.state_dict() if lr_scheduler else None}
+        torch.save(extra, _file(local_path, "extra_state"))
+    if "hf_model" in contents:
+        save_hf_model(model, local_path, tokenizer)
+    dist.barrier()
+
+
+def load_fsdp_checkpoint(local_path: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
+                         lr_scheduler: Any, contents: Iterable[str]) -> None:
+    """Restore what `save_fsdp_checkpoint` wrote (same world size); missing files raise FileNotFoundError."""
+    contents = [c for c in _check_contents(contents) if c != "hf_model"]
+    if "model" in contents:
+        load_local_state(model, torch.load(_file(local_path, "model"), weights_only=False))
+    if "optimizer" in contents and optimizer is not None:
+        _optim_restore(optimizer, torch.load(_file(local_path, "optim"), weights_only=False))
+    if "extra" in contents:
+        extra = torch.load(_file(local_path, "extra_state"), weights_only=False)
+        _set_rng_state(extra["rng"])
+        if lr_scheduler is not None and extra["lr_scheduler"] is not None:
+            lr_scheduler.load_state_dict(extra["lr_scheduler"])
+    dist.barrier()

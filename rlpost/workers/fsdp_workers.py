@@ -1,0 +1,355 @@
+"""FSDP2 role workers: `ActorRolloutRefWorker` (actor / rollout / ref in one process) and `CriticWorker`.
+
+Each method is registered for the worker group (`DP_COMPUTE_PROTO` for data, `ONE_TO_ALL` for init and
+checkpoints) and stays directly callable on a plain instance. Batch sizes in the config are global and
+counted in prompts; `__init__` turns them into rows per rank.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+import time
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, open_dict
+
+from rlpost import keys
+from rlpost.protocol import DataProto
+from rlpost.single_controller.base import Dispatch, Worker, register
+from rlpost.utils.distributed import init_distributed
+from rlpost.utils.fsdp import (apply_fsdp2, check_strategy, iter_full_params, load_model_to, move_optimizer,
+                               offload_model, param_dtype, to_dtype)
+from rlpost.utils.model import load_model
+from rlpost.utils.optim import build_lr_scheduler, build_optimizer
+from rlpost.workers.actor import DataParallelPPOActor
+from rlpost.workers.batching import cfg_get
+from rlpost.workers.critic import DataParallelPPOCritic
+from rlpost.workers.fsdp_checkpoint import load_fsdp_checkpoint, save_fsdp_checkpoint
+
+ROLES = ("actor", "rollout", "ref", "actor_rollout", "actor_rollout_ref")
+DEFAULT_CONTENTS = ("model", "optimizer", "extra")
+
+
+def _reject(cfg: Any, prefix: str, key: str, default: Any) -> None:
+    """'not supported yet' when `key` is set away from its default."""
+    val = cfg_get(cfg, key, default)
+    if val != default:
+        raise NotImplementedError(f"not supported yet: {prefix}.{key}={val} (only {default})")
+
+
+def _normalise(cfg: DictConfig, prefix: str, n: int, dp: int, mini_key: str | None, micro_key: str) -> None:
+    """Global prompt counts -> rows per rank: mini *= n // dp; legacy global micro -> per-gpu micro."""
+    with open_dict(cfg):
+        if mini_key is not None and cfg_get(cfg, mini_key) is not None:
+            rows = int(cfg[mini_key]) * n
+            if rows % dp != 0 or rows // dp == 0:
+                raise ValueError(f"{prefix}.{mini_key}={cfg[mini_key]} x rollout.n={n} must be a positive "
+                                 f"multiple of the data-parallel size {dp}")
+            cfg[mini_key] = rows // dp
+        legacy = cfg_get(cfg, micro_key)
+        if legacy is not None and cfg_get(cfg, micro_key + "_per_gpu") is None:
+            cfg[micro_key + "_per_gpu"] = max(1, int(legacy) // dp)
+
+
+def _timed(metrics: dict, name: str, start: float) -> None:
+    metrics[f"timing_s/{name}"] = time.perf_counter() - start
+
+
+def _prune(saved: list[str], keep: int | None, rank: int) -> None:
+    """Delete the oldest saved folders beyond `keep` (rank 0 deletes; None or <= 0 keeps all)."""
+    while keep is not None and keep > 0 and len(saved) > keep:
+        old = saved.pop(0)
+        if rank == 0 and os.path.isdir(old):
+            shutil.rmtree(old, ignore_errors=True)
+
+
+class _FSDPRole(Worker):
+    """Shared start-up and checkpoint plumbing of the two FSDP workers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        init_distributed(self.device)
+        self._saved: list[str] = []
+
+    def _offload(self, module: torch.nn.Module, optimizer: Any, fsdp_cfg: Any) -> None:
+        if cfg_get(fsdp_cfg, "param_offload", False) and not cfg_get(fsdp_cfg, "offload_policy", False):
+            offload_model(module)
+        if optimizer is not None and cfg_get(fsdp_cfg, "optimizer_offload", False):
+            move_optimizer(optimizer, "cpu")
+
+    def _onload(self, module: torch.nn.Module, optimizer: Any, fsdp_cfg: Any) -> None:
+        if cfg_get(fsdp_cfg, "param_offload", False) and not cfg_get(fsdp_cfg, "offload_policy", False):
+            load_model_to(module, self.device)
+        if optimizer is not None and cfg_get(fsdp_cfg, "optimizer_offload", False):
+            move_optimizer(optimizer, "cpu" if cfg_get(fsdp_cfg, "offload_policy", False) else self.device)
+
+    def _build_trainable(self, model_cfg: Any, role_cfg: Any, value_model: bool, path: str | None = None):
+        """Load (fp32 master weights), shard, then AdamW + LR schedule from `role_cfg.optim`."""
+        module = load_model(model_cfg, torch.float32, value_model=value_model, path=path)
+        apply_fsdp2(module, role_cfg.fsdp_config, self.device)
+        optimizer = build_optimizer(module.parameters(), role_cfg.optim)
+        return module, optimizer, build_lr_scheduler(optimizer, role_cfg.optim)
+
+    def _save(self, local_path: str, module, optimizer, scheduler, fsdp_cfg, global_step: int,
+              max_ckpt_to_keep: int | None, save_contents) -> None:
+        self._onload(module, optimizer, fsdp_cfg)
+        save_fsdp_checkpoint(local_path, module, optimizer, scheduler, save_contents, self.tokenizer)
+        self._offload(module, optimizer, fsdp_cfg)
+        if local_path not in self._saved:
+            self._saved.append(local_path)
+        _prune(self._saved, max_ckpt_to_keep, self.rank)
+
+    def _load(self, local_path: str, module, optimizer, scheduler, fsdp_cfg, load_contents,
+              del_local_after_load: bool) -> None:
+        self._onload(module, optimizer, fsdp_cfg)
+        load_fsdp_checkpoint(local_path, module, optimizer, scheduler, load_contents)
+        self._offload(module, optimizer, fsdp_cfg)
+        if del_local_after_load and self.rank == 0:
+            shutil.rmtree(local_path, ignore_errors=True)
+
+    @staticmethod
+    def _metrics_out(metrics: dict[str, Any]) -> DataProto:
+        return DataProto(meta_info={keys.META_METRICS: metrics})
+
+
+class ActorRolloutRefWorker(_FSDPRole):
+    """Actor (trainable FSDP2 policy), rollout engine (optional) and reference policy (frozen FSDP2 copy).
+
+    Args:
+        config: `actor_rollout_ref` group (model, actor, rollout, ref).
+        role: one of ROLES.
+    """
+
+    def __init__(self, config: DictConfig, role: str) -> None:
+        if role not in ROLES:
+            raise ValueError(f"role={role!r} is not one of {ROLES}")
+        super().__init__()
+        self.config = copy.deepcopy(config)
+        self.role = role
+        self._is_actor = role in ("actor", "actor_rollout", "actor_rollout_ref")
+        self._is_rollout = role in ("rollout", "actor_rollout", "actor_rollout_ref")
+        self._is_ref = role in ("ref", "actor_rollout_ref")
+        self.actor = self.ref_policy = self.rollout = None
+        self.actor_module = self.actor_optimizer = self.actor_lr_scheduler = None
+        self._check_options()
+        n = int(cfg_get(self.config.rollout, "n", 1)) if "rollout" in self.config else 1
+        dp = self.world_size
+        if self._is_actor:
+            _normalise(self.config.actor, "actor", n, dp, "ppo_mini_batch_size", "ppo_micro_batch_size")
+        if self._is_rollout and "rollout" in self.config:
+            _normalise(self.config.rollout, "rollout", n, dp, None, "log_prob_micro_batch_size")
+        if self._is_ref and "ref" in self.config:
+            _normalise(self.config.ref, "ref", n, dp, None, "log_prob_micro_batch_size")
+
+    def _check_options(self) -> None:
+        cfg = self.config
+        for part in ("actor", "ref"):
+            if part in cfg and (part == "actor" and self._is_actor or part == "ref" and self._is_ref):
+                check_strategy(str(cfg_get(cfg[part], "strategy", "fsdp2")), part)
+                _reject(cfg[part], part, "ulysses_sequence_parallel_size", 1)
+                _reject(cfg[part], part, "use_torch_compile", False)
+                _reject(cfg[part], part, "entropy_checkpointing", False)
+                _reject(cfg[part], part, "entropy_from_logits_with_chunking", False)
+
+    def _log_prob_meta(self, data: DataProto, group: Any) -> None:
+        """Forward-only micro-batching keys for `compute_actor/ref log-prob` (verl's log_prob_* keys)."""
+        meta = data.meta_info
+        meta.setdefault(keys.META_TEMPERATURE, float(cfg_get(self.config.rollout, "temperature", 1.0)))
+        meta["micro_batch_size"] = cfg_get(group, "log_prob_micro_batch_size_per_gpu", 1)
+        meta["use_dynamic_bsz"] = bool(cfg_get(group, "log_prob_use_dynamic_bsz", False))
+        meta["max_token_len"] = cfg_get(group, "log_prob_max_token_len_per_gpu", 16384)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        """Build the actor (FSDP2 + AdamW + LR schedule), the frozen reference and the rollout engine."""
+        from transformers import AutoTokenizer
+
+        model_cfg = self.config.model
+        self.tokenizer = AutoTokenizer.from_pretrained(
+            model_cfg.path, trust_remote_code=bool(cfg_get(model_cfg, "trust_remote_code", False)))
+        rmpad = bool(cfg_get(model_cfg, "use_remove_padding", False))
+        if self._is_actor:
+            acfg = self.config.actor
+            self.actor_module, self.actor_optimizer, self.actor_lr_scheduler = self._build_trainable(
+                model_cfg, acfg, value_model=False)
+            self.actor = DataParallelPPOActor(acfg, self.actor_module, self.actor_optimizer, rmpad)
+        if self._is_ref:
+            # A separate frozen FSDP module even when it starts from the actor's weights: the actor moves.
+            ref_fsdp = self.config.ref.fsdp_config
+            ref_module = load_model(model_cfg, param_dtype(ref_fsdp, self.device))
+            apply_fsdp2(ref_module, ref_fsdp, self.device, trainable=False)
+            self.ref_module = ref_module
+            self.ref_policy = DataParallelPPOActor(self.config.ref, ref_module, None, rmpad)
+            self._offload(ref_module, None, ref_fsdp)
+        if self._is_rollout:
+            from rlpost.rollout import build_rollout
+
+            self.rollout = build_rollout(self.config.rollout, model_cfg.path, self.tokenizer, self.device,
+                                         module=self.actor_module)
+            if self.actor_module is not None:
+                self._sync_weights()
+            if cfg_get(self.config.rollout, "free_cache_engine", True):
+                self.rollout.sleep()
+        if self._is_actor:
+            self._offload(self.actor_module, self.actor_optimizer, self.config.actor.fsdp_config)
+
+    def _sync_weights(self) -> float:
+        """Stream the actor's params one full tensor at a time (HF names, rollout dtype) into the engine.
+
+        Every rank must consume the whole iterator: each `full_tensor()` is a collective.
+        """
+        start = time.perf_counter()
+        fsdp_cfg = self.config.actor.fsdp_config
+        self._onload(self.actor_module, None, fsdp_cfg)
+        self.rollout.wake_up()
+        dtype = to_dtype(cfg_get(self.config.rollout, "dtype", "bfloat16"))
+        self.rollout.update_weights(iter_full_params(self.actor_module, dtype))
+        self._offload(self.actor_module, None, fsdp_cfg)
+        return time.perf_counter() - start
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        """Sample responses. Reads `input_ids`, `attention_mask`, `position_ids` (B, P); writes `prompts`,
+        `responses`, `input_ids`, `attention_mask`, `position_ids`, `response_mask` (+ `rollout_log_probs`);
+        meta_info metrics `timing_s/generate_sequences`."""
+        start = time.perf_counter()
+        prompts.meta_info.setdefault(keys.META_EOS_TOKEN_ID, self.tokenizer.eos_token_id)
+        prompts.meta_info.setdefault(keys.META_PAD_TOKEN_ID, self.tokenizer.pad_token_id)
+        self.rollout.wake_up()
+        out = self.rollout.generate_sequences(prompts)
+        if cfg_get(self.config.rollout, "free_cache_engine", True):
+            self.rollout.sleep()
+        metrics = dict(out.meta_info.get(keys.META_METRICS, {}))
+        _timed(metrics, "generate_sequences", start)
+        out.meta_info[keys.META_METRICS] = metrics
+        return out
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute_log_prob(self, data: DataProto) -> DataProto:
+        """Reads `input_ids`, `attention_mask`, `position_ids`, `responses`; writes `old_log_probs`,
+        `entropys` (B, R). Micro-batching from rollout.log_prob_* keys."""
+        fsdp_cfg = self.config.actor.fsdp_config
+        self._onload(self.actor_module, None, fsdp_cfg)
+        self._log_prob_meta(data, self.config.rollout)
+        log_probs, ents = self.actor.compute_log_prob(data, calculate_entropy=True)
+        self._offload(self.actor_module, None, fsdp_cfg)
+        return DataProto.from_dict(tensors={keys.OLD_LOG_PROBS: log_probs, keys.ENTROPYS: ents},
+                                   meta_info={keys.META_TEMPERATURE: data.meta_info[keys.META_TEMPERATURE]})
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute_ref_log_prob(self, data: DataProto) -> DataProto:
+        """Reads `input_ids`, `attention_mask`, `position_ids`, `responses`; writes `ref_log_prob` (B, R)."""
+        fsdp_cfg = self.config.ref.fsdp_config
+        self._onload(self.ref_module, None, fsdp_cfg)
+        self._log_prob_meta(data, self.config.ref)
+        log_probs, _ = self.ref_policy.compute_log_prob(data, calculate_entropy=False)
+        self._offload(self.ref_module, None, fsdp_cfg)
+        return DataProto.from_dict(tensors={keys.REF_LOG_PROB: log_probs})
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def update_actor(self, data: DataProto) -> DataProto:
+        """PPO update, then weight sync into the rollout engine. Reads `input_ids`, `attention_mask`,
+        `position_ids`, `responses`, `response_mask`, `old_log_probs`, `advantages` (+ `ref_log_prob` with
+        use_kl_loss); writes meta_info metrics (actor/*, timing_s/update_actor, timing_s/update_weights)."""
+        start = time.perf_counter()
+        fsdp_cfg = self.config.actor.fsdp_config
+        self._onload(self.actor_module, self.actor_optimizer, fsdp_cfg)
+        data.meta_info.setdefault(keys.META_TEMPERATURE, float(cfg_get(self.config.rollout, "temperature", 1.0)))
+        metrics: dict[str, Any] = self.actor.update_policy(data)
+        metrics["actor/lr"] = self.actor_lr_scheduler.get_last_lr()[0]
+        self.actor_lr_scheduler.step()
+        self._offload(self.actor_module, self.actor_optimizer, fsdp_cfg)
+        _timed(metrics, "update_actor", start)
+        if self.rollout is not None:
+            metrics["timing_s/update_weights"] = self._sync_weights()
+        return self._metrics_out(metrics)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_checkpoint(self, local_path: str, global_step: int = 0, max_ckpt_to_keep: int | None = None,
+                        save_contents: tuple = DEFAULT_CONTENTS) -> None:
+        """Per-rank shards of model / optimizer / extra (LR schedule, RNG) (+ `hf_model`) into local_path."""
+        self._save(local_path, self.actor_module, self.actor_optimizer, self.actor_lr_scheduler,
+                   self.config.actor.fsdp_config, global_step, max_ckpt_to_keep, save_contents)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, local_path: str, load_contents: tuple = DEFAULT_CONTENTS,
+                        del_local_after_load: bool = False) -> None:
+        """Restore what `save_checkpoint` wrote (same world size), then re-sync the rollout weights."""
+        self._load(local_path, self.actor_module, self.actor_optimizer, self.actor_lr_scheduler,
+                   self.config.actor.fsdp_config, load_contents, del_local_after_load)
+        if self.rollout is not None:
+            self._sync_weights()
+
+
+class CriticWorker(_FSDPRole):
+    """Value model (token-classification head, one label) trained with the clipped value loss.
+
+    Args:
+        config: `critic` group (model, optim, fsdp_config, ppo_* batch keys, forward_* keys, cliprange_value);
+            `rollout_n` (set by the trainer, default 1) multiplies ppo_mini_batch_size.
+    """
+
+    def __init__(self, config: DictConfig) -> None:
+        super().__init__()
+        self.config = copy.deepcopy(config)
+        check_strategy(str(cfg_get(self.config, "strategy", "fsdp2")), "critic")
+        _reject(self.config, "critic", "ulysses_sequence_parallel_size", 1)
+        n = int(cfg_get(self.config, "rollout_n", 1))
+        _normalise(self.config, "critic", n, self.world_size, "ppo_mini_batch_size", "ppo_micro_batch_size")
+        _normalise(self.config, "critic", n, self.world_size, None, "forward_micro_batch_size")
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        """Load the value model from critic.model.path, shard it, build AdamW + LR schedule."""
+        from transformers import AutoTokenizer
+
+        model_cfg = self.config.model
+        tok_path = cfg_get(model_cfg, "tokenizer_path", None) or model_cfg.path
+        self.tokenizer = AutoTokenizer.from_pretrained(tok_path)
+        self.module, self.optimizer, self.lr_scheduler = self._build_trainable(
+            model_cfg, self.config, value_model=True, path=model_cfg.path)
+        self.critic = DataParallelPPOCritic(self.config, self.module, self.optimizer,
+                                            bool(cfg_get(model_cfg, "use_remove_padding", False)))
+        self._offload(self.module, self.optimizer, self.config.fsdp_config)
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute_values(self, data: DataProto) -> DataProto:
+        """Reads `input_ids`, `attention_mask`, `position_ids`, `responses`; writes `values` (B, R)."""
+        cfg = self.config
+        self._onload(self.module, None, cfg.fsdp_config)
+        data.meta_info["micro_batch_size"] = cfg_get(cfg, "forward_micro_batch_size_per_gpu", 1)
+        data.meta_info["use_dynamic_bsz"] = bool(cfg_get(cfg, "use_dynamic_bsz", False))
+        data.meta_info["max_token_len"] = cfg_get(cfg, "forward_max_token_len_per_gpu", 32768)
+        values = self.critic.compute_values(data)
+        self._offload(self.module, None, cfg.fsdp_config)
+        return DataProto.from_dict(tensors={keys.VALUES: values})
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def update_critic(self, data: DataProto) -> DataProto:
+        """Reads `input_ids`, `attention_mask`, `position_ids`, `responses`, `response_mask`, `values`,
+        `returns`; writes meta_info metrics critic/vf_loss, vf_clipfrac, vpred_mean, grad_norm, lr."""
+        start = time.perf_counter()
+        self._onload(self.module, self.optimizer, self.config.fsdp_config)
+        metrics: dict[str, Any] = self.critic.update_critic(data)
+        metrics["critic/lr"] = self.lr_scheduler.get_last_lr()[0]
+        self.lr_scheduler.step()
+        self._offload(self.module, self.optimizer, self.config.fsdp_config)
+        _timed(metrics, "update_critic", start)
+        return self._metrics_out(metrics)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_checkpoint(self, local_path: str, global_step: int = 0, max_ckpt_to_keep: int | None = None,
+                        save_contents: tuple = DEFAULT_CONTENTS) -> None:
+        """Per-rank shards of model / optimizer / extra (+ `hf_model`) into local_path."""
+        self._save(local_path, self.module, self.optimizer, self.lr_scheduler, self.config.fsdp_config,
+                   global_step, max_ckpt_to_keep, save_contents)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, local_path: str, load_contents: tuple = DEFAULT_CONTENTS,
+                        del_local_after_load: bool = False) -> None:
+        """Restore what `save_checkpoint` wrote (same world size)."""
+        self._load(local_path, self.module, self.optimizer, self.lr_scheduler, self.config.fsdp_config,
+                   load_contents, del_local_after_load)
