@@ -162,3 +162,15 @@ def test_check_reward_fn_preflight(tmp_path):
     with pytest.raises(RewardFunctionError, match="'unknown/src', sample 3.*known data sources"):
         check_reward_fn(RewardFnSpec().resolve(), rows)
     assert math.isfinite(check_reward_fn(RewardFnSpec().resolve(), rows, n=1)[0])
+
+
+def test_check_reward_fn_with_batch_manager(tokenizer, tmp_path):
+    path = write_fn(tmp_path, """
+        def compute_score(data_sources, solution_strs, ground_truths, extra_infos):
+            return [float("nan") if g == "2" else 1.0 for g in ground_truths]
+    """)
+    manager = load_reward_manager(cfg("batch", path=path), tokenizer)
+    rows = [{keys.DATA_SOURCE: "x", keys.REWARD_MODEL: {"ground_truth": g}, keys.EXTRA_INFO: {}} for g in "12"]
+    assert check_reward_fn(manager, rows, n=1) == [1.0]
+    with pytest.raises(RewardFunctionError, match="sample 1: non-finite score nan"):
+        check_reward_fn(manager, rows)
