@@ -257,13 +257,27 @@ class CheckpointManager:
             return None
 
     def clean_stale(self) -> list[Path]:
-        """Delete leftover temp folders of crashed saves; return what was removed."""
+        """Delete leftover temp folders of crashed saves; return what was removed.
+
+        A `.old_global_step_N_*` folder whose `global_step_N` is missing (a re-save of step N crashed between
+        its two renames) is the only complete copy of step N: it is renamed back instead of deleted.
+        """
         if not self.root.is_dir():
             return []
-        stale = [p for p in self.root.iterdir() if p.is_dir() and p.name.startswith((TMP_PREFIX, ".old_"))]
-        for path in stale:
+        removed = []
+        for path in sorted(self.root.iterdir()):
+            if not path.is_dir():
+                continue
+            if path.name.startswith(".old_"):
+                final = self.root / path.name[len(".old_"):].rsplit("_", 1)[0]
+                if not final.exists() and read_manifest(path) is not None:
+                    os.replace(path, final)
+                    continue
+            elif not path.name.startswith(TMP_PREFIX):
+                continue
             shutil.rmtree(path, ignore_errors=True)
-        return stale
+            removed.append(path)
+        return removed
 
     def prune(self, keep: int | None) -> list[Path]:
         """Keep the `keep` newest complete checkpoints, delete older ones and stale temp folders.
@@ -283,7 +297,8 @@ class CheckpointManager:
         """The checkpoint folder to resume from, or None to train from scratch.
 
         Args:
-            resume_mode: `trainer.resume_mode`: `auto` (newest complete checkpoint under root, else None),
+            resume_mode: `trainer.resume_mode`: `auto` (newest complete checkpoint under root, else None;
+                stale temp folders are cleaned first),
                 `resume_path` (`resume_path` must be a complete checkpoint folder), `disable` (None).
             resume_path: `trainer.resume_from_path`.
         """
@@ -294,6 +309,7 @@ class CheckpointManager:
             return None
         if resume_mode == "resume_path":
             return self._explicit_resume(resume_path)
+        self.clean_stale()  # also restores a step whose re-save crashed mid-swap
         if resume_path is not None:
             logger.warning("trainer.resume_from_path=%s is not used with resume_mode=auto", resume_path)
         latest = self.find_latest_complete()

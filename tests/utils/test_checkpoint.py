@@ -62,6 +62,16 @@ def test_resave_same_step_replaces(tmp_path):
     assert [p.name for p in tmp_path.iterdir() if p.is_dir()] == ["global_step_1"]
 
 
+def test_crash_between_resave_renames_is_recovered(tmp_path):
+    mgr = CheckpointManager(tmp_path)
+    final = _save(mgr, 4, 3.0)
+    final.rename(tmp_path / ".old_global_step_4_1234")  # the crash window inside commit() of a re-save
+    mgr.begin(4)  # the new copy never got renamed
+    assert mgr.resolve_resume("auto") == final
+    assert torch.equal(torch.load(final / "actor" / "model_world_size_1_rank_0.pt")["w"], torch.full((3,), 3.0))
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["global_step_4"]
+
+
 def test_commit_without_begin_raises(tmp_path):
     with pytest.raises(FileNotFoundError, match="without begin"):
         CheckpointManager(tmp_path).commit(3, {})
