@@ -10,11 +10,12 @@ puts the package's config folder on Hydra's search path itself, so no plugin or 
 
 import importlib
 import sys
+import warnings
 
 import hydra
 from omegaconf import DictConfig
 
-from rlpost.trainer.config import ConfigError, validate_config
+from rlpost.trainer.config import ConfigError, ConfigWarning, validate_config
 from rlpost.trainer.config.convert import to_typed
 from rlpost.trainer.config.plan import dry_run_plan
 
@@ -75,7 +76,20 @@ def _hydra_main(cfg: DictConfig) -> None:
 def main() -> None:
     """Console entry point."""
     sys.argv = with_search_path(sys.argv)
+    _plain_config_warnings()
     _hydra_main()
+
+
+def _plain_config_warnings() -> None:
+    """Print ConfigWarnings as one line (`config warning: ...`) instead of file:line + source."""
+    default = warnings.formatwarning
+
+    def _format(message, category, *args, **kwargs):
+        if issubclass(category, ConfigWarning):
+            return f"config warning: {message}\n"
+        return default(message, category, *args, **kwargs)
+
+    warnings.formatwarning = _format
 
 
 if __name__ == "__main__":

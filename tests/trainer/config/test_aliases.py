@@ -1,0 +1,73 @@
+"""Deprecated keys are mapped onto their new names with a ConfigWarning."""
+
+import pytest
+
+from rlpost.trainer.config import ConfigError, ConfigWarning, validate_config
+
+ARR = "actor_rollout_ref"
+
+
+@pytest.mark.parametrize("old, value, new, expected", [
+    (f"{ARR}.actor.checkpoint.contents", ["model"], f"{ARR}.actor.checkpoint.save_contents", ["model"]),
+    (f"{ARR}.actor.optim.warmup_style", "cosine", f"{ARR}.actor.optim.lr_scheduler", "cosine"),
+    ("critic.optim.warmup_style", "cosine", "critic.optim.lr_scheduler", "cosine"),
+    ("data.shuffle", False, "data.train_shuffle", False),
+    ("data.validation_shuffle", True, "data.val_shuffle", True),
+    (f"{ARR}.model.external_lib", "my_pkg", f"{ARR}.model.external_libs", "my_pkg"),
+    ("reward_model.model.fsdp_config.min_num_params", 7, "reward_model.model.fsdp_config.wrap_policy.min_num_params", 7),
+])
+def test_renamed_key(small_cfg, old, value, new, expected):
+    cfg = small_cfg({old: value})
+    with pytest.warns(ConfigWarning, match=f"{old} is deprecated"):
+        validate_config(cfg)
+    assert _get(cfg, new) == expected
+    assert _get(cfg, old) == expected  # the old name follows the new one again
+
+
+@pytest.mark.parametrize("old, new", [
+    (f"{ARR}.actor.ppo_micro_batch_size", f"{ARR}.actor.ppo_micro_batch_size_per_gpu"),
+    (f"{ARR}.rollout.log_prob_micro_batch_size", f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu"),
+    (f"{ARR}.ref.log_prob_micro_batch_size", f"{ARR}.ref.log_prob_micro_batch_size_per_gpu"),
+])
+def test_global_micro_batch_becomes_per_device(small_cfg, old, new):
+    cfg = small_cfg({old: 4})  # 2 devices
+    with pytest.warns(ConfigWarning, match=f"{new}=2"):
+        validate_config(cfg)
+    assert _get(cfg, new) == 2 and _get(cfg, old) is None
+
+
+def test_global_micro_batch_not_divisible(small_cfg):
+    with pytest.raises(ConfigError, match=rf"{ARR}.actor.ppo_micro_batch_size=3 .*use {ARR}.actor.ppo_micro_batch_size_per_gpu="):
+        validate_config(small_cfg({f"{ARR}.actor.ppo_micro_batch_size": 3}))
+
+
+def test_critic_global_micro_batch(small_cfg):
+    cfg = small_cfg({"algorithm.adv_estimator": "gae", "critic.ppo_micro_batch_size": 8})
+    with pytest.warns(ConfigWarning, match="critic.ppo_micro_batch_size_per_gpu=4"):
+        validate_config(cfg)
+    assert cfg.critic.ppo_micro_batch_size_per_gpu == 4 and cfg.critic.forward_micro_batch_size_per_gpu == 4
+
+
+def test_multi_turn_flag_maps_to_enable_then_is_refused(small_cfg):
+    cfg = small_cfg({f"{ARR}.rollout.multi_turn": False})
+    with pytest.warns(ConfigWarning, match="multi_turn.enable=False"):
+        validate_config(cfg)
+    assert cfg.actor_rollout_ref.rollout.multi_turn.enable is False
+    assert cfg.actor_rollout_ref.rollout.multi_turn.enable_tokenization_sanity_check is True
+    with pytest.warns(ConfigWarning), pytest.raises(ConfigError, match="not supported yet: .*multi_turn.enable=true"):
+        validate_config(small_cfg({f"{ARR}.rollout.multi_turn": True}))
+
+
+def test_logger_string_and_remove_previous_ckpt(small_cfg):
+    cfg = small_cfg({"trainer.logger": "console", "trainer.remove_previous_ckpt_in_save": True})
+    with pytest.warns(ConfigWarning, match="max_actor_ckpt_to_keep=1"):
+        validate_config(cfg)
+    assert list(cfg.trainer.logger) == ["console"]
+    assert cfg.trainer.max_actor_ckpt_to_keep == 1 and cfg.trainer.max_critic_ckpt_to_keep == 1
+
+
+def _get(cfg, key):
+    from omegaconf import OmegaConf
+
+    value = OmegaConf.select(cfg, key)
+    return OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
