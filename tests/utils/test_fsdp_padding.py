@@ -1,0 +1,62 @@
+"""Remove-padding packs real tokens and gives the padded path's log-probs; model/FSDP option checks."""
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from rlpost.utils.fsdp import check_strategy, param_dtype, units_to_wrap
+from rlpost.utils.model import check_model_options, load_model
+from rlpost.utils.padding import pad_output, unpad_input
+from rlpost.workers.batching import loss_weights, optimizer_step
+
+
+def test_unpad_pad_round_trip():
+    ids = torch.tensor([[0, 5, 6], [7, 8, 0]])
+    mask = torch.tensor([[0, 1, 1], [1, 1, 0]])
+    pos = torch.tensor([[0, 0, 1], [0, 1, 1]])
+    packed, ppos, idx = unpad_input(ids, mask, pos)
+    assert packed.tolist() == [[5, 6, 7, 8]] and ppos.tolist() == [[0, 1, 0, 1]]
+    assert pad_output(packed[0], idx, 2, 3).tolist() == [[0, 5, 6], [7, 8, 0]]
+
+
+def test_packed_forward_equals_padded(tiny_model_dir):
+    model = load_model(OmegaConf.create({"path": tiny_model_dir}), torch.float32).eval()
+    ids = torch.tensor([[0, 0, 11, 12, 13, 14], [21, 22, 23, 24, 25, 0]])
+    mask = (ids != 0).long()
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    padded = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+    packed, ppos, idx = unpad_input(ids, mask, pos)
+    out = model(input_ids=packed, position_ids=ppos, attention_mask=None, use_cache=False).logits[0]
+    unpadded = pad_output(out, idx, 2, 6)
+    m = mask.bool()
+    torch.testing.assert_close(unpadded[m], padded[m], atol=1e-4, rtol=1e-4)
+
+
+def test_options_errors_and_defaults(tiny_model_dir):
+    with pytest.raises(NotImplementedError, match="not supported yet: model.use_liger"):
+        check_model_options({"use_liger": True})
+    with pytest.raises(NotImplementedError, match="strategy"):
+        check_strategy("megatron", "actor")
+    check_strategy("fsdp", "actor")
+    assert param_dtype({}, "cpu") == torch.float32 and param_dtype({}, "cuda") == torch.bfloat16
+    assert param_dtype({"mixed_precision": {"param_dtype": "bf16"}}, "cpu") == torch.bfloat16
+    model = load_model(OmegaConf.create({"path": tiny_model_dir, "override_config": {"attention_dropout": 0.25}}),
+                       torch.float32)
+    assert model.config.attention_dropout == 0.25
+    units = units_to_wrap(model)
+    assert [type(u).__name__ for u in units] == ["Qwen2DecoderLayer", "Qwen2DecoderLayer", "Qwen2ForCausalLM"]
+    sized = units_to_wrap(model, min_num_params=10_000)
+    assert model.get_input_embeddings() not in sized and sized[-1] is model
+
+
+def test_nonfinite_grad_skips_step_and_loss_weights():
+    lin = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(lin.parameters(), lr=1.0)
+    before = lin.weight.detach().clone()
+    lin(torch.tensor([[float("inf"), 1.0]])).sum().backward()
+    m = optimizer_step(lin, opt, 1.0, "actor")
+    assert m["actor/grad_norm_nonfinite"] == 1.0
+    assert torch.equal(lin.weight, before)
+    micros = [{"response_mask": torch.tensor([[1, 1, 1]])}, {"response_mask": torch.tensor([[1, 0, 0], [0, 0, 0]])}]
+    assert loss_weights(micros, "token-mean") == ([0.75, 0.25], [0.75, 0.25])
+    assert loss_weights(micros, "seq-mean-token-mean")[0] == pytest.approx([1 / 3, 2 / 3])
