@@ -14,6 +14,7 @@ from rlpost.protocol import DataProto, DataProtoFuture
 from rlpost.single_controller.base import Dispatch, Execute, Worker, register
 
 ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.timeout(300)  # module start-up: Ray + 6 worker processes importing torch
 
 from rlpost.single_controller.ray import (  # noqa: E402
     RayClassWithInitArgs,
@@ -71,6 +72,12 @@ class EchoWorker(Worker):
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO, blocking=False)
     def double_async(self, data: DataProto) -> DataProto:
+        return self.double(data)
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO, blocking=False)
+    def fail_async(self, data: DataProto) -> DataProto:
+        if self.rank == 1:
+            raise RuntimeError("async failure")
         return self.double(data)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO_WITH_FUNC)
@@ -207,6 +214,10 @@ def test_future_chained_into_another_group(group4, colocated):
     out = colocated["critic"].plus_one(future)
     assert out.batch[VALUES].flatten().tolist() == [2.0 * i + 1 for i in range(7)]
     assert future.get().batch[VALUES].shape == (7, 1)
+    with pytest.raises(WorkerGroupError) as info:  # a failure upstream reaches the driver through the chain
+        colocated["critic"].plus_one(group4.fail_async(_data(4)))
+    assert info.value.method == "plus_one" and "fail_async failed on rank(s) [1]" in str(info.value)
+    assert "async failure" in str(info.value)
 
 
 def test_colocated_roles_share_process_and_process_group(colocated):

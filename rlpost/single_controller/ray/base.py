@@ -181,6 +181,7 @@ class RayWorkerGroup:
 
     def execute_all(self, method: str, *args: Any, **kwargs: Any) -> list:
         """Call any method (registered or not) with the same arguments on every rank; blocking."""
+        self._layout = None
         refs = [h.call.remote(self._prefix, method, args, kwargs, 0) for h in self._hosts]
         return Gatherer(self.name, method, list(range(self.world_size)), self.call_timeout_s)(refs)
 
