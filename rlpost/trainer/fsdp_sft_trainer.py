@@ -76,7 +76,18 @@ def check_sft_config(config: DictConfig, world_size: int) -> None:
         raise ValueError(f"data.max_length={config.data.max_length} must be > 1")
 
 
-def _init_process_group() -> None:
+def resolve_device(config: DictConfig) -> str:
+    """`trainer.device` (cpu | cuda; default cuda when available), refusing cuda without a GPU."""
+    device = str(OmegaConf.select(config, "trainer.device", default=None) or
+                 ("cuda" if torch.cuda.is_available() else "cpu"))
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"trainer.device={device!r} must be 'cpu' or 'cuda'")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("trainer.device=cuda but no CUDA device is visible; set trainer.device=cpu")
+    return device
+
+
+def _init_process_group(device: str) -> None:
     """Join the torchrun group, or form a group of one when RANK is unset (plain `python -m`)."""
     if "RANK" not in os.environ:
         with socket.socket() as sock:
@@ -84,7 +95,7 @@ def _init_process_group() -> None:
             port = sock.getsockname()[1]
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(port))
-    init_distributed("cuda" if torch.cuda.is_available() else "cpu")
+    init_distributed(device)
 
 
 def _wsd_scheduler(optimizer: torch.optim.Optimizer, warmup: int, total: int):
@@ -110,8 +121,9 @@ class FSDPSFTTrainer:
         self.config = config
         self.tokenizer = tokenizer
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
-        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = resolve_device(config)
         check_sft_config(config, self.world_size)
+        _warn_on_world_mismatch(config, self.world_size, self.rank)
         torch.manual_seed(int(config.trainer.get("seed", 1)))
         self.micro = int(config.data.micro_batch_size_per_gpu)
         self.train_loader = self._loader(train_dataset, int(config.data.train_batch_size), shuffle=True)
@@ -261,6 +273,15 @@ class FSDPSFTTrainer:
         return history
 
 
+def _warn_on_world_mismatch(config: DictConfig, world_size: int, rank: int) -> None:
+    """The launcher (torchrun) decides the process count; say so when nnodes x n_gpus_per_node differs."""
+    nodes = OmegaConf.select(config, "trainer.nnodes", default=None)
+    per_node = OmegaConf.select(config, "trainer.n_gpus_per_node", default=None)
+    if rank == 0 and nodes and per_node and int(nodes) * int(per_node) != world_size:
+        print(f"warning: trainer.nnodes x trainer.n_gpus_per_node = {int(nodes) * int(per_node)} but the launcher "
+              f"started {world_size} process(es); training uses {world_size} (set by torchrun --nproc_per_node)")
+
+
 def _make_logger(config: DictConfig):
     """rlpost.utils.tracking.Tracking with the trainer's project/experiment/logger settings."""
     trainer_cfg = config.trainer
@@ -277,7 +298,8 @@ def run_sft(config: DictConfig) -> list[dict[str, float]]:
     """Build tokenizer, datasets and trainer from `config`, train, return per-step metrics."""
     from transformers import AutoTokenizer
 
-    _init_process_group()
+    owns_group = not dist.is_initialized()  # never tear down a group someone else started
+    _init_process_group(resolve_device(config))
     try:
         tokenizer = AutoTokenizer.from_pretrained(
             config.model.partial_pretrain, trust_remote_code=bool(config.model.get("trust_remote_code", False))
@@ -288,7 +310,8 @@ def run_sft(config: DictConfig) -> list[dict[str, float]]:
         val = SFTDataset(config.data.val_files, tokenizer, config.data) if config.data.get("val_files") else None
         return FSDPSFTTrainer(config, tokenizer, train, val).fit()
     finally:
-        dist.destroy_process_group()
+        if owns_group:
+            dist.destroy_process_group()
 
 
 @hydra.main(config_path="config", config_name="sft_trainer", version_base=None)

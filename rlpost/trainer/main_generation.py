@@ -37,6 +37,12 @@ UNSUPPORTED_DEFAULTS: dict[str, Any] = {
 
 def check_generation_config(config: DictConfig) -> None:
     """Fail fast on keys this single-process tool does not build and on inconsistent sampling."""
+    devices = int(OmegaConf.select(config, "trainer.n_gpus_per_node", default=1) or 1)
+    if devices != 1:
+        raise NotImplementedError(
+            f"not supported yet: trainer.n_gpus_per_node={devices} (generation runs one engine in one "
+            "process on one device; set trainer.n_gpus_per_node=1)"
+        )
     for key, default in UNSUPPORTED_DEFAULTS.items():
         value = OmegaConf.select(config, key, default=default)
         if value is not None and value != default:
@@ -111,13 +117,16 @@ def generate(config: DictConfig) -> pd.DataFrame:
     from transformers import AutoTokenizer
 
     check_generation_config(config)
-    frame = pd.read_parquet(config.data.path)
+    frame = pd.read_parquet(Path(config.data.path).expanduser())
     prompt_key = config.data.get("prompt_key", "prompt")
     if prompt_key not in frame.columns:
         raise KeyError(f"data.prompt_key={prompt_key!r}: no such column in {config.data.path}; has {list(frame.columns)}")
     trust = bool(config.model.get("trust_remote_code", False))
     tokenizer = AutoTokenizer.from_pretrained(config.model.path, trust_remote_code=trust)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = str(OmegaConf.select(config, "trainer.device", default=None) or
+                 ("cuda" if torch.cuda.is_available() else "cpu"))
+    if device not in ("cpu", "cuda") or (device == "cuda" and not torch.cuda.is_available()):
+        raise ValueError(f"trainer.device={device!r}: use 'cuda' with a visible GPU, else 'cpu'")
     rollout = build_rollout(rollout_config(config), config.model.path, tokenizer, device)
     n, batch_size = int(config.data.n_samples), int(config.data.batch_size)
     prompt_length = int(config.rollout.prompt_length)

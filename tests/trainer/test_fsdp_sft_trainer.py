@@ -31,21 +31,19 @@ def _write_data(path: Path, n: int = 8) -> Path:
 
 
 def _config(model_dir: str, tmp_path: Path, **trainer) -> "OmegaConf":
+    """sft_trainer.yaml with a tiny run's overrides (no warmup, lr 1e-3, 8 rows, batch 4)."""
     data = _write_data(tmp_path / "train.parquet")
-    cfg = {
+    over = {
         "data": {
             "train_files": str(data), "val_files": str(data), "prompt_key": "prompt", "response_key": "response",
-            "max_length": 64, "truncation": "error", "train_batch_size": 4, "micro_batch_size_per_gpu": 2,
+            "max_length": 64, "train_batch_size": 4, "micro_batch_size_per_gpu": 2,
         },
         "model": {"partial_pretrain": model_dir, "enable_gradient_checkpointing": True},
-        "optim": {"lr": 1e-3, "betas": [0.9, 0.95], "weight_decay": 0.0, "warmup_steps_ratio": 0.0,
-                  "clip_grad": 1.0, "lr_scheduler": "cosine"},
-        "trainer": {"default_local_dir": str(tmp_path / "ckpt"), "total_epochs": 3, "total_training_steps": None,
-                    "save_freq": -1, "test_freq": -1, "logger": ["console"], "project_name": "p",
-                    "experiment_name": "e", "seed": 1},
+        "optim": {"lr": 1e-3, "weight_decay": 0.0, "warmup_steps_ratio": 0.0},
+        "trainer": {"default_local_dir": str(tmp_path / "ckpt"), "total_epochs": 3, "device": "cpu",
+                    "n_gpus_per_node": 1, **trainer},
     }
-    cfg["trainer"].update(trainer)
-    return OmegaConf.create(cfg)
+    return OmegaConf.merge(OmegaConf.load(REPO / "rlpost/trainer/config/sft_trainer.yaml"), over)
 
 
 def _tokenizer(model_dir: str):
@@ -143,13 +141,15 @@ def test_sft_loss_falls_and_checkpoint_loads(tiny_model_dir, tmp_path, monkeypat
 @pytest.mark.e2e
 @pytest.mark.timeout(280)
 def test_sft_torchrun_two_processes(tiny_model_dir, tmp_path):
-    cfg = _config(tiny_model_dir, tmp_path, total_epochs=1)
-    OmegaConf.save(cfg, tmp_path / "sft_test.yaml")
+    data = _write_data(tmp_path / "train.parquet")
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
     env["OMP_NUM_THREADS"] = "1"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={_free_port()}",
-           "-m", "rlpost.trainer.fsdp_sft_trainer", f"--config-path={tmp_path}", "--config-name=sft_test",
-           "data.train_batch_size=4", "data.micro_batch_size_per_gpu=1", "trainer.logger=[console]"]
+           "-m", "rlpost.trainer.fsdp_sft_trainer", f"data.train_files={data}", "data.val_files=null",
+           "data.prompt_key=prompt", "data.response_key=response", "data.max_length=64",
+           "data.train_batch_size=4", "data.micro_batch_size_per_gpu=1", "optim.lr=1e-3",
+           f"model.partial_pretrain={tiny_model_dir}", f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+           "trainer.total_epochs=1", "trainer.device=cpu", "trainer.n_gpus_per_node=2"]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=260)
     assert proc.returncode == 0, proc.stderr[-3000:]
     saved = tmp_path / "ckpt" / "global_step_2"
@@ -158,5 +158,6 @@ def test_sft_torchrun_two_processes(tiny_model_dir, tmp_path):
 
     trained = AutoModelForCausalLM.from_pretrained(saved)
     original = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    dataset = SFTDataset(cfg.data.train_files, _tokenizer(str(saved)), cfg.data)
+    data_cfg = OmegaConf.create({"prompt_key": "prompt", "response_key": "response", "max_length": 64})
+    dataset = SFTDataset(str(data), _tokenizer(str(saved)), data_cfg)
     assert _response_loss(trained, dataset) < _response_loss(original, dataset)

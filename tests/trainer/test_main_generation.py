@@ -1,5 +1,10 @@
 """Offline generation: config checks, prompt batching, parquet in/out with the HF and vLLM engines."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -9,6 +14,8 @@ from omegaconf import OmegaConf
 from rlpost import keys
 from rlpost.trainer.main_generation import build_prompt_batch, check_generation_config, generate
 
+REPO = Path(__file__).resolve().parents[2]
+
 CHATS = [
     [{"role": "user", "content": "What is 1 + 2?"}],
     [{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": "What is 30 * 4?"}],
@@ -16,21 +23,26 @@ CHATS = [
 ]
 
 
-def _config(model_dir: str, tmp_path, name: str = "hf", **over) -> "OmegaConf":
+def _write_prompts(tmp_path) -> Path:
     path = tmp_path / "prompts.parquet"
     pd.DataFrame({"prompt": CHATS, "data_source": ["arith"] * 3}).to_parquet(path)
-    cfg = OmegaConf.create({
-        "trainer": {"nnodes": 1, "n_gpus_per_node": 1},
-        "data": {"path": str(path), "prompt_key": "prompt", "n_samples": 2, "batch_size": 2,
-                 "output_path": str(tmp_path / "out" / "gen.parquet")},
-        "model": {"path": model_dir, "external_lib": None},
-        "rollout": {"name": name, "mode": "sync", "temperature": 1.0, "top_k": 50, "top_p": 0.7,
-                    "prompt_length": 64, "response_length": 8, "dtype": "bfloat16", "gpu_memory_utilization": 0.5,
-                    "ignore_eos": False, "enforce_eager": True, "free_cache_engine": True,
-                    "load_format": "dummy_dtensor", "tensor_model_parallel_size": 1, "max_num_batched_tokens": 8192,
-                    "max_num_seqs": 64, "do_sample": True, "n": 1, "calculate_log_probs": False},
-    })
-    return OmegaConf.merge(cfg, OmegaConf.from_dotlist([f"{k}={v}" for k, v in over.items()]))
+    return path
+
+
+def _overrides(model_dir: str, tmp_path, name: str = "hf") -> list[str]:
+    """generation.yaml overrides for a tiny CPU run: 3 prompts in batches of 2, 2 samples, 8 tokens."""
+    return [
+        f"data.path={_write_prompts(tmp_path)}", "data.n_samples=2", "data.batch_size=2",
+        f"data.output_path={tmp_path / 'out' / 'gen.parquet'}", f"model.path={model_dir}",
+        f"rollout.name={name}", "rollout.prompt_length=64", "rollout.response_length=8", "rollout.max_num_seqs=64",
+        "trainer.device=cpu", "trainer.n_gpus_per_node=1",
+    ]
+
+
+def _config(model_dir: str, tmp_path, name: str = "hf", **over) -> "OmegaConf":
+    base = OmegaConf.load(REPO / "rlpost/trainer/config/generation.yaml")
+    dotlist = _overrides(model_dir, tmp_path, name) + [f"{k}={v}" for k, v in over.items()]
+    return OmegaConf.merge(base, OmegaConf.from_dotlist(dotlist))
 
 
 def test_check_generation_config_errors(tiny_model_dir, tmp_path):
@@ -39,6 +51,8 @@ def test_check_generation_config_errors(tiny_model_dir, tmp_path):
         check_generation_config(_config(tiny_model_dir, tmp_path, **{"rollout.n": 4}))
     with pytest.raises(NotImplementedError, match="not supported yet: trainer.nnodes"):
         check_generation_config(_config(tiny_model_dir, tmp_path, **{"trainer.nnodes": 2}))
+    with pytest.raises(NotImplementedError, match="not supported yet: trainer.n_gpus_per_node"):
+        check_generation_config(_config(tiny_model_dir, tmp_path, **{"trainer.n_gpus_per_node": 8}))
     with pytest.raises(ValueError, match="identical responses"):
         check_generation_config(_config(tiny_model_dir, tmp_path, **{"rollout.temperature": 0}))
 
@@ -62,10 +76,13 @@ def test_build_prompt_batch_left_pads(tiny_model_dir):
         build_prompt_batch(CHATS[:1], tok, max_prompt_length=4)
 
 
-def test_generate_hf_writes_n_responses_per_row(tiny_model_dir, tmp_path):
-    cfg = _config(tiny_model_dir, tmp_path)
-    generate(cfg)
-    out = pd.read_parquet(cfg.data.output_path)
+@pytest.mark.timeout(200)
+def test_generate_cli_hf_writes_n_responses_per_row(tiny_model_dir, tmp_path):
+    cmd = [sys.executable, "-m", "rlpost.trainer.main_generation", *_overrides(tiny_model_dir, tmp_path)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = pd.read_parquet(tmp_path / "out" / "gen.parquet")
     assert len(out) == 3 and list(out.columns) == ["prompt", "data_source", "responses"]
     assert out["data_source"].tolist() == ["arith"] * 3
     assert [len(r) for r in out["responses"]] == [2, 2, 2]
