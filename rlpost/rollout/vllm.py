@@ -1,0 +1,224 @@
+"""vLLM rollout: an in-process `vllm.LLM` engine inside the actor/rollout worker (hybrid engine).
+
+The ONLY module of rlpost that imports vllm. `VLLM_ENABLE_V1_MULTIPROCESSING=0` is set (setdefault) before
+the import: otherwise vLLM spawns its engine core as a child process and the actor's weights could not
+be handed over in place. On CPU, `VLLM_CPU_KVCACHE_SPACE` (GiB) sizes the KV cache; `gpu_memory_utilization`
+only matters on GPU.
+
+Log-probs: the engine runs with `logprobs_mode="processed_logprobs"`, so `rollout_log_probs` are the
+log-probs of the sampled token after temperature scaling (and top-k/top-p, when enabled) - the same
+quantity the actor computes from `logits / temperature` when top-k/top-p are off.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import fields
+from typing import Any, Callable, Iterable, Iterator
+
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+
+import torch  # noqa: E402
+import vllm  # noqa: E402
+from vllm import LLM, SamplingParams  # noqa: E402
+
+from rlpost import keys  # noqa: E402
+from rlpost.protocol import DataProto  # noqa: E402
+from rlpost.rollout import ROLLOUT_REGISTRY  # noqa: E402
+from rlpost.rollout.base import BaseRollout, SamplingSpec, cfg_get, check_unsupported, resolve_sampling  # noqa: E402
+from rlpost.rollout.utils import assemble_output, eos_id_set, prompt_token_lists  # noqa: E402
+
+logger = logging.getLogger(__name__)
+
+_DISK_FORMATS = {"hf": "auto", "auto": "auto", "safetensors": "safetensors", "pt": "pt"}
+
+
+def _load_format(value: str) -> str:
+    """verl names -> vLLM names: `dummy_*` start from random weights (the actor's arrive by sync)."""
+    if value.startswith("dummy"):
+        return "dummy"
+    if value in _DISK_FORMATS:
+        return _DISK_FORMATS[value]
+    raise ValueError(
+        f"actor_rollout_ref.rollout.load_format={value!r} is not supported: use dummy_dtensor "
+        f"(random init, weights synced from the actor) or one of {sorted(_DISK_FORMATS)}"
+    )
+
+
+def _rank_world() -> tuple[int, int]:
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def _parallel_kwargs(config: Any, device: str) -> dict[str, Any]:
+    """TP/DP layout. GPU with TP>1 or several ranks: every rank runs its own in-process engine holding
+    one TP shard (`external_launcher`), each group of `tp` ranks forming one data-parallel replica."""
+    tp = int(cfg_get(config, "tensor_model_parallel_size", 1))
+    rank, world = _rank_world()
+    if device != "cuda":
+        if tp != 1:
+            raise ValueError(
+                f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp}: vLLM on CPU needs 1 (set it to 1)"
+            )
+        return {"tensor_parallel_size": 1}
+    if world % tp:
+        raise ValueError(
+            f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp} must divide the world size {world}"
+        )
+    out: dict[str, Any] = {"tensor_parallel_size": tp}
+    if tp > 1 or world > 1:
+        out["distributed_executor_backend"] = "external_launcher"
+        out["data_parallel_size"] = world // tp
+    return out
+
+
+def engine_kwargs(config: Any, model_path: str, device: str) -> dict[str, Any]:
+    """Translate the rollout config into `vllm.LLM(...)` keyword arguments (pure; tested directly)."""
+    prompt_len = int(cfg_get(config, "prompt_length", 512))
+    response_len = int(cfg_get(config, "response_length", 512))
+    tp = int(cfg_get(config, "tensor_model_parallel_size", 1))
+    rank, _ = _rank_world()
+    extra = {k: v for k, v in dict(cfg_get(config, "engine_kwargs.vllm", {}) or {}).items() if v is not None}
+    kwargs: dict[str, Any] = {
+        "model": model_path,
+        "dtype": str(cfg_get(config, "dtype", "bfloat16")),
+        "load_format": _load_format(str(cfg_get(config, "load_format", "dummy_dtensor"))),
+        "max_model_len": int(cfg_get(config, "max_model_len", prompt_len + response_len)),
+        "max_num_batched_tokens": int(cfg_get(config, "max_num_batched_tokens", 8192)),
+        "max_num_seqs": int(cfg_get(config, "max_num_seqs", 1024)),
+        "enforce_eager": bool(cfg_get(config, "enforce_eager", True)),
+        "enable_chunked_prefill": bool(cfg_get(config, "enable_chunked_prefill", True)),
+        "disable_log_stats": bool(cfg_get(config, "disable_log_stats", True)),
+        "gpu_memory_utilization": float(cfg_get(config, "gpu_memory_utilization", 0.5)),
+        # one seed per data-parallel replica: TP peers must sample identically, replicas must not
+        "seed": int(extra.pop("seed", 0)) + rank // tp,
+        "logprobs_mode": "processed_logprobs",
+        "enable_sleep_mode": device == "cuda" and bool(cfg_get(config, "free_cache_engine", True)),
+        **_parallel_kwargs(config, device),
+    }
+    swap_space = cfg_get(config, "engine_kwargs.swap_space")
+    if swap_space is not None:
+        if "swap_space" not in {f.name for f in fields(vllm.EngineArgs)}:
+            raise NotImplementedError(
+                f"not supported yet: actor_rollout_ref.rollout.engine_kwargs.swap_space={swap_space} "
+                f"(vLLM {vllm.__version__} has no swap_space; set it to null)"
+            )
+        kwargs["swap_space"] = swap_space
+    kwargs.update(extra)
+    return kwargs
+
+
+def sampling_params(spec: SamplingSpec, stop_ids: set[int]) -> SamplingParams:
+    """One `SamplingParams` for all rows (each row is one sample: n=1)."""
+    common = dict(
+        n=1,
+        max_tokens=spec.max_tokens,
+        ignore_eos=spec.ignore_eos,
+        stop_token_ids=None if spec.ignore_eos else sorted(stop_ids),
+        logprobs=0 if spec.logprobs else None,
+        detokenize=False,
+    )
+    if spec.greedy:
+        return SamplingParams(temperature=0.0, **common)
+    return SamplingParams(
+        temperature=spec.temperature, top_k=max(spec.top_k, 0), top_p=spec.top_p, **common
+    )
+
+
+def _refresh_cpu_packed(model: torch.nn.Module) -> int:
+    """Re-pack CPU GEMM weights of layers that keep their weight (embeddings, a tied `lm_head`).
+
+    vLLM's CPU backend computes linear layers from a packed copy made after loading. `reload_weights`
+    re-packs every layer it loads, but a tied `lm_head` receives no weight of its own (its tensor is the
+    embedding's), so its packed copy would keep the OLD weights. Returns the number of layers re-packed.
+    """
+    count = 0
+    for layer in model.modules():
+        weight = getattr(layer, "weight", None)
+        method = getattr(layer, "quant_method", None)
+        if hasattr(layer, "cpu_linear") and weight is not None and weight.numel() and method is not None:
+            method.process_weights_after_loading(layer)
+            count += 1
+    return count
+
+
+@ROLLOUT_REGISTRY.register("vllm")
+class VLLMRollout(BaseRollout):
+    """In-process vLLM engine. `name_map` renames HF weight names for archs whose vLLM names differ
+    (Qwen2/Llama: identical, so None)."""
+
+    def __init__(
+        self,
+        config: Any,
+        model_path: str,
+        tokenizer: Any,
+        device: str,
+        module: torch.nn.Module | None = None,
+        name_map: Callable[[str], str] | None = None,
+    ) -> None:
+        check_unsupported(config)
+        self.config, self.tokenizer, self.device, self.name_map = config, tokenizer, device, name_map
+        self.free_cache_engine = bool(cfg_get(config, "free_cache_engine", True))
+        self.rank, _ = _rank_world()
+        kwargs = engine_kwargs(config, model_path, device)
+        start = time.perf_counter()
+        self.llm = LLM(**kwargs)
+        logger.info("vLLM engine started in %.1f s (%s, %s)", time.perf_counter() - start, device, kwargs["dtype"])
+        self.sleeping = False
+
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        """See `BaseRollout.generate_sequences`; one vLLM request per row."""
+        spec = resolve_sampling(self.config, prompts.meta_info)
+        stop_ids = eos_id_set(prompts.meta_info.get(keys.META_EOS_TOKEN_ID))
+        requests = [{"prompt_token_ids": ids} for ids in prompt_token_lists(prompts)]
+        outputs = self.llm.generate(
+            requests, sampling_params(spec, stop_ids), use_tqdm=self.rank == 0 and len(requests) > 64
+        )
+        token_ids = [list(o.outputs[0].token_ids) for o in outputs]
+        log_probs = None
+        if spec.logprobs:
+            log_probs = [
+                [step[tok].logprob for tok, step in zip(o.outputs[0].token_ids, o.outputs[0].logprobs)]
+                for o in outputs
+            ]
+        return assemble_output(prompts, token_ids, spec.max_tokens, log_probs)
+
+    def _named(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
+        for name, tensor in named_tensors:
+            yield (self.name_map(name) if self.name_map else name), tensor
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Stream tensors into vLLM's in-place `reload_weights`: the iterator is consumed lazily by the
+        model's own `load_weights`, so at most one incoming tensor is alive besides the engine's copy.
+        Clears the prefix cache afterwards: cached KV was computed with the old weights."""
+        weights, device = self._named(named_tensors), self.device
+        start = time.perf_counter()
+
+        def _reload(worker: Any) -> None:
+            reload = getattr(worker, "reload_weights", None) or worker.model_runner.reload_weights
+            reload(weights_iterator=weights)
+            if device != "cuda":
+                _refresh_cpu_packed(worker.model_runner.model)
+
+        self.llm.collective_rpc(_reload)
+        self.llm.reset_prefix_cache()
+        self.last_sync_s = time.perf_counter() - start
+        logger.info("vLLM weights synced in %.3f s", self.last_sync_s)
+
+    def sleep(self) -> None:
+        """GPU with free_cache_engine: level-1 sleep (KV cache dropped, weights offloaded to host).
+        CPU: vLLM has no sleep mode there; only the prefix cache is dropped."""
+        if self.sleeping:
+            return
+        if self.device == "cuda" and self.free_cache_engine:
+            self.llm.sleep(level=1)
+            self.sleeping = True
+        else:
+            self.llm.reset_prefix_cache()
+
+    def wake_up(self) -> None:
+        """Undo `sleep`; call before `update_weights` and the next generation."""
+        if self.sleeping:
+            self.llm.wake_up()
+            self.sleeping = False
