@@ -45,3 +45,5 @@ META_GLOBAL_TOKEN_NUM = "global_token_num"  # list[int]: tokens per row, for thr
 
 # --- batch fields used by specific algorithms --------------------------------------------------------
 REWARD_BASELINES = "reward_baselines"  # (B,) ReMax: score of the greedy response to the same prompt
+RAW_INPUT_IDS = "raw_input_ids"  # list[int]: message contents without chat template (data.return_raw_input_ids)
+LOSS_MASK = "loss_mask"  # (B, T) SFT: 1 on response tokens, the only ones the loss counts

@@ -17,7 +17,6 @@ from torch.utils.data import Dataset
 
 from rlpost import keys
 
-RAW_INPUT_IDS = "raw_input_ids"  # list[int]: message contents without chat template (data.return_raw_input_ids)
 TRUNCATIONS = ("left", "right", "middle", "error")
 
 
@@ -172,7 +171,7 @@ class RLHFDataset(Dataset):
         if self.return_raw_input_ids:
             contents = "\n".join(str(m["content"]) for m in self._messages(row))
             raw = self.tokenizer(contents, add_special_tokens=False)["input_ids"]
-            out[RAW_INPUT_IDS] = truncate(raw, self.max_prompt_length, self.truncation, item)
+            out[keys.RAW_INPUT_IDS] = truncate(raw, self.max_prompt_length, self.truncation, item)
         return out
 
 

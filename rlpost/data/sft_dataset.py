@@ -11,12 +11,13 @@ from typing import Any, Sequence
 
 import pandas as pd
 import torch
+
+from rlpost import keys
 from torch.utils.data import Dataset
 
 from rlpost.keys import ATTENTION_MASK, INPUT_IDS, POSITION_IDS
 
 # Not in rlpost/keys.py yet (requested from the lead): 1 on tokens that the SFT loss is computed on.
-LOSS_MASK = "loss_mask"
 
 TRUNCATION_MODES = ("error", "left", "right")
 
@@ -105,5 +106,5 @@ class SFTDataset(Dataset):
             INPUT_IDS: torch.tensor(ids + [tok.pad_token_id] * n_pad, dtype=torch.long),
             ATTENTION_MASK: torch.tensor(attn, dtype=torch.long),
             POSITION_IDS: torch.tensor(positions, dtype=torch.long),
-            LOSS_MASK: torch.tensor(loss + [0] * n_pad, dtype=torch.long),
+            keys.LOSS_MASK: torch.tensor(loss + [0] * n_pad, dtype=torch.long),
         }

@@ -94,3 +94,27 @@ def reverse_indices(groups: list[list[int]]) -> torch.Tensor:
     rev = torch.empty_like(flat)
     rev[flat] = torch.arange(len(flat))
     return rev
+
+
+def balanced_partition_order(lengths: list[int], k: int) -> tuple[list[int], float]:
+    """Row order that gives `k` equal-size contiguous chunks with balanced token sums (trainer.balance_batch).
+
+    Rows are taken longest first, each into the chunk with the smallest sum that still has room. The
+    worker group splits a batch into k equal contiguous chunks, so concatenating the groups is the order.
+
+    Returns:
+        (order, spread): the permutation (len n) and (max - min) / mean of the chunk token sums.
+    """
+    n = len(lengths)
+    if n % k:
+        raise ValueError(f"balance_batch: {n} rows do not split into {k} equal chunks")
+    size = n // k
+    groups: list[list[int]] = [[] for _ in range(k)]
+    sums = [0] * k
+    for i in sorted(range(n), key=lambda j: -lengths[j]):
+        g = min((g for g in range(k) if len(groups[g]) < size), key=lambda g: sums[g])
+        groups[g].append(i)
+        sums[g] += lengths[i]
+    mean = sum(sums) / k if k else 0.0
+    spread = (max(sums) - min(sums)) / mean if mean else 0.0
+    return [i for g in groups for i in sorted(g)], spread

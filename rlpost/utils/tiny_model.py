@@ -31,6 +31,7 @@ def default_corpus(num_lines: int = 4000, seed: int = 0) -> list[str]:
         val = {"+": a + b, "-": a - b, "*": a * b}[op]
         lines.append(f"user\nWhat is {a} {op} {b}? Answer with #### followed by the number.\n")
         lines.append(f"assistant\n{a} {op} {b} = {val}. #### {val}\n")
+        lines.append(f"assistant\n#### {val}\n")
     lines.append("system\nYou are a helpful assistant. Let's think step by step. The answer is\n")
     return lines
 
@@ -41,7 +42,11 @@ def build_tokenizer(out_dir: str | Path, corpus: Iterable[str] | None = None, vo
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    # One token per digit keeps numbers consistently tokenised, which small arithmetic models need.
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False),
+    ])
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,

@@ -38,6 +38,9 @@ CONSOLE_KEYS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("kl", ("actor/ppo_kl", "actor/kl_loss", "critic/kl")),
     ("resp_len", ("response_length/mean",)),
     ("step_s", ("timing_s/step",)),
+    ("loss", ("train/loss",)),
+    ("val_loss", ("val/loss",)),
+    ("lr", ("train/lr",)),
 )
 
 

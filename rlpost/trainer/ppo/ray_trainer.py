@@ -113,7 +113,7 @@ class RayPPOTrainer:
                         self.checkpointer.save(self.global_steps, epoch)
                     metrics["timing_s/save_checkpoint"] = timing["save_checkpoint"]
                 tracker.log(metrics, step=self.global_steps)
-                progress.update(metrics)
+                progress.update(1, metrics)
                 if is_last:
                     progress.close()
                     return metrics

@@ -75,12 +75,14 @@ class Validator:
 
     def _log_samples(self, tracker, prompts, responses, scores, step) -> None:
         n = self.config.trainer.log_val_generations
-        if not n or tracker is None:
+        if not n:
             return
         rng = np.random.RandomState(42)  # the same samples every validation, so they can be compared
         idx = rng.permutation(len(prompts))[:n]
         rows = [(prompts[i], responses[i], float(scores[i])) for i in sorted(idx)]
-        tracker.log_generations(rows, step)
+        from rlpost.utils.tracking import ValidationGenerationsLogger
+
+        ValidationGenerationsLogger(self.config.trainer.default_local_dir).log(self.config.trainer.logger, rows, step)
 
 
 def _decode(tokenizer, ids) -> list[str]:
