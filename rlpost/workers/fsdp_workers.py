@@ -86,10 +86,11 @@ class _FSDPRole(Worker):
         if optimizer is not None and cfg_get(fsdp_cfg, "optimizer_offload", False):
             move_optimizer(optimizer, "cpu" if cfg_get(fsdp_cfg, "offload_policy", False) else self.device)
 
-    def _build_trainable(self, model_cfg: Any, role_cfg: Any, value_model: bool, path: str | None = None):
+    def _build_trainable(self, model_cfg: Any, role_cfg: Any, fsdp_cfg: Any, value_model: bool,
+                         path: str | None = None):
         """Load (fp32 master weights), shard, then AdamW + LR schedule from `role_cfg.optim`."""
         module = load_model(model_cfg, torch.float32, value_model=value_model, path=path)
-        apply_fsdp2(module, role_cfg.fsdp_config, self.device)
+        apply_fsdp2(module, fsdp_cfg, self.device)
         optimizer = build_optimizer(module.parameters(), role_cfg.optim)
         return module, optimizer, build_lr_scheduler(optimizer, role_cfg.optim)
 
@@ -174,7 +175,7 @@ class ActorRolloutRefWorker(_FSDPRole):
         if self._is_actor:
             acfg = self.config.actor
             self.actor_module, self.actor_optimizer, self.actor_lr_scheduler = self._build_trainable(
-                model_cfg, acfg, value_model=False)
+                model_cfg, acfg, acfg.fsdp_config, value_model=False)
             self.actor = DataParallelPPOActor(acfg, self.actor_module, self.actor_optimizer, rmpad)
         if self._is_ref:
             # A separate frozen FSDP module even when it starts from the actor's weights: the actor moves.
@@ -300,7 +301,8 @@ class CriticWorker(_FSDPRole):
         n = int(cfg_get(self.config, "rollout_n", 1))
         _normalise(self.config, "critic", n, self.world_size, "ppo_mini_batch_size", "ppo_micro_batch_size")
         _normalise(self.config, "critic", n, self.world_size, None, "forward_micro_batch_size")
-
+        # verl keeps the critic's FSDP settings under critic.model.fsdp_config.
+        self.fsdp_config = cfg_get(self.config.model, "fsdp_config") or cfg_get(self.config, "fsdp_config")
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
         """Load the value model from critic.model.path, shard it, build AdamW + LR schedule."""
@@ -310,21 +312,21 @@ class CriticWorker(_FSDPRole):
         tok_path = cfg_get(model_cfg, "tokenizer_path", None) or model_cfg.path
         self.tokenizer = AutoTokenizer.from_pretrained(tok_path)
         self.module, self.optimizer, self.lr_scheduler = self._build_trainable(
-            model_cfg, self.config, value_model=True, path=model_cfg.path)
+            model_cfg, self.config, self.fsdp_config, value_model=True, path=model_cfg.path)
         self.critic = DataParallelPPOCritic(self.config, self.module, self.optimizer,
                                             bool(cfg_get(model_cfg, "use_remove_padding", False)))
-        self._offload(self.module, self.optimizer, self.config.fsdp_config)
+        self._offload(self.module, self.optimizer, self.fsdp_config)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_values(self, data: DataProto) -> DataProto:
         """Reads `input_ids`, `attention_mask`, `position_ids`, `responses`; writes `values` (B, R)."""
         cfg = self.config
-        self._onload(self.module, None, cfg.fsdp_config)
+        self._onload(self.module, None, self.fsdp_config)
         data.meta_info["micro_batch_size"] = cfg_get(cfg, "forward_micro_batch_size_per_gpu", 1)
         data.meta_info["use_dynamic_bsz"] = bool(cfg_get(cfg, "use_dynamic_bsz", False))
         data.meta_info["max_token_len"] = cfg_get(cfg, "forward_max_token_len_per_gpu", 32768)
         values = self.critic.compute_values(data)
-        self._offload(self.module, None, cfg.fsdp_config)
+        self._offload(self.module, None, self.fsdp_config)
         return DataProto.from_dict(tensors={keys.VALUES: values})
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
@@ -332,11 +334,11 @@ class CriticWorker(_FSDPRole):
         """Reads `input_ids`, `attention_mask`, `position_ids`, `responses`, `response_mask`, `values`,
         `returns`; writes meta_info metrics critic/vf_loss, vf_clipfrac, vpred_mean, grad_norm, lr."""
         start = time.perf_counter()
-        self._onload(self.module, self.optimizer, self.config.fsdp_config)
+        self._onload(self.module, self.optimizer, self.fsdp_config)
         metrics: dict[str, Any] = self.critic.update_critic(data)
         metrics["critic/lr"] = self.lr_scheduler.get_last_lr()[0]
         self.lr_scheduler.step()
-        self._offload(self.module, self.optimizer, self.config.fsdp_config)
+        self._offload(self.module, self.optimizer, self.fsdp_config)
         _timed(metrics, "update_critic", start)
         return self._metrics_out(metrics)
 
@@ -344,12 +346,12 @@ class CriticWorker(_FSDPRole):
     def save_checkpoint(self, local_path: str, global_step: int = 0, max_ckpt_to_keep: int | None = None,
                         save_contents: tuple = DEFAULT_CONTENTS) -> None:
         """Per-rank shards of model / optimizer / extra (+ `hf_model`) into local_path."""
-        self._save(local_path, self.module, self.optimizer, self.lr_scheduler, self.config.fsdp_config,
+        self._save(local_path, self.module, self.optimizer, self.lr_scheduler, self.fsdp_config,
                    global_step, max_ckpt_to_keep, save_contents)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, local_path: str, load_contents: tuple = DEFAULT_CONTENTS,
                         del_local_after_load: bool = False) -> None:
         """Restore what `save_checkpoint` wrote (same world size)."""
-        self._load(local_path, self.module, self.optimizer, self.lr_scheduler, self.config.fsdp_config,
+        self._load(local_path, self.module, self.optimizer, self.lr_scheduler, self.fsdp_config,
                    load_contents, del_local_after_load)

@@ -75,10 +75,9 @@ def critic_config(model_dir: str):
         "forward_max_token_len_per_gpu": 64, "ppo_epochs": 1, "shuffle": False, "cliprange_value": 0.5,
         "loss_agg_mode": "token-mean", "grad_clip": 1.0,
         "model": {"path": model_dir, "use_remove_padding": True, "enable_gradient_checkpointing": True,
-                  "override_config": {}, "trust_remote_code": False},
+                  "override_config": {}, "trust_remote_code": False, "fsdp_config": fsdp_cfg()},
         "optim": {"lr": 1e-3, "weight_decay": 0.0, "lr_warmup_steps": 1, "warmup_style": "constant",
                   "total_training_steps": 10},
-        "fsdp_config": fsdp_cfg(),
     })
 
 

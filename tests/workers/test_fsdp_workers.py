@@ -111,6 +111,8 @@ def _actor_checks(rank: int, world: int, model_dir: str, tmp: str, res: dict) ->
     res["optim_state_after_load"] = len(w.actor_optimizer.state)
     w.update_actor(_proto(batch, rank, world, **extra))
     res["logp_second_reloaded"], _ = _logp(w, batch, rank, world)
+    w.save_checkpoint(f"{tmp}/hf", save_contents=("hf_model",))
+    res["hf_dir"] = f"{tmp}/hf/huggingface"
 
 
 def _offload_and_critic(rank: int, world: int, model_dir: str, tmp: str, res: dict) -> None:
@@ -193,6 +195,12 @@ def test_update_raises_logp_and_is_independent_of_micro_batching(results):
     assert results["first_ckpt_pruned"]
     torch.testing.assert_close(results["logp_second_reloaded"], results["logp_second"], atol=1e-6, rtol=1e-6)
     assert not torch.allclose(results["logp_second"], results["logp_after_dyn"])
+
+
+def test_hf_model_export_holds_trained_weights(results):
+    mask = results["batch"][keys.RESPONSE_MASK].bool()
+    exported = _reference_logp(results["hf_dir"], results["batch"], 0.7).detach()
+    torch.testing.assert_close(exported[mask], results["logp_second_reloaded"][mask], atol=1e-4, rtol=1e-4)
 
 
 def test_metrics_and_batch_normalisation(results):
