@@ -1,0 +1,203 @@
+"""vLLM CPU engine, in-process: weight sync vs HF, sampling options, log-probs, sleep/wake memory.
+
+ONE engine for the whole module (start-up costs seconds on 2 cores); tests mutate copies of the HF
+"actor" model and sync them in, so each test begins by syncing the weights it needs.
+"""
+
+import os
+
+import numpy as np
+import psutil
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from rlpost import keys
+from rlpost.protocol import DataProto
+from rlpost.rollout.drift import rollout_probs_diff
+
+R = 8
+
+
+@pytest.fixture(scope="module")
+def setup(tiny_model_dir):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rlpost.rollout import build_rollout
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir, padding_side="left")
+    cfg = OmegaConf.create(
+        dict(
+            name="vllm", dtype="float32", load_format="dummy_dtensor", prompt_length=32, response_length=R,
+            temperature=1.0, top_k=-1, top_p=1.0, do_sample=True, ignore_eos=False, calculate_log_probs=True,
+            max_num_batched_tokens=1024, max_num_seqs=32, free_cache_engine=True, tensor_model_parallel_size=1,
+            val_kwargs=dict(temperature=0, top_k=-1, top_p=1.0, do_sample=False, n=1),
+            engine_kwargs=dict(vllm={}, swap_space=None),
+        )
+    )
+    rollout = build_rollout(cfg, tiny_model_dir, tok, "cpu")
+    actor = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    _perturb(actor, seed=1)  # sharpen the random model so greedy outputs vary with the prompt
+    rollout.update_weights(actor.named_parameters())
+    return rollout, actor, tok, cfg
+
+
+def _perturb(model, seed: int, scale: float = 0.5) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * scale)
+
+
+def _batch(tok, texts, **meta) -> DataProto:
+    enc = tok(texts, return_tensors="pt", padding=True)
+    pos = (enc.attention_mask.cumsum(-1) - 1).clamp(min=0)
+    return DataProto.from_dict(
+        tensors={keys.INPUT_IDS: enc.input_ids, keys.ATTENTION_MASK: enc.attention_mask, keys.POSITION_IDS: pos},
+        non_tensors={keys.UID: np.array([f"u{i}" for i in range(len(texts))], dtype=object)},
+        meta_info={keys.META_EOS_TOKEN_ID: tok.eos_token_id, keys.META_PAD_TOKEN_ID: tok.pad_token_id, **meta},
+    )
+
+
+def _hf_greedy(actor, data: DataProto) -> list[list[int]]:
+    ids, mask = data.batch[keys.INPUT_IDS], data.batch[keys.ATTENTION_MASK]
+    out = actor.generate(input_ids=ids, attention_mask=mask, max_new_tokens=R, do_sample=False, eos_token_id=None,
+                         pad_token_id=0)
+    return out[:, ids.shape[1]:].tolist()
+
+
+PROMPTS = ["What is 12 + 7?", "hi", "assistant\n3 * 4 = 12. #### 12", "system\nYou are"]
+
+
+def test_greedy_after_sync_equals_hf_generate_left_padded(setup):
+    rollout, actor, tok, cfg = setup
+    data = _batch(tok, PROMPTS, do_sample=False)
+    assert len(set(data.batch[keys.ATTENTION_MASK].sum(-1).tolist())) > 1  # prompts of different lengths
+    cfg.ignore_eos = True  # compare all R tokens; EOS handling is tested below
+    try:
+        out = rollout.generate_sequences(data)
+    finally:
+        cfg.ignore_eos = False
+    assert out.batch[keys.RESPONSES].tolist() == _hf_greedy(actor, data)
+    P = data.batch[keys.INPUT_IDS].shape[1]
+    assert out.batch[keys.INPUT_IDS].shape == (4, P + R) and out.batch[keys.RESPONSE_MASK].shape == (4, R)
+    last = data.batch[keys.POSITION_IDS][:, -1:]
+    assert torch.equal(out.batch[keys.POSITION_IDS][:, P:], last + torch.arange(1, R + 1))
+    assert list(out.non_tensor_batch[keys.UID]) == ["u0", "u1", "u2", "u3"]
+    assert rollout.last_sync_s > 0
+
+
+def test_generation_changes_only_after_sync(setup):
+    rollout, actor, tok, _ = setup
+    data = _batch(tok, PROMPTS, do_sample=False)
+    before = rollout.generate_sequences(data).batch[keys.RESPONSES]
+    saved = {k: v.clone() for k, v in actor.state_dict().items()}
+    _perturb(actor, seed=2)
+    try:
+        assert torch.equal(rollout.generate_sequences(data).batch[keys.RESPONSES], before)  # not synced yet
+        rollout.update_weights(actor.named_parameters())
+        assert not torch.equal(rollout.generate_sequences(data).batch[keys.RESPONSES], before)
+    finally:
+        actor.load_state_dict(saved)
+        rollout.update_weights(actor.named_parameters())
+
+
+def test_rollout_log_probs_match_hf_at_temperature_one(setup):
+    rollout, actor, tok, _ = setup
+    data = _batch(tok, PROMPTS * 2)
+    out = rollout.generate_sequences(data)
+    ids, mask = out.batch[keys.INPUT_IDS], out.batch[keys.ATTENTION_MASK]
+    with torch.no_grad():
+        logits = actor(input_ids=ids, attention_mask=mask, position_ids=out.batch[keys.POSITION_IDS]).logits
+    P = data.batch[keys.INPUT_IDS].shape[1]
+    lp = torch.log_softmax(logits[:, P - 1 : -1].float(), -1)
+    actor_lp = lp.gather(-1, out.batch[keys.RESPONSES].unsqueeze(-1)).squeeze(-1)
+    resp_mask = out.batch[keys.RESPONSE_MASK]
+    drift = rollout_probs_diff(out.batch[keys.ROLLOUT_LOG_PROBS], actor_lp, resp_mask)
+    assert resp_mask.sum() > 0
+    assert drift["training/rollout_probs_diff_mean"] < 1e-3  # fp32 engine vs fp32 HF
+    assert drift["training/rollout_probs_diff_max"] < 1e-2
+
+
+def test_n_rows_of_one_prompt_sample_differently_and_val_kwargs_greedy(setup):
+    rollout, _, tok, _ = setup
+    data = _batch(tok, ["hi"] * 6)
+    sampled = rollout.generate_sequences(data).batch[keys.RESPONSES]
+    assert len({tuple(r) for r in sampled.tolist()}) > 1
+    val = rollout.generate_sequences(_batch(tok, ["hi"] * 6, validate=True)).batch[keys.RESPONSES]
+    assert len({tuple(r) for r in val.tolist()}) == 1  # val_kwargs: temperature 0, do_sample False
+    greedy = rollout.generate_sequences(_batch(tok, ["hi"], do_sample=False)).batch[keys.RESPONSES]
+    assert val[0].tolist() == greedy[0].tolist()
+
+
+def test_eos_stops_response_and_masks_the_rest(setup):
+    rollout, _, tok, cfg = setup
+    full = rollout.generate_sequences(_batch(tok, PROMPTS, do_sample=False)).batch[keys.RESPONSES]
+    eos = int(full[0, 2])  # pretend the 3rd greedy token of row 0 is EOS
+    out = rollout.generate_sequences(_batch(tok, PROMPTS, do_sample=False, eos_token_id=eos))
+    row, mask = out.batch[keys.RESPONSES][0], out.batch[keys.RESPONSE_MASK][0]
+    first = full[0].tolist().index(eos)
+    assert row[: first + 1].tolist() == full[0, : first + 1].tolist()
+    assert (row[first + 1 :] == tok.pad_token_id).all()
+    assert mask.tolist() == [1] * (first + 1) + [0] * (R - first - 1)
+    cfg.ignore_eos = True
+    try:
+        cont = rollout.generate_sequences(_batch(tok, PROMPTS, do_sample=False, eos_token_id=eos))
+    finally:
+        cfg.ignore_eos = False
+    assert cont.batch[keys.RESPONSES][0].tolist() == full[0].tolist()  # kept generating past EOS
+    assert cont.batch[keys.RESPONSE_MASK][0].tolist() == mask.tolist()  # but trains only up to it
+
+
+@pytest.mark.timeout(200)
+def test_sleep_wake_sync_cycles_keep_rss_bounded(setup):
+    rollout, actor, tok, _ = setup
+    proc = psutil.Process(os.getpid())
+    data = _batch(tok, PROMPTS * 4)
+    rss = []
+    for _ in range(3):
+        rollout.generate_sequences(data)
+        rollout.sleep()
+        rollout.wake_up()
+        rollout.update_weights(actor.named_parameters())
+        rss.append(proc.memory_info().rss)
+    assert rss[-1] - rss[0] < 64 * 2**20, [r / 2**20 for r in rss]
+
+
+def test_hf_rollout_greedy_equals_vllm_greedy(setup):
+    from rlpost.rollout import build_rollout
+
+    rollout, actor, tok, cfg = setup
+    hf_cfg = OmegaConf.merge(cfg, {"name": "hf"})
+    hf_rollout = build_rollout(hf_cfg, "unused", tok, "cpu", module=actor)
+    data = _batch(tok, PROMPTS, do_sample=False)
+    ref = rollout.generate_sequences(data)
+    out = hf_rollout.generate_sequences(data)
+    for key in (keys.RESPONSES, keys.RESPONSE_MASK, keys.INPUT_IDS, keys.POSITION_IDS, keys.ATTENTION_MASK):
+        assert torch.equal(out.batch[key], ref.batch[key]), key
+    # greedy log-probs: processed scores = raw log-softmax on both sides
+    assert torch.allclose(out.batch[keys.ROLLOUT_LOG_PROBS], ref.batch[keys.ROLLOUT_LOG_PROBS], atol=1e-3)
+    hf_rollout.update_weights(iter(()))  # shares the actor module: a no-op
+    assert hf_rollout.last_sync_s == 0.0
+
+
+def test_engine_kwargs_mapping_and_errors(monkeypatch):
+    from rlpost.rollout.vllm import engine_kwargs
+
+    base = dict(prompt_length=16, response_length=8, load_format="dummy_dtensor", engine_kwargs={"vllm": {"seed": 3}})
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    kw = engine_kwargs(OmegaConf.create(base), "/m", "cpu")
+    assert kw["load_format"] == "dummy" and kw["max_model_len"] == 24 and kw["seed"] == 3 + 3
+    assert kw["logprobs_mode"] == "processed_logprobs" and kw["enable_sleep_mode"] is False
+    assert "distributed_executor_backend" not in kw
+    gpu = engine_kwargs(OmegaConf.create({**base, "tensor_model_parallel_size": 2}), "/m", "cuda")
+    assert gpu["distributed_executor_backend"] == "external_launcher" and gpu["data_parallel_size"] == 2
+    assert gpu["seed"] == 3 + 1  # TP peers (ranks 2, 3) share a seed
+    assert engine_kwargs(OmegaConf.create({**base, "load_format": "hf"}), "/m", "cpu")["load_format"] == "auto"
+    with pytest.raises(ValueError, match="tensor_model_parallel_size=2: vLLM on CPU needs 1"):
+        engine_kwargs(OmegaConf.create({**base, "tensor_model_parallel_size": 2}), "/m", "cpu")
+    with pytest.raises(ValueError, match="load_format='bogus'"):
+        engine_kwargs(OmegaConf.create({**base, "load_format": "bogus"}), "/m", "cpu")
+    with pytest.raises(NotImplementedError, match="not supported yet: .*swap_space"):
+        engine_kwargs(OmegaConf.create({**base, "engine_kwargs": {"swap_space": 4}}), "/m", "cpu")
