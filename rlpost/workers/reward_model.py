@@ -1,0 +1,237 @@
+"""Reward-model worker: a frozen, FSDP2-sharded `AutoModelForSequenceClassification` (one label) that scores
+each (prompt, response) row; the score is placed on the last valid response token as `rm_scores` (B, R).
+
+Config: the `reward_model` group (model.path, model.input_tokenizer, model.fsdp_config, micro_batch_size_per_gpu,
+use_dynamic_bsz, forward_max_token_len_per_gpu, max_length). When `model.input_tokenizer` (the policy's
+tokenizer) differs from the RM's tokenizer, rows are decoded to text, wrapped in the RM's chat template and
+re-tokenised; otherwise the policy's `input_ids` are scored as they are.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+
+from rlpost import keys
+from rlpost.protocol import DataProto
+from rlpost.single_controller.base import Dispatch, Worker, register
+from rlpost.utils.distributed import init_distributed
+from rlpost.utils.fsdp import apply_fsdp2, check_strategy, load_model_to, offload_model, param_dtype
+from rlpost.utils.model import check_model_options, import_external_libs, load_hf_config
+from rlpost.workers.batching import TensorDict, cfg_get, micro_batches
+
+# Pooling id that never occurs in input_ids, so HF's "rightmost non-pad token" pooling takes the last column.
+_NO_PAD_ID = -1
+
+
+def load_reward_model(model_cfg: Any, dtype: torch.dtype) -> torch.nn.Module:
+    """`AutoModelForSequenceClassification` (num_labels=1) of `model_cfg.path`, eval mode, on CPU.
+
+    Raises:
+        ValueError: the checkpoint has no trained classification head (e.g. a plain causal LM), which would
+            otherwise be initialised at random without notice.
+    """
+    from transformers import AutoModelForSequenceClassification
+
+    check_model_options(model_cfg, "reward_model.model")
+    import_external_libs(model_cfg)
+    hf_config = load_hf_config(model_cfg)
+    hf_config.num_labels = 1
+    model, info = AutoModelForSequenceClassification.from_pretrained(
+        model_cfg.path, config=hf_config, dtype=dtype, attn_implementation="sdpa", output_loading_info=True,
+        trust_remote_code=bool(cfg_get(model_cfg, "trust_remote_code", False)))
+    if info.get("missing_keys"):
+        raise ValueError(f"reward_model.model.path={model_cfg.path} is not a sequence-classification checkpoint: "
+                         f"missing {sorted(info['missing_keys'])[:4]}")
+    # Rows are right-aligned before the forward (see `right_align`): the last column is the last real token.
+    model.config.get_text_config().pad_token_id = _NO_PAD_ID
+    return model.eval()
+
+
+def right_align(tensors: TensorDict) -> TensorDict:
+    """Move each row's real tokens (attention_mask == 1) to the right end, keeping their order.
+
+    Args:
+        tensors: `input_ids`, `attention_mask`, `position_ids` (b, T) with any mix of left/right padding.
+
+    Returns:
+        the same keys (b, T), padding on the left only, so column T-1 is every row's last real token.
+    """
+    order = torch.argsort(tensors[keys.ATTENTION_MASK], dim=1, stable=True)
+    return {k: torch.gather(v, 1, order) for k, v in tensors.items()}
+
+
+def keep_last(tensors: TensorDict, max_length: int | None) -> TensorDict:
+    """Truncate right-aligned rows to their last `max_length` tokens (the score is read at the end)."""
+    if max_length is None or tensors[keys.INPUT_IDS].shape[1] <= max_length:
+        return tensors
+    return {k: v[:, -max_length:] for k, v in tensors.items()}
+
+
+def place_on_last_token(scores: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """Scatter per-row scores onto the last valid response token.
+
+    Args:
+        scores: (B,) sequence scores. response_mask: (B, R) 1 on valid response tokens.
+
+    Returns:
+        (B, R) float32, `scores[i]` at the last valid position of row i, zero elsewhere (all zero for an
+        empty response).
+    """
+    out = torch.zeros(response_mask.shape, dtype=torch.float32)
+    lengths = response_mask.sum(dim=-1).long()
+    rows = torch.nonzero(lengths > 0).squeeze(-1)
+    out[rows, lengths[rows] - 1] = scores[rows].float().cpu()
+    return out
+
+
+def same_tokenizer(a: Any, b: Any) -> bool:
+    """True when both tokenizers map text to the same ids and wrap chats the same way."""
+    return a.get_vocab() == b.get_vocab() and getattr(a, "chat_template", None) == getattr(b, "chat_template", None)
+
+
+def rm_chat_texts(data: DataProto, src_tokenizer: Any, rm_tokenizer: Any) -> list[str]:
+    """Each row as the RM's chat-template text: [prompt messages..., assistant response].
+
+    The prompt messages are `raw_prompt` (data.return_raw_chat=True) when present; otherwise the prompt
+    tokens decoded with the policy tokenizer (special tokens dropped) form one user message.
+    Reads `input_ids`, `attention_mask` (B, T), `responses` (B, R), non-tensor `raw_prompt` (optional).
+    """
+    ids, mask = data.batch[keys.INPUT_IDS], data.batch[keys.ATTENTION_MASK].bool()
+    r = data.batch[keys.RESPONSES].shape[1]
+    raw = data.non_tensor_batch.get(keys.RAW_PROMPT)
+    texts = []
+    for i in range(ids.shape[0]):
+        response = src_tokenizer.decode(ids[i, -r:][mask[i, -r:]].tolist(), skip_special_tokens=True)
+        if raw is not None:
+            chat = [dict(m) for m in raw[i]]
+        else:
+            prompt = src_tokenizer.decode(ids[i, :-r][mask[i, :-r]].tolist(), skip_special_tokens=True)
+            chat = [{"role": "user", "content": prompt}]
+        chat.append({"role": "assistant", "content": response})
+        texts.append(rm_tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=False))
+    return texts
+
+
+def tokenize_left_padded(texts: list[str], tokenizer: Any, max_length: int | None) -> TensorDict:
+    """Tokenise (the template already holds any BOS), keep the last `max_length` tokens, pad on the left.
+
+    Returns:
+        `input_ids`, `attention_mask`, `position_ids` (B, L), L = longest kept row.
+    """
+    rows = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    rows = [row[-max_length:] if max_length else row for row in rows]
+    width = max(1, max(len(row) for row in rows))
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
+    mask = torch.zeros(len(rows), width, dtype=torch.long)
+    for i, row in enumerate(rows):
+        if row:
+            ids[i, width - len(row):] = torch.tensor(row, dtype=torch.long)
+            mask[i, width - len(row):] = 1
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    return {keys.INPUT_IDS: ids, keys.ATTENTION_MASK: mask, keys.POSITION_IDS: pos}
+
+
+class RewardModelWorker(Worker):
+    """Scores responses with a learned reward model, colocated with the actor (same process and group).
+
+    Args:
+        config: the `reward_model` group.
+    """
+
+    def __init__(self, config: DictConfig) -> None:
+        super().__init__()
+        self.config = copy.deepcopy(config)
+        self._check_options()
+        init_distributed(self.device)
+        self.module: torch.nn.Module | None = None
+        self.tokenizer = self.input_tokenizer = None
+        self.retemplate = False
+
+    def _check_options(self) -> None:
+        cfg, model_cfg = self.config, self.config.model
+        check_strategy(str(cfg_get(cfg, "strategy", "fsdp2")), "reward_model")
+        if cfg_get(model_cfg, "use_remove_padding", False):
+            # A sequence-classification head pools one position per row; a packed row holds many sequences.
+            raise NotImplementedError("not supported yet: reward_model.model.use_remove_padding=True (only False)")
+        if cfg_get(cfg_get(model_cfg, "fsdp_config"), "forward_prefetch", False):
+            raise NotImplementedError("not supported yet: reward_model.model.fsdp_config.forward_prefetch=True")
+        micro = cfg_get(cfg, "micro_batch_size_per_gpu", 1)
+        if not cfg_get(cfg, "use_dynamic_bsz", False) and int(micro) <= 0:
+            raise ValueError(f"reward_model.micro_batch_size_per_gpu={micro} must be > 0 (e.g. 1)")
+        max_length = cfg_get(cfg, "max_length", None)
+        if max_length is not None and int(max_length) <= 0:
+            raise ValueError(f"reward_model.max_length={max_length} must be > 0 or null")
+
+    def _load_tokenizers(self) -> None:
+        """RM and policy tokenizers, only when `input_tokenizer` is set; decides whether to re-template."""
+        from transformers import AutoTokenizer
+
+        model_cfg = self.config.model
+        src = cfg_get(model_cfg, "input_tokenizer", None)
+        if src is None:
+            return
+        trust = bool(cfg_get(model_cfg, "trust_remote_code", False))
+        self.tokenizer = AutoTokenizer.from_pretrained(model_cfg.path, trust_remote_code=trust)
+        if os.path.realpath(os.path.expanduser(str(src))) == os.path.realpath(os.path.expanduser(model_cfg.path)):
+            return
+        self.input_tokenizer = AutoTokenizer.from_pretrained(src, trust_remote_code=trust)
+        self.retemplate = not same_tokenizer(self.input_tokenizer, self.tokenizer)
+        if self.retemplate and not getattr(self.tokenizer, "chat_template", None):
+            raise ValueError(f"reward_model.model.path={model_cfg.path}: its tokenizer has no chat template, needed "
+                             f"to re-wrap rows of input_tokenizer={src}; set input_tokenizer=null to score as is")
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        """Load the RM (`param_dtype` of fsdp_config: fp32 on CPU, bf16 on CUDA), shard it, offload if asked."""
+        self._load_tokenizers()
+        fsdp_cfg = self.config.model.fsdp_config
+        self.module = load_reward_model(self.config.model, param_dtype(fsdp_cfg, self.device))
+        apply_fsdp2(self.module, fsdp_cfg, self.device, trainable=False)
+        if cfg_get(fsdp_cfg, "param_offload", False):
+            offload_model(self.module)
+
+    def _rm_inputs(self, data: DataProto) -> TensorDict:
+        """The rows as RM input (B, L), padding on the left, at most `max_length` tokens each."""
+        max_length = cfg_get(self.config, "max_length", None)
+        max_length = int(max_length) if max_length is not None else None
+        if self.retemplate:
+            texts = rm_chat_texts(data, self.input_tokenizer, self.tokenizer)
+            return tokenize_left_padded(texts, self.tokenizer, max_length)
+        tensors = {k: data.batch[k] for k in (keys.INPUT_IDS, keys.ATTENTION_MASK, keys.POSITION_IDS)}
+        return keep_last(right_align(tensors), max_length)
+
+    @torch.no_grad()
+    def _scores(self, inputs: TensorDict) -> torch.Tensor:
+        """(B,) float32 logits at each row's last real token, micro-batched like the critic's forward."""
+        cfg = self.config
+        micros, rev = micro_batches(inputs, int(cfg_get(cfg, "micro_batch_size_per_gpu", 1)),
+                                    bool(cfg_get(cfg, "use_dynamic_bsz", False)),
+                                    int(cfg_get(cfg, "forward_max_token_len_per_gpu", 0)))
+        out = []
+        for mb in micros:
+            mb = {k: v.to(self.device) for k, v in mb.items()}
+            logits = self.module(input_ids=mb[keys.INPUT_IDS], attention_mask=mb[keys.ATTENTION_MASK],
+                                 position_ids=mb[keys.POSITION_IDS], use_cache=False).logits
+            out.append(logits[:, 0].float().cpu())
+        scores = torch.cat(out)
+        return scores[rev] if rev is not None else scores
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute_rm_score(self, data: DataProto) -> DataProto:
+        """Reads `input_ids`, `attention_mask`, `position_ids` (B, T), `responses` (B, R), non-tensor
+        `raw_prompt` (re-templating only); writes `rm_scores` (B, R): the score on the last response token."""
+        fsdp_cfg = self.config.model.fsdp_config
+        inputs = self._rm_inputs(data)
+        if cfg_get(fsdp_cfg, "param_offload", False):
+            load_model_to(self.module, self.device)
+        scores = self._scores(inputs)
+        if cfg_get(fsdp_cfg, "param_offload", False):
+            offload_model(self.module)
+        r = data.batch[keys.RESPONSES].shape[1]
+        rm = place_on_last_token(scores, data.batch[keys.ATTENTION_MASK][:, -r:])
+        return DataProto.from_dict(tensors={keys.RM_SCORES: rm})

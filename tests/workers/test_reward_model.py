@@ -1,0 +1,266 @@
+"""RewardModelWorker: scores equal a plain HF forward (direct, dynamic bsz, truncated, re-templated, offloaded)
+on 2 gloo ranks; pure helpers; option errors; the trainer returns rm_scores instead of running the rule."""
+
+from __future__ import annotations
+
+import textwrap
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from rlpost import keys
+from rlpost.protocol import DataProto
+from _fsdp_helpers import R, fsdp_cfg, make_batch, spawn
+
+# A chat template unlike the policy's ChatML, so re-templated inputs are recognisable.
+RM_TEMPLATE = ("{% for m in messages %}{{ '### ' + m['role'] + ':\n' + m['content'] + '\n' }}{% endfor %}"
+               "{{ '### end' }}")
+ATOL = 1e-4  # fp32 on CPU: batched/padded/sharded vs single unpadded rows differ by ~1e-6
+
+
+def rm_config(rm_dir: str, input_tokenizer: str | None = None, **over):
+    cfg = {
+        "enable": True, "strategy": "fsdp2", "micro_batch_size_per_gpu": 3, "max_length": None,
+        "use_dynamic_bsz": False, "forward_max_token_len_per_gpu": 16,
+        "model": {"input_tokenizer": input_tokenizer, "path": rm_dir, "external_lib": None, "use_shm": False,
+                  "use_remove_padding": False, "use_fused_kernels": False, "trust_remote_code": False,
+                  "fsdp_config": fsdp_cfg(forward_prefetch=False)},
+    }
+    return OmegaConf.merge(OmegaConf.create(cfg), OmegaConf.create(over))
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    """(rm_dir, policy_dir): a tiny Qwen2ForSequenceClassification with RM_TEMPLATE, and a ChatML tokenizer."""
+    from transformers import Qwen2Config, Qwen2ForSequenceClassification
+
+    from rlpost.utils.tiny_model import build_tokenizer
+
+    policy_dir = str(tmp_path_factory.mktemp("policy_tok"))
+    build_tokenizer(policy_dir)
+    rm_dir = str(tmp_path_factory.mktemp("rm"))
+    tok = build_tokenizer(rm_dir)
+    tok.chat_template = RM_TEMPLATE
+    tok.save_pretrained(rm_dir)
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=len(tok), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, head_dim=64, num_labels=1,
+                         pad_token_id=tok.pad_token_id, tie_word_embeddings=False)
+    model = Qwen2ForSequenceClassification(config)
+    with torch.no_grad():
+        model.score.weight.normal_(0.0, 1.0)  # O(1) scores that differ between rows
+    model.save_pretrained(rm_dir)
+    return rm_dir, policy_dir
+
+
+def _share(batch: dict, rank: int, world: int) -> DataProto:
+    n = next(iter(batch.values())).shape[0] // world
+    return DataProto.from_dict(tensors={k: v[rank * n:(rank + 1) * n].clone() for k, v in batch.items()})
+
+
+def _gather(t: torch.Tensor) -> torch.Tensor:
+    import torch.distributed as dist
+
+    parts = [torch.zeros_like(t) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, t.contiguous())
+    return torch.cat(parts)
+
+
+def _run(rank: int, rm_dir: str, policy_dir: str, vocab: int, tmp: str) -> None:
+    from rlpost.workers.reward_model import RewardModelWorker
+
+    batch, world, res = make_batch(vocab), 2, {}
+
+    def score(w):
+        return _gather(w.compute_rm_score(_share(batch, rank, world)).batch[keys.RM_SCORES])
+
+    w = RewardModelWorker(rm_config(rm_dir))
+    w.init_model()
+    res["direct"] = score(w)
+    w.config.use_dynamic_bsz = True
+    res["dynamic"] = score(w)
+    w.config.use_dynamic_bsz, w.config.max_length = False, 4
+    res["truncated"] = score(w)
+    w2 = RewardModelWorker(rm_config(rm_dir, input_tokenizer=policy_dir,
+                                     model={"fsdp_config": fsdp_cfg(param_offload=True)}))
+    w2.init_model()
+    res["retemplate"] = w2.retemplate
+    res["retemplated"] = score(w2)
+    res["retemplated_again"] = score(w2)  # after an offload/onload cycle
+    if rank == 0:
+        torch.save(res, f"{tmp}/res.pt")
+
+
+@pytest.fixture(scope="module")
+def results(dirs, tmp_path_factory):
+    from transformers import AutoTokenizer
+
+    rm_dir, policy_dir = dirs
+    tmp = str(tmp_path_factory.mktemp("rm_run"))
+    vocab = len(AutoTokenizer.from_pretrained(policy_dir))
+    spawn(_run, (rm_dir, policy_dir, vocab, tmp), tmp)
+    return torch.load(f"{tmp}/res.pt"), make_batch(vocab)
+
+
+def _hf_scores(rm_dir: str, rows: list[list[int]]) -> torch.Tensor:
+    """Reference: plain HF forward of each row alone (no padding)."""
+    from transformers import AutoModelForSequenceClassification
+
+    model = AutoModelForSequenceClassification.from_pretrained(rm_dir, dtype=torch.float32).eval()
+    with torch.no_grad():
+        return torch.stack([model(input_ids=torch.tensor([r])).logits[0, 0] for r in rows])
+
+
+def _real_rows(batch: dict, keep: int | None = None) -> list[list[int]]:
+    ids, mask = batch[keys.INPUT_IDS], batch[keys.ATTENTION_MASK].bool()
+    rows = [ids[i][mask[i]].tolist() for i in range(ids.shape[0])]
+    return [r[-keep:] for r in rows] if keep else rows
+
+
+def _placed(scores: torch.Tensor, batch: dict) -> torch.Tensor:
+    out = torch.zeros(batch[keys.RESPONSES].shape)
+    for i, n in enumerate(batch[keys.RESPONSE_MASK].sum(-1).tolist()):
+        out[i, n - 1] = scores[i]
+    return out
+
+
+@pytest.mark.timeout(280)
+def test_scores_equal_plain_hf_forward_on_last_response_token(results, dirs):
+    res, batch = results
+    ref = _hf_scores(dirs[0], _real_rows(batch))
+    assert ref.std() > 0.1  # rows score differently, so a wrong pooling position would show
+    out = res["direct"]
+    assert out.shape == (8, R) and out.dtype == torch.float32
+    assert torch.allclose(out, _placed(ref, batch), atol=ATOL)
+    assert (out != 0).sum() == 8  # one non-zero per row, on its last response token
+    assert torch.allclose(res["dynamic"], out, atol=ATOL)
+
+
+@pytest.mark.timeout(280)
+def test_max_length_keeps_the_last_tokens(results, dirs):
+    res, batch = results
+    ref = _hf_scores(dirs[0], _real_rows(batch, keep=4))
+    assert torch.allclose(res["truncated"], _placed(ref, batch), atol=ATOL)
+    assert not torch.allclose(res["truncated"], res["direct"], atol=ATOL)
+
+
+@pytest.mark.timeout(280)
+def test_different_tokenizer_retemplates_and_scores(results, dirs):
+    from transformers import AutoTokenizer
+
+    res, batch = results
+    rm_dir, policy_dir = dirs
+    src, rm_tok = AutoTokenizer.from_pretrained(policy_dir), AutoTokenizer.from_pretrained(rm_dir)
+    assert res["retemplate"] is True
+    ids, mask = batch[keys.INPUT_IDS], batch[keys.ATTENTION_MASK].bool()
+    rows = []
+    for i in range(8):
+        prompt = src.decode(ids[i, :-R][mask[i, :-R]].tolist(), skip_special_tokens=True)
+        response = src.decode(ids[i, -R:][mask[i, -R:]].tolist(), skip_special_tokens=True)
+        text = f"### user:\n{prompt}\n### assistant:\n{response}\n### end"
+        rows.append(rm_tok(text, add_special_tokens=False)["input_ids"])
+    expected = _placed(_hf_scores(rm_dir, rows), batch)
+    assert torch.allclose(res["retemplated"], expected, atol=ATOL)
+    assert torch.equal(res["retemplated_again"], res["retemplated"])
+    assert not torch.allclose(res["retemplated"], res["direct"], atol=ATOL)
+
+
+def _chat_batch(src) -> DataProto:
+    """One row: ChatML prompt 'What is 2 + 3?' (left-padded) and response '#### 5<|im_end|>' (right-padded)."""
+    prompt = src.apply_chat_template([{"role": "user", "content": "What is 2 + 3?"}], tokenize=True,
+                                     add_generation_prompt=True, return_dict=False)
+    resp = src("#### 5", add_special_tokens=False)["input_ids"] + [src.eos_token_id]
+    p_ids = torch.tensor([[0, 0] + list(prompt)])
+    r_ids = torch.tensor([resp + [0, 0]])
+    mask = torch.cat([(p_ids != 0), torch.tensor([[1] * len(resp) + [0, 0]]).bool()], dim=1).long()
+    tensors = {keys.INPUT_IDS: torch.cat([p_ids, r_ids], 1), keys.ATTENTION_MASK: mask,
+               keys.POSITION_IDS: (mask.cumsum(-1) - 1).clamp(min=0), keys.RESPONSES: r_ids}
+    return DataProto.from_dict(tensors=tensors)
+
+
+def test_rm_chat_texts_use_the_rm_template(dirs):
+    from transformers import AutoTokenizer
+
+    from rlpost.workers.reward_model import rm_chat_texts, same_tokenizer, tokenize_left_padded
+
+    src, rm_tok = AutoTokenizer.from_pretrained(dirs[1]), AutoTokenizer.from_pretrained(dirs[0])
+    assert same_tokenizer(src, AutoTokenizer.from_pretrained(dirs[1])) and not same_tokenizer(src, rm_tok)
+    data = _chat_batch(src)
+    (text,) = rm_chat_texts(data, src, rm_tok)
+    assert text.startswith("### user:\n") and "What is 2 + 3?" in text
+    assert text.endswith("### assistant:\n#### 5\n### end") and "<|im_start|>" not in text
+    data.non_tensor_batch[keys.RAW_PROMPT] = np.array(
+        [[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2 + 3?"}]], dtype=object)
+    (text,) = rm_chat_texts(data, src, rm_tok)
+    assert text == "### system:\nBe brief.\n### user:\nWhat is 2 + 3?\n### assistant:\n#### 5\n### end"
+    full = tokenize_left_padded([text, "### end"], rm_tok, None)
+    assert rm_tok.decode(full[keys.INPUT_IDS][0]) == text
+    assert full[keys.ATTENTION_MASK][1].sum() < full[keys.ATTENTION_MASK][0].sum()
+    assert full[keys.ATTENTION_MASK][1, -1] == 1 and full[keys.ATTENTION_MASK][1, 0] == 0  # left padding
+    cut = tokenize_left_padded([text], rm_tok, 5)
+    assert cut[keys.INPUT_IDS].tolist() == [full[keys.INPUT_IDS][0, -5:].tolist()]  # the end is kept
+
+
+def test_right_align_keep_last_and_placement():
+    from rlpost.workers.reward_model import keep_last, place_on_last_token, right_align
+
+    ids = torch.tensor([[0, 7, 8, 9, 0], [4, 5, 0, 0, 0]])
+    mask = (ids != 0).long()
+    pos = torch.tensor([[0, 0, 1, 2, 2], [0, 1, 1, 1, 1]])
+    out = right_align({keys.INPUT_IDS: ids, keys.ATTENTION_MASK: mask, keys.POSITION_IDS: pos})
+    assert out[keys.INPUT_IDS].tolist() == [[0, 0, 7, 8, 9], [0, 0, 0, 4, 5]]
+    assert out[keys.POSITION_IDS].tolist() == [[0, 2, 0, 1, 2], [1, 1, 1, 0, 1]]
+    assert keep_last(out, 2)[keys.INPUT_IDS].tolist() == [[8, 9], [4, 5]]
+    placed = place_on_last_token(torch.tensor([1.5, -2.0, 3.0]), torch.tensor([[1, 1, 0], [1, 1, 1], [0, 0, 0]]))
+    assert placed.tolist() == [[0.0, 1.5, 0.0], [0.0, 0.0, -2.0], [0.0, 0.0, 0.0]]
+
+
+@pytest.mark.parametrize("over, err, match", [
+    ({"model": {"use_remove_padding": True}}, NotImplementedError,
+     "not supported yet: reward_model.model.use_remove_padding"),
+    ({"strategy": "megatron"}, NotImplementedError, "reward_model.strategy"),
+    ({"model": {"fsdp_config": {"forward_prefetch": True}}}, NotImplementedError, "forward_prefetch"),
+    ({"micro_batch_size_per_gpu": 0}, ValueError, "reward_model.micro_batch_size_per_gpu=0"),
+    ({"max_length": 0}, ValueError, "reward_model.max_length=0"),
+])
+def test_unsupported_and_invalid_options_raise(over, err, match):
+    from rlpost.workers.reward_model import RewardModelWorker
+
+    cfg = rm_config("unused", **over)
+    with pytest.raises(err, match=match):
+        RewardModelWorker(cfg)  # raises before any process group starts
+
+
+def test_a_causal_lm_is_refused_as_reward_model(tiny_model_dir):
+    from rlpost.workers.reward_model import load_reward_model
+
+    with pytest.raises(ValueError, match="not a sequence-classification checkpoint: missing .*score"):
+        load_reward_model(rm_config(tiny_model_dir).model, torch.float32)
+
+
+def test_trainer_uses_rm_scores_instead_of_the_rule(tmp_path, dirs):
+    """`RayPPOTrainer._compute_reward` with an RM group: token_level_scores are the RM's rm_scores."""
+    from transformers import AutoTokenizer
+
+    from rlpost.reward import load_reward_manager
+    from rlpost.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    rule = tmp_path / "rule.py"
+    rule.write_text(textwrap.dedent("""
+        def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+            raise AssertionError("rule must not run when rm_scores exist")
+    """))
+    cfg = OmegaConf.create({"reward_model": {"reward_manager": "naive"}, "data": {"reward_fn_key": "data_source"},
+                            "custom_reward_function": {"path": str(rule), "name": "compute_score"}})
+    tok = AutoTokenizer.from_pretrained(dirs[1])
+    data = _chat_batch(tok)
+    rm = torch.tensor([[0.0, 0.0, 2.5, 0.0, 0.0]])
+    rm_group = SimpleNamespace(compute_rm_score=lambda b: DataProto.from_dict(tensors={keys.RM_SCORES: rm}))
+    fake = SimpleNamespace(workers=SimpleNamespace(reward_model=rm_group),
+                           reward_fn=load_reward_manager(cfg, tok))
+    extra = RayPPOTrainer._compute_reward(fake, data)
+    assert extra == {}
+    assert torch.equal(data.batch[keys.TOKEN_LEVEL_SCORES], rm) and keys.RM_SCORES in data.batch
