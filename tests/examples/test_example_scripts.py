@@ -77,6 +77,7 @@ def dry_run(overrides: list[str]) -> tuple[DictConfig, str]:
 
 
 def keys_of(overrides: list[str]) -> set[str]:
+    """The config keys set by `overrides` (`a.b=v` -> `a.b`)."""
     return {o.split("=", 1)[0] for o in overrides}
 
 
