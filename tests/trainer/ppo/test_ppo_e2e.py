@@ -1,0 +1,87 @@
+"""End to end: `python -m rlpost.trainer.main_ppo` on CPU with 2 worker processes, the real vLLM CPU engine,
+real Ray and FSDP2 over gloo, a tiny model and the synthetic arithmetic data. Each run trains 3 steps."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+
+REQUIRED = [
+    "critic/score/mean", "critic/rewards/mean", "critic/advantages/mean", "critic/advantages/max",
+    "response_length/mean", "response_length/max", "response_length/clip_ratio", "prompt_length/mean",
+    "perf/throughput", "perf/time_per_step", "actor/pg_loss", "actor/entropy", "actor/grad_norm", "actor/lr",
+    "actor/pg_clipfrac", "actor/ppo_kl", "timing_s/gen", "timing_s/reward", "timing_s/old_log_prob",
+    "timing_s/adv", "timing_s/update_actor", "timing_s/update_weights", "timing_s/step",
+]
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory, tiny_model_dir):
+    root = tmp_path_factory.mktemp("ppo_e2e")
+    data = root / "data"
+    subprocess.run([sys.executable, "examples/data_preprocess/arith.py", "--local_dir", str(data),
+                    "--train_size", "64", "--test_size", "8"], check=True, capture_output=True)
+    return {"model": tiny_model_dir, "data": data, "root": root}
+
+
+def run_main_ppo(ws, name: str, *overrides: str) -> list[dict]:
+    out = ws["root"] / name
+    cmd = [
+        sys.executable, "-m", "rlpost.trainer.main_ppo",
+        f"data.train_files={ws['data'] / 'train.parquet'}", f"data.val_files={ws['data'] / 'test.parquet'}",
+        "data.train_batch_size=4", "data.max_prompt_length=32", "data.max_response_length=8",
+        f"actor_rollout_ref.model.path={ws['model']}",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.actor.optim.lr=1e-4",
+        "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4",
+        "trainer.device=cpu", "trainer.n_gpus_per_node=2", "trainer.total_training_steps=3",
+        "trainer.test_freq=3", "trainer.save_freq=-1", "trainer.logger=[console]", "ray_init.num_cpus=2",
+        f"trainer.default_local_dir={out}", *overrides,
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=540)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def check_metrics(rows: list[dict], extra: tuple[str, ...] = ()) -> None:
+    train = [r for r in rows if "timing_s/step" in r]
+    assert [r["step"] for r in train] == [1, 2, 3]
+    for row in train:
+        for key in REQUIRED + list(extra):
+            assert key in row, f"{key} missing at step {row['step']}"
+            assert isinstance(row[key], (int, float)) and math.isfinite(row[key]), (key, row[key])
+    assert any(k.startswith("val-core/rlpost/arith/reward/mean@") for k in train[-1]), "validation did not run"
+
+
+def test_grpo_with_kl_loss(workspace):
+    rows = run_main_ppo(workspace, "grpo", "algorithm.adv_estimator=grpo",
+                        "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_coef=0.01",
+                        "actor_rollout_ref.rollout.calculate_log_probs=true")
+    check_metrics(rows, ("actor/kl_loss", "timing_s/ref", "training/rollout_probs_diff_mean",
+                         "training/rollout_probs_diff_max"))
+    assert rows[-1]["training/rollout_probs_diff_mean"] < 0.05
+
+
+def test_ppo_gae_with_critic(workspace):
+    rows = run_main_ppo(workspace, "gae", "algorithm.adv_estimator=gae", f"critic.model.path={workspace['model']}",
+                        "critic.ppo_mini_batch_size=2", "critic.ppo_micro_batch_size_per_gpu=2",
+                        "critic.forward_micro_batch_size_per_gpu=4", "critic.optim.lr=1e-4")
+    check_metrics(rows, ("critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean", "critic/grad_norm",
+                         "critic/lr", "critic/values/mean", "timing_s/values", "timing_s/update_critic"))
+
+
+@pytest.mark.parametrize("estimator", ["rloo", "reinforce_plus_plus"])
+def test_outcome_estimators(workspace, estimator):
+    check_metrics(run_main_ppo(workspace, estimator, f"algorithm.adv_estimator={estimator}"))
+
+
+def test_grpo_with_hf_rollout(workspace):
+    rows = run_main_ppo(workspace, "hf", "algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.name=hf")
+    check_metrics(rows)
