@@ -1,0 +1,247 @@
+"""One GRPO step through rlpost's own FSDP2 worker and vLLM engine, against the bare limits of the same GPU.
+
+    python scripts/bench_grpo_step.py --prompts 64 128 --n 8       # on a GPU host (docs/benchmarks.md)
+
+First runs `scripts/bench_limits.py` in a subprocess (fresh CUDA context, same GPU, same model and batch),
+then builds `ActorRolloutRefWorker(role="actor_rollout_ref")` from the package's `ppo_trainer` config
+(GRPO, KL loss against the reference, ignore_eos, CUDA graphs) and runs the phases of
+`RayPPOTrainer.train_step` on it, each timed under the trainer's name: gen, reward (synthetic),
+old_log_prob, ref, adv, update_actor (which includes update_weights, reported apart). The worker is
+called directly, without Ray: on one GPU the trainer's Ray hop only moves the batch between processes.
+Writes `benchmarks/results/grpo_step_<device>.json` with the phase times, tokens/s and the target ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.append(str(REPO))  # after PYTHONPATH: a snapshot of rlpost put there wins
+sys.path.append(str(REPO / "scripts"))
+
+import bench_limits  # noqa: E402
+
+from rlpost import keys  # noqa: E402
+from rlpost.protocol import DataProto  # noqa: E402
+
+# Targets of issue 9: limit time / rlpost time (>=) per phase, and step time / sum of limits (<=).
+TARGETS = {"gen": 0.90, "old_log_prob": 0.60, "ref": 0.60, "update_actor": 0.85, "update_weights": 0.90,
+           "step_over_sum_limits_max": 1.5}
+
+
+def grpo_config(model_dir: Path, args: argparse.Namespace, world: int = 1):
+    """The package's composed `ppo_trainer` config with the benchmark's overrides."""
+    from hydra import compose, initialize_config_module
+
+    over = [
+        f"actor_rollout_ref.model.path={model_dir}", "actor_rollout_ref.model.enable_gradient_checkpointing="
+        f"{bool(args.grad_ckpt)}", f"data.max_prompt_length={args.prompt_len}",
+        f"data.max_response_length={args.response_len}", "algorithm.adv_estimator=grpo",
+        f"actor_rollout_ref.rollout.n={args.n}", "actor_rollout_ref.rollout.ignore_eos=true",
+        f"actor_rollout_ref.rollout.enforce_eager={args.enforce_eager}",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        f"actor_rollout_ref.rollout.gpu_memory_utilization={args.gpu_memory_utilization}",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={args.fwd_micro}",
+        f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={args.fwd_micro}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={args.mini_prompts}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={args.train_micro}",
+        "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_type=low_var_kl",
+        f"trainer.n_gpus_per_node={world}", *args.override,
+    ]
+    with initialize_config_module(config_module="rlpost.trainer.config", version_base=None):
+        return compose(config_name="ppo_trainer", overrides=over)
+
+
+def start_worker(cfg: Any, device: str):
+    """An `ActorRolloutRefWorker` in this process (rank 0 of 1), models and engine built."""
+    from rlpost.workers.fsdp_workers import ActorRolloutRefWorker
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for key, val in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                     "MASTER_PORT": str(port), "RLPOST_DEVICE": device}.items():
+        os.environ.setdefault(key, val)
+    worker = ActorRolloutRefWorker(cfg.actor_rollout_ref, role="actor_rollout_ref")
+    worker.init_model()
+    return worker
+
+
+@contextmanager
+def timer(name: str, timing: dict[str, float]) -> Iterator[None]:
+    """Wall time of the block, device work included (synchronises before reading the clock)."""
+    start = time.perf_counter()
+    yield
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    timing[name] = timing.get(name, 0.0) + time.perf_counter() - start
+
+
+def prompt_batch(prompts: torch.Tensor, n: int) -> DataProto:
+    """Left-padded (here: unpadded, fixed-length) prompts with a uid, repeated n times like the trainer."""
+    b, p = prompts.shape
+    batch = DataProto.from_dict(
+        tensors={keys.INPUT_IDS: prompts, keys.ATTENTION_MASK: torch.ones(b, p, dtype=torch.long),
+                 keys.POSITION_IDS: torch.arange(p).expand(b, p).clone()},
+        non_tensors={keys.UID: np.array([str(uuid.uuid4()) for _ in range(b)], dtype=object)})
+    return batch.repeat(n, interleave=True)
+
+
+def grpo_step(worker: Any, prompts: torch.Tensor, n: int) -> dict[str, float]:
+    """One GRPO step (phases and names of `RayPPOTrainer.train_step`); returns seconds per phase."""
+    from rlpost.trainer.ppo.core_algos import compute_advantage
+
+    timing: dict[str, float] = {}
+    with timer("step", timing):
+        gen_in = prompt_batch(prompts, n)
+        gen_in.meta_info.update({keys.META_DO_SAMPLE: True, keys.META_VALIDATE: False})
+        with timer("gen", timing):
+            batch = worker.generate_sequences(gen_in)
+        # WORKAROUND: the worker feeds batch tensors to the model where they are (rlpost/workers/actor.py
+        # does not move them to the device), so CPU tensors meet CUDA logits; move the batch here.
+        batch = batch.to(worker.device)
+        with timer("reward", timing):  # synthetic score on the last response token
+            mask = batch.batch[keys.RESPONSE_MASK]
+            scores = torch.zeros(mask.shape, device=mask.device)
+            scores[:, -1] = (batch.batch[keys.RESPONSES] % 7 == 0).float().mean(-1)
+            batch.batch[keys.TOKEN_LEVEL_SCORES] = scores
+        with timer("old_log_prob", timing):
+            out = worker.compute_log_prob(batch)
+            out.batch.pop(keys.ENTROPYS, None)
+            batch = batch.union(out)
+        with timer("ref", timing):
+            batch = batch.union(worker.compute_ref_log_prob(batch))
+        with timer("adv", timing):
+            batch.batch[keys.TOKEN_LEVEL_REWARDS] = scores
+            adv, ret = compute_advantage(scores, mask, "grpo", index=batch.non_tensor_batch[keys.UID])
+            batch.batch[keys.ADVANTAGES], batch.batch[keys.RETURNS] = adv, ret
+        with timer("update_actor", timing):
+            metrics = worker.update_actor(batch).meta_info[keys.META_METRICS]
+    timing["update_weights"] = float(metrics["timing_s/update_weights"])
+    timing["update_actor_only"] = timing["update_actor"] - timing["update_weights"]
+    assert batch.batch[keys.RESPONSES].shape == (len(prompts) * n, worker.config.rollout.response_length)
+    return timing
+
+
+def ratios(step: dict[str, float], lim: dict[str, Any], reload_s: float) -> dict[str, float]:
+    """limit time / rlpost time per phase (>= target is good); step / sum of limits (<= 1.5 is good)."""
+    return {
+        "gen": lim["gen"]["s"] / step["gen"],
+        "old_log_prob": lim["fwd"]["s"] / step["old_log_prob"],
+        "ref": lim["fwd"]["s"] / step["ref"],
+        "update_actor": lim["train"]["s"] / step["update_actor_only"],
+        "update_weights": reload_s / step["update_weights"],
+        "step_over_sum_limits": step["step"] / lim["sum_limits_s"],
+    }
+
+
+def run_limits(args: argparse.Namespace, model_dir: Path, out: Path) -> dict[str, Any]:
+    """bench_limits.py in a subprocess with the same model, batch and micro-batch sizes."""
+    cmd = [sys.executable, str(REPO / "scripts" / "bench_limits.py"), "--model-dir", str(model_dir),
+           "--json-out", str(out), "--n", str(args.n), "--prompt-len", str(args.prompt_len),
+           "--response-len", str(args.response_len), "--fwd-micro", str(args.fwd_micro),
+           "--train-micro", str(args.train_micro), "--mini-prompts", str(args.mini_prompts),
+           "--grad-ckpt", str(args.grad_ckpt), "--gpu-memory-utilization", str(args.gpu_memory_utilization),
+           "--prompts", *map(str, args.prompts)]
+    subprocess.run(cmd, check=True)
+    return json.loads(out.read_text())
+
+
+def parse_args() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--prompts", type=int, nargs="+", default=[64, 128])
+    ap.add_argument("--n", type=int, default=8)
+    ap.add_argument("--prompt-len", type=int, default=512)
+    ap.add_argument("--response-len", type=int, default=512)
+    ap.add_argument("--fwd-micro", type=int, default=16)
+    ap.add_argument("--train-micro", type=int, default=8)
+    ap.add_argument("--mini-prompts", type=int, default=64)
+    ap.add_argument("--grad-ckpt", type=int, default=1)
+    ap.add_argument("--gpu-memory-utilization", type=float, default=0.5)
+    ap.add_argument("--enforce-eager", type=lambda s: s.lower() in ("1", "true"), default=False)
+    ap.add_argument("--warmup-prompts", type=int, default=None,
+                    help="prompts of the untimed first step (default: one mini-batch)")
+    ap.add_argument("--limits-json", type=Path, default=None,
+                    help="limits from bench_limits.py run just before on the same GPU (same flags)")
+    ap.add_argument("--skip-limits", action="store_true", help="rlpost step only (e.g. on CPU)")
+    ap.add_argument("--tiny", action="store_true", help="tiny model instead of Qwen2.5-0.5B (smoke test)")
+    ap.add_argument("--override", nargs="*", default=[], help="extra Hydra overrides")
+    ap.add_argument("--out-dir", type=Path, default=None, help="default benchmarks/results")
+    ap.add_argument("--json-out", type=Path, default=None)
+    return ap.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.tiny:
+            from rlpost.utils.tiny_model import build_tiny_model
+
+            model_dir = build_tiny_model(Path(tmp) / "tiny")
+        else:
+            model_dir = bench_limits.build_model(Path(tmp) / "qwen05_random")
+        out_dir = args.out_dir or REPO / "benchmarks" / "results"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        lim_path = out_dir / f"limits_{bench_limits.device_slug()}.json"
+        if args.limits_json is not None:  # measured earlier on this same machine and GPU
+            limits = json.loads(args.limits_json.read_text())
+        else:
+            limits = None if args.skip_limits else run_limits(args, model_dir, lim_path)
+        start = time.perf_counter()
+        worker = start_worker(grpo_config(model_dir, args), device)
+        res: dict[str, Any] = {"env": bench_limits.env_info(), "args": {k: str(v) for k, v in vars(args).items()},
+                               "worker_init_s": time.perf_counter() - start, "targets": TARGETS, "per_batch": {}}
+        from transformers import AutoConfig
+
+        vocab = min(150000, AutoConfig.from_pretrained(model_dir).vocab_size)
+        warm = args.warmup_prompts or args.mini_prompts
+        grpo_step(worker, bench_limits.random_prompts(warm, args.prompt_len, 1, high=vocab), args.n)
+        for n_prompts in args.prompts:
+            prompts = bench_limits.random_prompts(n_prompts, args.prompt_len, seed=n_prompts, high=vocab)
+            step = grpo_step(worker, prompts, args.n)
+            rows = n_prompts * args.n
+            entry: dict[str, Any] = {"step_s": step, "tokens_per_s": {
+                "gen": rows * args.response_len / step["gen"],
+                "old_log_prob": rows * (args.prompt_len + args.response_len) / step["old_log_prob"],
+                "ref": rows * (args.prompt_len + args.response_len) / step["ref"],
+                "update_actor": rows * (args.prompt_len + args.response_len) / step["update_actor_only"],
+                "step": rows * (args.prompt_len + args.response_len) / step["step"]}}
+            if limits is not None:
+                lim = limits["per_batch"][str(n_prompts)]
+                entry["limits"] = lim
+                entry["ratios"] = ratios(step, lim, limits["reload"]["s"])
+            res["per_batch"][str(n_prompts)] = entry
+            print(f"[grpo] {n_prompts}x{args.n}: " + " ".join(f"{k}={v:.2f}s" for k, v in step.items()), flush=True)
+            if "ratios" in entry:
+                print(f"[grpo] ratios: " + " ".join(f"{k}={v:.2f}" for k, v in entry["ratios"].items()), flush=True)
+            _write(res, limits, args, out_dir)
+
+
+
+def _write(res: dict[str, Any], limits: dict[str, Any] | None, args: argparse.Namespace, out_dir: Path) -> None:
+    """Write the results so far (after every batch size: a run cut short keeps what it measured)."""
+    if limits is not None:
+        res["limits"] = {k: v for k, v in limits.items() if k != "per_batch"}
+    res["peak_mem_GB"] = torch.cuda.max_memory_allocated() / 1e9 if torch.cuda.is_available() else None
+    out = args.json_out or out_dir / f"grpo_step_{bench_limits.device_slug()}.json"
+    out.write_text(json.dumps(res, indent=1))
+    print(f"[grpo] wrote {out}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

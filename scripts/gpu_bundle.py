@@ -1,0 +1,167 @@
+"""Build the offline install bundle for a GPU host that has torch but no vLLM, Ray or Hydra.
+
+Run on a machine with package-registry access (any OS/Python with pip):
+
+    python scripts/gpu_bundle.py --out carry/gpu_bundle
+
+It downloads (``pip download --no-deps``, cp312, manylinux x86_64) exactly the packages in ``HOST_LACKS`` plus
+a wheel of rlpost itself, drops the files a dense model on Hopper never loads (``STRIP``), re-zips every wheel
+uncompressed (so that xz sees the raw bytes and compresses them well), packs them into one ``tar.xz`` and
+splits it into numbered parts ``gpu_bundle.tar.xz.00``, ``.01``, ... of at most ``--part-mib`` MiB each, with
+a ``SHA256SUMS`` file. ``scripts/gpu_install.sh`` reassembles and installs them on the host (docs/gpu.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+# What a host with Python 3.12 + torch 2.11.0+cu130 + transformers lacks to run rlpost with vLLM 0.24.0
+# (FLASH_ATTN backend, dense Qwen2), Ray and Hydra. Verified on an H200 (shared/gpu-host-packages.txt);
+# everything else vLLM declares (torch, numpy, transformers, triton, ...) is already on that host.
+HOST_LACKS = """
+annotated_types==0.8.0 anthropic==2.14.0 antlr4_python3_runtime==4.9.3 apache_tvm_ffi==0.1.9 astor==0.8.1
+blake3==1.0.11 cachetools==8.0.2 cbor2==6.3.0 cffi==2.1.1 codetiming==1.4.0 compressed_tensors==0.17.0
+cryptography==50.0.2 depyf==0.20.0 dill==0.4.1 diskcache==5.6.3 dnspython==2.9.2 docstring_parser==0.18.0
+email_validator==2.4.0 fastapi==0.136.3 flashinfer_python==0.6.12 googleapis_common_protos==1.76.0
+httpcore2==2.16.2 httptools==0.9.0 httpx2==2.16.2 hydra_core==1.3.8 ijson==3.6.0 interegular==0.3.3
+jiter==0.19.0 jmespath==1.1.0 jsonschema==4.26.0 jsonschema_specifications==2025.9.1 lark==1.2.2
+llguidance==1.7.6 lm_format_enforcer==0.11.3 loguru==0.7.3 mcp==2.3.0 mcp_types==2.3.0 mistral_common==1.13.1
+model_hosting_container_standards==0.1.16 msgspec==0.22.0 nvidia_ml_py==13.615.71 omegaconf==2.3.1
+openai==3.57.0 openai_harmony==0.0.8 opentelemetry_api==1.45.2 opentelemetry_exporter_http_transport==0.66b2
+opentelemetry_exporter_otlp==1.45.2 opentelemetry_exporter_otlp_common==0.66b2
+opentelemetry_exporter_otlp_proto_common==1.45.2 opentelemetry_exporter_otlp_proto_grpc==1.45.2
+opentelemetry_exporter_otlp_proto_http==1.45.2 opentelemetry_proto==1.45.2 opentelemetry_sdk==1.45.2
+opentelemetry_semantic_conventions==0.66b2 opentelemetry_semantic_conventions_ai==0.5.1 outlines_core==0.2.14
+partial_json_parser==0.2.1.1.post7 prometheus_fastapi_instrumentator==8.1.0 pybase64==1.5.1
+pycountry==26.2.16 pycparser==3.12 pydantic==2.14.4 pydantic_core==2.50.5 pydantic_extra_types==2.11.1
+pydantic_settings==2.16.3 pyjwt==2.15.1 python_dotenv==1.2.4 python_json_logger==4.2.0
+python_multipart==0.0.34 pyvers==0.2.3 pyzmq==27.3.0 ray==2.60.0 referencing==0.37.0 rpds_py==2026.9.1
+setproctitle==1.3.8 sniffio==1.3.1 sse_starlette==3.7.0 starlette==1.10.0 supervisor==4.3.0
+tensordict==0.15.3 truststore==0.10.5 typing_inspection==0.4.5 uvicorn==0.54.0 vllm==0.24.0
+watchfiles==1.3.0 websockets==17.4 xgrammar==0.2.3
+""".split()
+
+# Files no dense bf16 model on Hopper loads: vLLM's FA2 build (FA3 serves sm_90), its MoE kernels, the
+# vllm-rs server binary, deep_gemm builds for other Pythons, Ray's Java jars and xgrammar's static library.
+STRIP = [
+    r"^vllm/vllm_flash_attn/_vllm_fa2_C\.abi3\.so$",
+    r"^vllm/_moe_C.*\.so$",
+    r"^vllm/vllm-rs$",
+    r"^vllm/third_party/deep_gemm/_C\.cpython-3(?!12)\d+-.*\.so$",
+    r"^ray/jars/",
+    r"^xgrammar/.*\.a$",
+]
+
+# Pins published only as source distributions (pure python): built into wheels locally.
+SDIST_ONLY = {"antlr4_python3_runtime"}
+
+PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in range(17, 40)] + ["manylinux2014_x86_64", "manylinux1_x86_64"]
+
+
+def download(specs: list[str], dest: Path) -> None:
+    """Download each wheel for cp312 / manylinux x86_64 without dependencies into ``dest``."""
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version", "3.12",
+           "--implementation", "cp", "--abi", "cp312", "--abi", "abi3", "--abi", "none", "-d", str(dest)]
+    for plat in PLATFORMS:
+        cmd += ["--platform", plat]
+    cmd += ["--platform", "any"]
+    binary = [s for s in specs if s.split("==")[0] not in SDIST_ONLY]
+    subprocess.run(cmd + binary, check=True)
+    # These pins ship only as an sdist: build them into pure-python wheels here.
+    sdist = [s for s in specs if s.split("==")[0] in SDIST_ONLY]
+    if sdist:
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(dest), *sdist], check=True)
+
+
+def build_rlpost_wheel(repo: Path, dest: Path) -> None:
+    """Build rlpost's own (pure-python) wheel into ``dest``."""
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(dest),
+                    str(repo)], check=True)
+
+
+def restrip_wheel(src: Path, dest_dir: Path, patterns: list[re.Pattern]) -> tuple[int, int]:
+    """Copy a wheel without the files matching ``patterns``, stored uncompressed.
+
+    The RECORD file loses the lines of the removed files, so pip installs the result as a normal wheel.
+
+    Returns:
+        (bytes kept, bytes removed), uncompressed.
+    """
+    kept = removed = 0
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dest_dir / src.name, "w", zipfile.ZIP_STORED) as zout:
+        dropped = {i.filename for i in zin.infolist() if any(p.search(i.filename) for p in patterns)}
+        for info in zin.infolist():
+            if info.filename in dropped:
+                removed += info.file_size
+                continue
+            data = zin.read(info)
+            if info.filename.endswith(".dist-info/RECORD") and dropped:
+                lines = data.decode().splitlines(keepends=True)
+                data = "".join(ln for ln in lines if ln.split(",", 1)[0] not in dropped).encode()
+            info.compress_type = zipfile.ZIP_STORED
+            zout.writestr(info, data)
+            kept += len(data)
+    return kept, removed
+
+
+def pack(stage: Path, out: Path, part_mib: int, level: int) -> list[Path]:
+    """tar + xz the folder ``stage`` and split the stream into parts of at most ``part_mib`` MiB."""
+    archive = out / "gpu_bundle.tar"
+    with tarfile.open(archive, "w") as tar:
+        tar.add(stage, arcname="wheels")
+    subprocess.run(["xz", "-f", f"-{level}", "-T0", str(archive)], check=True)
+    xz_path = archive.with_suffix(".tar.xz")
+    parts, size = [], part_mib * 2**20
+    with open(xz_path, "rb") as f:
+        while chunk := f.read(size):
+            part = out / f"{xz_path.name}.{len(parts):02d}"
+            part.write_bytes(chunk)
+            parts.append(part)
+    xz_path.unlink()
+    sums = [f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.name}\n" for p in parts]
+    (out / "SHA256SUMS").write_text("".join(sums))
+    return parts
+
+
+def main() -> None:
+    """Download, strip, pack, split; print the parts."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=Path("carry/gpu_bundle"))
+    ap.add_argument("--part-mib", type=int, default=55)
+    ap.add_argument("--xz-level", type=int, default=9)
+    ap.add_argument("--no-rlpost", action="store_true", help="leave rlpost's own wheel out")
+    ap.add_argument("--cache", type=Path, default=None, help="reuse downloaded wheels from this folder")
+    args = ap.parse_args()
+    repo = Path(__file__).resolve().parents[1]
+    raw = args.cache or args.out / "raw"
+    stage = args.out / "wheels"
+    for d in (raw, stage):
+        d.mkdir(parents=True, exist_ok=True)
+    download(HOST_LACKS, raw)
+    if not args.no_rlpost:
+        build_rlpost_wheel(repo, raw)
+    patterns = [re.compile(p) for p in STRIP]
+    total_kept = total_removed = 0
+    for whl in sorted(raw.glob("*.whl")):
+        kept, removed = restrip_wheel(whl, stage, patterns)
+        total_kept, total_removed = total_kept + kept, total_removed + removed
+    print(f"wheels: {len(list(stage.glob('*.whl')))}, kept {total_kept / 2**20:.0f} MiB, "
+          f"stripped {total_removed / 2**20:.0f} MiB")
+    for old in args.out.glob("gpu_bundle.tar.xz.*"):
+        old.unlink()
+    parts = pack(stage, args.out, args.part_mib, args.xz_level)
+    shutil.rmtree(stage)
+    for p in parts:
+        print(f"{p}  {p.stat().st_size / 2**20:.1f} MiB")
+
+
+if __name__ == "__main__":
+    main()
