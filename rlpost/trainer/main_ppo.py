@@ -8,7 +8,6 @@ A user YAML in any folder extends the default with `defaults: [ppo_trainer, _sel
 puts the package's config folder on Hydra's search path itself, so no plugin or flag is needed.
 """
 
-import importlib
 import sys
 import warnings
 
@@ -20,8 +19,6 @@ from rlpost.trainer.config.convert import to_typed
 from rlpost.trainer.config.plan import dry_run_plan
 
 SEARCH_PATH = "pkg://rlpost.trainer.config"
-# Where the lead's `run_ppo(cfg)` may live; the first importable one is used.
-RUN_PPO_MODULES = ("rlpost.trainer.ppo.ray_trainer", "rlpost.trainer.ppo.launch")
 
 
 def with_search_path(argv: list[str]) -> list[str]:
@@ -46,24 +43,14 @@ def run(cfg: DictConfig) -> int:
     if cfg.trainer.dry_run:
         print(dry_run_plan(to_typed(cfg)))
         return 0
-    run_ppo = _find_run_ppo()
-    if run_ppo is None:
-        print(f"error: no run_ppo(cfg) found in {' or '.join(RUN_PPO_MODULES)}; the trainer is not installed "
-              "in this build (trainer.dry_run=true still works)", file=sys.stderr)
-        return 1
-    run_ppo(cfg)
+    from rlpost.trainer.ppo.launch import InputError, run_ppo
+
+    try:
+        run_ppo(cfg)
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     return 0
-
-
-def _find_run_ppo():
-    for name in RUN_PPO_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ImportError:
-            continue
-        if hasattr(module, "run_ppo"):
-            return module.run_ppo
-    return None
 
 
 @hydra.main(config_path="config", config_name="ppo_trainer", version_base=None)

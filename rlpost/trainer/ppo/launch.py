@@ -15,13 +15,22 @@ from omegaconf import DictConfig, OmegaConf
 logger = logging.getLogger(__name__)
 
 
+class InputError(Exception):
+    """A data file, tokenizer or reward function that cannot be used; raised before Ray starts."""
+
+
 def run_ppo(config: DictConfig) -> dict[str, float]:
     """Train with a validated `ppo_trainer` config; returns the last step's metrics."""
     from rlpost.trainer.ppo.ray_trainer import RayPPOTrainer, inject_total_training_steps, total_training_steps
 
-    tokenizer = load_tokenizer(config)
-    train_loader, val_loader = build_dataloaders(config, tokenizer)
-    reward_fn, val_reward_fn = build_reward_fns(config, tokenizer, val_loader)
+    from rlpost.reward import RewardFunctionError
+
+    try:  # bad input fails here, in seconds and with one message, before Ray and the models start
+        tokenizer = load_tokenizer(config)
+        train_loader, val_loader = build_dataloaders(config, tokenizer)
+        reward_fn, val_reward_fn = build_reward_fns(config, tokenizer, val_loader)
+    except (OSError, ValueError, KeyError, RewardFunctionError) as err:
+        raise InputError(str(err)) from err
     inject_total_training_steps(config, total_training_steps(config, len(train_loader)))
 
     from rlpost.single_controller.ray.init import finish_ray, init_ray
@@ -51,8 +60,11 @@ def load_tokenizer(config: DictConfig):
     """The policy tokenizer (`data.tokenizer` overrides the model path), left padding for generation."""
     from transformers import AutoTokenizer
 
-    path = config.data.get("tokenizer") or config.actor_rollout_ref.model.path
-    path = os.path.expanduser(path)
+    key = "data.tokenizer" if config.data.get("tokenizer") else "actor_rollout_ref.model.path"
+    path = os.path.expanduser(config.data.get("tokenizer") or config.actor_rollout_ref.model.path)
+    if not os.path.isdir(path):
+        raise InputError(f"{key}={path!r} is not a local folder; no model hub is used at run time: point it at a "
+                         f"HF model folder (config.json + tokenizer), e.g. one made by scripts/make_tiny_model.py")
     tok = AutoTokenizer.from_pretrained(path, trust_remote_code=config.data.get("trust_remote_code", False))
     tok.padding_side = "left"
     if tok.pad_token_id is None:
