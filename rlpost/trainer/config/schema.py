@@ -238,6 +238,7 @@ class TrainerConfig:
     max_actor_ckpt_to_keep: int | None
     max_critic_ckpt_to_keep: int | None
     ray_wait_register_center_timeout: int
+    ray_call_timeout: float
     device: str
     dry_run: bool
     rollout_drift_warn: float

@@ -55,7 +55,7 @@ def build_worker_groups(config: DictConfig) -> WorkerGroups:
         class_dict["rm"] = RayClassWithInitArgs(RewardModelWorker, config=config.reward_model)
     group = RayWorkerGroup(
         pool, create_colocated_worker_cls(class_dict), name_prefix="workers",
-        call_timeout_s=trainer.get("ray_call_timeout", 3600),
+        call_timeout_s=trainer.ray_call_timeout,
         startup_timeout_s=trainer.ray_wait_register_center_timeout,
     )
     views = group.spawn(prefix_set=list(class_dict))
