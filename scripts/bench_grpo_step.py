@@ -111,12 +111,9 @@ def grpo_step(worker: Any, prompts: torch.Tensor, n: int) -> dict[str, float]:
         gen_in.meta_info.update({keys.META_DO_SAMPLE: True, keys.META_VALIDATE: False})
         with timer("gen", timing):
             batch = worker.generate_sequences(gen_in)
-        # WORKAROUND: the worker feeds batch tensors to the model where they are (rlpost/workers/actor.py
-        # does not move them to the device), so CPU tensors meet CUDA logits; move the batch here.
-        batch = batch.to(worker.device)
         with timer("reward", timing):  # synthetic score on the last response token
             mask = batch.batch[keys.RESPONSE_MASK]
-            scores = torch.zeros(mask.shape, device=mask.device)
+            scores = torch.zeros(mask.shape)
             scores[:, -1] = (batch.batch[keys.RESPONSES] % 7 == 0).float().mean(-1)
             batch.batch[keys.TOKEN_LEVEL_SCORES] = scores
         with timer("old_log_prob", timing):

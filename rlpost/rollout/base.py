@@ -110,9 +110,12 @@ class BaseRollout(abc.ABC):
     Attributes:
         last_sync_s: seconds the last `update_weights` took (the worker reports it as
             `timing_s/update_weights`); 0.0 before the first sync.
+        needs_sync: True while the engine holds no valid weights (vLLM after a level-2 sleep): the
+            worker must call `update_weights` before the next generation.
     """
 
     last_sync_s: float = 0.0
+    needs_sync: bool = False
 
     @abc.abstractmethod
     def generate_sequences(self, prompts: DataProto) -> DataProto:
@@ -127,7 +130,10 @@ class BaseRollout(abc.ABC):
 
     @abc.abstractmethod
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Load full (unsharded) tensors with HF names into the engine, in place, one at a time."""
+        """Load full (unsharded) tensors with HF names into the engine, in place, one at a time.
+
+        May be called while the engine sleeps: it wakes what the load needs (the KV cache may stay
+        released until `wake_up`)."""
 
     def sleep(self) -> None:
         """Release generation memory (KV cache; on GPU also weights) while the actor trains."""

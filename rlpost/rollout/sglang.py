@@ -122,6 +122,7 @@ class SGLangRollout(BaseRollout):
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Send buckets of `_BUCKET_TENSORS` tensors to `update_weights_from_tensor`, then flush the cache."""
         start = time.perf_counter()
+        self.wake_up()  # the memory saver released the weights too
         it = iter(named_tensors)
         while bucket := list(islice(it, _BUCKET_TENSORS)):
             self.engine.update_weights_from_tensor(named_tensors=bucket, flush_cache=False)

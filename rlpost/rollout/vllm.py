@@ -160,12 +160,20 @@ class VLLMRollout(BaseRollout):
         check_unsupported(config)
         self.config, self.tokenizer, self.device, self.name_map = config, tokenizer, device, name_map
         self.free_cache_engine = bool(cfg_get(config, "free_cache_engine", True))
+        # With an actor in this process every generation can be preceded by a weight sync, so sleep drops
+        # the weights (level 2) instead of copying them to host memory and back only to overwrite them.
+        self.sleep_level = 2 if module is not None else 1
+        self._asleep: tuple[str, ...] = ()
         self.rank, _ = _rank_world()
         kwargs = engine_kwargs(config, model_path, device)
         start = time.perf_counter()
         self.llm = LLM(**kwargs)
         logger.info("vLLM engine started in %.1f s (%s, %s)", time.perf_counter() - start, device, kwargs["dtype"])
-        self.sleeping = False
+
+    @property
+    def sleeping(self) -> bool:
+        """True while any engine memory (weights or KV cache) is released."""
+        return bool(self._asleep)
 
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """See `BaseRollout.generate_sequences`; one vLLM request per row."""
@@ -194,6 +202,9 @@ class VLLMRollout(BaseRollout):
         Clears the prefix cache afterwards: cached KV was computed with the old weights."""
         weights, device = self._named(named_tensors), self.device
         start = time.perf_counter()
+        if "weights" in self._asleep:  # wake the weights only; the KV cache stays released until wake_up
+            self.llm.wake_up(tags=["weights"])
+            self._asleep = tuple(t for t in self._asleep if t != "weights")
 
         def _reload(worker: Any) -> None:
             reload = getattr(worker, "reload_weights", None) or worker.model_runner.reload_weights
@@ -203,22 +214,32 @@ class VLLMRollout(BaseRollout):
 
         self.llm.collective_rpc(_reload)
         self.llm.reset_prefix_cache()
+        self.needs_sync = False
         self.last_sync_s = time.perf_counter() - start
         logger.info("vLLM weights synced in %.3f s", self.last_sync_s)
 
     def sleep(self) -> None:
-        """GPU with free_cache_engine: level-1 sleep (KV cache dropped, weights offloaded to host).
+        """GPU with free_cache_engine: KV cache dropped; weights dropped too (level 2) when an actor will
+        re-sync them (`needs_sync` until then), else offloaded to host memory (level 1).
         CPU: vLLM has no sleep mode there; only the prefix cache is dropped."""
-        if self.sleeping:
+        if self._asleep:
             return
         if self.device == "cuda" and self.free_cache_engine:
-            self.llm.sleep(level=1)
-            self.sleeping = True
+            self.llm.sleep(level=self.sleep_level)
+            self._asleep = ("weights", "kv_cache")
+            self.needs_sync = self.sleep_level == 2
         else:
             self.llm.reset_prefix_cache()
 
     def wake_up(self) -> None:
-        """Undo `sleep`; call before `update_weights` and the next generation."""
-        if self.sleeping:
-            self.llm.wake_up()
-            self.sleeping = False
+        """Undo `sleep` (what `update_weights` has not woken already); call before the next generation.
+
+        Raises:
+            RuntimeError: after a level-2 sleep without an `update_weights` since (no valid weights).
+        """
+        if not self._asleep:
+            return
+        if self.needs_sync:
+            raise RuntimeError("vLLM dropped its weights in a level-2 sleep: call update_weights before wake_up")
+        self.llm.wake_up(tags=None if len(self._asleep) == 2 else list(self._asleep))
+        self._asleep = ()

@@ -146,7 +146,11 @@ def iter_full_params(model: torch.nn.Module, dtype: torch.dtype | None = None
     layer's weight, never a second full copy of the model.
     """
     for name, tensor in model.state_dict().items():
-        full = tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+        if isinstance(tensor, DTensor):
+            # one shard holds everything: no collective (and no NCCL launch) per tensor
+            full = tensor.to_local() if tensor.device_mesh.size() == 1 else tensor.full_tensor()
+        else:
+            full = tensor
         yield name, (full.to(dtype) if dtype is not None else full)
 
 

@@ -7,34 +7,55 @@ Works on a `DataProto` (or anything with `.batch` and `.meta_info`) holding this
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
 
 from rlpost import keys
-from rlpost.trainer.ppo.core_algos import (
-    agg_loss,
-    entropy_from_logits,
-    get_policy_loss_fn,
-    kl_penalty,
-    logprobs_from_logits,
-)
+from rlpost.trainer.ppo.core_algos import agg_loss, get_policy_loss_fn, kl_penalty
 from rlpost.utils.padding import next_token_labels, pad_output, unpad_input
 from rlpost.workers.batching import TensorDict, cfg_get, micro_batches, train_epochs
 
 _MODEL_INPUTS = (keys.INPUT_IDS, keys.ATTENTION_MASK, keys.POSITION_IDS, keys.RESPONSES)
+_CHUNK_TOKENS = 4096  # rows of (tokens, V) float32 temporaries per step: 4096 x 152k x 4 B = 2.5 GB
+
+
+def _accepts_logits_to_keep(module: torch.nn.Module) -> bool:
+    """True for HF causal LMs whose forward can skip the LM head on unwanted positions."""
+    return "logits_to_keep" in inspect.signature(type(module).forward).parameters
+
+
+def _response_positions(mask: torch.Tensor, r: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Packed-row indices of the real tokens at positions T-R-1 .. T-2 (those predicting the response).
+
+    Args:
+        mask: (b, T) attention mask. r: response length R.
+
+    Returns:
+        keep: (n,) indices into the packed row of `unpad_input`. grid: (n,) their flat (b * T) indices.
+    """
+    b, t = mask.shape
+    flat = mask.reshape(-1).bool()
+    col = torch.arange(t, device=mask.device).expand(b, t).reshape(-1)
+    wanted = flat & (col >= t - r - 1) & (col <= t - 2)
+    packed_pos = torch.cumsum(flat.long(), 0) - 1  # position of each real token in the packed row
+    grid = torch.nonzero(wanted, as_tuple=False).squeeze(-1)
+    return packed_pos[grid], grid
 
 
 def forward_response_logits(module: torch.nn.Module, mb: TensorDict, use_remove_padding: bool,
                             logits_fn: Any) -> torch.Tensor:
     """Run the model and return `logits_fn(out, labels)` at the positions that predict response tokens.
 
-    Positions P-1 .. T-2 predict the response tokens P .. T-1. With remove-padding the real tokens are
-    packed into one row (see `rlpost.utils.padding`) and the per-token result is scattered back.
+    Positions P-1 .. T-2 predict the response tokens P .. T-1. A causal LM applies its LM head to those
+    positions only (`logits_to_keep`): the (b, T, V) logits of the prompt are never built. With
+    remove-padding the real tokens are packed into one row (see `rlpost.utils.padding`) and the per-token
+    result is scattered back (zeros on pad positions).
 
     Args:
         mb: `input_ids`, `attention_mask`, `position_ids` (b, T) and `responses` (b, R).
-        logits_fn: maps (model output tensor (n, C) float, labels (n,)) -> per-token tensor (n, K) or (n,).
+        logits_fn: maps (model output tensor (n, C), labels (n,)) -> per-token tensor (n, K) or (n,).
 
     Returns:
         (b, R) or (b, R, K) tensor.
@@ -42,15 +63,54 @@ def forward_response_logits(module: torch.nn.Module, mb: TensorDict, use_remove_
     ids, mask, pos = mb[keys.INPUT_IDS], mb[keys.ATTENTION_MASK], mb[keys.POSITION_IDS]
     b, t = ids.shape
     r = mb[keys.RESPONSES].shape[1]
+    head_only = _accepts_logits_to_keep(module)
     if use_remove_padding:
         packed_ids, packed_pos, idx = unpad_input(ids, mask, pos)
-        out = module(input_ids=packed_ids, position_ids=packed_pos, attention_mask=None, use_cache=False)
-        per_tok = logits_fn(out.logits.squeeze(0), next_token_labels(packed_ids))
-        return pad_output(per_tok, idx, b, t)[:, -r - 1:-1]
-    out = module(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False)
+        labels = next_token_labels(packed_ids)
+        if not head_only:
+            out = module(input_ids=packed_ids, position_ids=packed_pos, attention_mask=None, use_cache=False)
+            return pad_output(logits_fn(out.logits.squeeze(0), labels), idx, b, t)[:, -r - 1:-1]
+        keep, grid = _response_positions(mask, r)
+        out = module(input_ids=packed_ids, position_ids=packed_pos, attention_mask=None, use_cache=False,
+                     logits_to_keep=keep)
+        per_tok = logits_fn(out.logits.squeeze(0), labels[keep])
+        return pad_output(per_tok, grid, b, t)[:, -r - 1:-1]
+    extra = {"logits_to_keep": r + 1} if head_only else {}
+    out = module(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False, **extra)
     logits = out.logits[:, -r - 1:-1]
     per_tok = logits_fn(logits.reshape(b * r, -1), mb[keys.RESPONSES].reshape(-1))
     return per_tok.reshape(b, r, *per_tok.shape[1:])
+
+
+def token_logp_entropy(logits: torch.Tensor, labels: torch.Tensor, temperature: float = 1.0,
+                       with_entropy: bool = False, chunk: int = _CHUNK_TOKENS) -> torch.Tensor:
+    """Log-prob of `labels` (and entropy) under softmax(logits / temperature), in float32 chunks.
+
+    One pass per chunk gives both: lse = logsumexp(z); logp = z[label] - lse; entropy = lse - sum(p * z).
+    Only `chunk` rows of float32 logits exist at a time (without autograd; with it, each chunk's
+    float32 copy is saved for backward).
+
+    Args:
+        logits: (n, V) any float dtype. labels: (n,) token ids.
+
+    Returns:
+        (n, 1) log-probs, or (n, 2) [log-prob, entropy] when `with_entropy`; float32.
+    """
+    parts = []
+    for i in range(0, logits.shape[0], chunk):
+        z = logits[i:i + chunk].float()
+        if temperature != 1.0:
+            z = z / temperature
+        lse = torch.logsumexp(z, dim=-1)
+        logp = z.gather(-1, labels[i:i + chunk, None].long()).squeeze(-1) - lse
+        if not with_entropy:
+            parts.append(logp[:, None])
+            continue
+        ent = lse - (torch.softmax(z, dim=-1) * z).sum(-1)
+        parts.append(torch.stack([logp, ent], dim=-1))
+    if not parts:
+        return logits.new_zeros((0, 2 if with_entropy else 1), dtype=torch.float32)
+    return torch.cat(parts)
 
 
 class DataParallelPPOActor:
@@ -77,11 +137,7 @@ class DataParallelPPOActor:
         """Entropy (b, R) or None and log-probs (b, R) of the response tokens, logits / temperature."""
 
         def fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-            scaled = logits.float() / temperature
-            logp = logprobs_from_logits(scaled, labels)
-            if not calculate_entropy:
-                return logp.unsqueeze(-1)
-            return torch.stack([logp, entropy_from_logits(scaled)], dim=-1)
+            return token_logp_entropy(logits, labels, temperature, calculate_entropy)
 
         both = forward_response_logits(self.module, mb, self.use_remove_padding, fn)
         return (both[..., 1] if calculate_entropy else None), both[..., 0]
@@ -111,8 +167,14 @@ class DataParallelPPOActor:
             entropys = entropys[rev] if entropys is not None else None
         return log_probs, entropys
 
-    def _micro_loss(self, mb: TensorDict, temperature: float) -> tuple[torch.Tensor, dict[str, float]]:
-        """Total loss of one micro-batch (pg - entropy_coeff * entropy + kl_loss_coef * kl) and its metrics."""
+    def _micro_loss(self, mb: TensorDict, temperature: float
+                    ) -> tuple[torch.Tensor, dict[str, torch.Tensor | float]]:
+        """Total loss of one micro-batch (pg - entropy_coeff * entropy + kl_loss_coef * kl) and its metrics.
+
+        Metrics stay 0-dim device tensors (detached): `train_epochs` reads them once per mini-batch, so
+        no micro-batch waits for the device. The entropy is only computed when entropy_coeff != 0 (the
+        trainer logs actor/entropy from `compute_log_prob`'s `entropys`).
+        """
         cfg = self.config
         mode = str(cfg_get(cfg, "loss_agg_mode", "token-mean"))
         entropy_coeff = float(cfg_get(cfg, "entropy_coeff", 0.0))
@@ -123,17 +185,18 @@ class DataParallelPPOActor:
             old_log_prob=mb[keys.OLD_LOG_PROBS], log_prob=logp, advantages=mb[keys.ADVANTAGES],
             response_mask=mask, loss_agg_mode=mode, config=cfg)
         loss = pg_loss
-        metrics = {"actor/pg_loss": pg_loss.item(), "actor/pg_clipfrac": clipfrac.item(),
-                   "actor/ppo_kl": ppo_kl.item(), "actor/pg_clipfrac_lower": clipfrac_lower.item()}
+        metrics: dict[str, torch.Tensor | float] = {
+            "actor/pg_loss": pg_loss.detach(), "actor/pg_clipfrac": clipfrac.detach(),
+            "actor/ppo_kl": ppo_kl.detach(), "actor/pg_clipfrac_lower": clipfrac_lower.detach()}
         if ent is not None:
             entropy = agg_loss(ent, mask, mode)
             loss = loss - entropy_coeff * entropy
-            metrics["actor/entropy"] = entropy.item()
+            metrics["actor/entropy"] = entropy.detach()
         if cfg_get(cfg, "use_kl_loss", False):
             kld = kl_penalty(logp, mb[keys.REF_LOG_PROB], str(cfg_get(cfg, "kl_loss_type", "low_var_kl")))
             kl_loss = agg_loss(kld, mask, mode)
             loss = loss + float(cfg_get(cfg, "kl_loss_coef", 0.001)) * kl_loss
-            metrics["actor/kl_loss"] = kl_loss.item()
+            metrics["actor/kl_loss"] = kl_loss.detach()
             metrics["actor/kl_coef"] = float(cfg_get(cfg, "kl_loss_coef", 0.001))
         return loss, metrics
 

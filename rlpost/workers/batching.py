@@ -82,8 +82,8 @@ def loss_weights(micros: list[TensorDict], loss_agg_mode: str, mask_key: str = k
     Returns:
         (grad weights, local metric weights), one per micro-batch; local ones sum to 1 on this rank.
     """
-    if loss_agg_mode == "token-mean":
-        sizes = [float(m[mask_key].sum().item()) for m in micros]
+    if loss_agg_mode == "token-mean":  # one device->host read for all micro-batches
+        sizes = [float(v) for v in torch.stack([m[mask_key].sum() for m in micros]).tolist()]
     else:
         sizes = [float(m[mask_key].shape[0]) for m in micros]
     local = sum(sizes)
@@ -110,6 +110,16 @@ def optimizer_step(module: torch.nn.Module, optimizer: torch.optim.Optimizer, gr
     return {f"{prefix}/grad_norm": norm, f"{prefix}/grad_norm_nonfinite": 0.0}
 
 
+def _as_floats(values: dict[str, Any]) -> dict[str, float]:
+    """Metric values (floats or 0-dim device tensors) -> floats with a single device->host read."""
+    names = [k for k, v in values.items() if isinstance(v, torch.Tensor)]
+    out = {k: float(v) for k, v in values.items() if k not in names}
+    if names:
+        read = torch.stack([values[k].detach().float().reshape(()) for k in names]).tolist()
+        out.update(zip(names, (float(v) for v in read)))
+    return out
+
+
 def train_epochs(module: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg: Any, tensors: TensorDict,
                  micro_loss: Any, prefix: str) -> dict[str, list[float]]:
     """`ppo_epochs` x mini-batches of accumulated micro-batch losses, one optimiser step per mini-batch.
@@ -119,7 +129,7 @@ def train_epochs(module: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg:
             use_dynamic_bsz, ppo_max_token_len_per_gpu, ppo_epochs, shuffle, data_loader_seed,
             loss_agg_mode, grad_clip).
         tensors: this rank's rows.
-        micro_loss: maps a micro-batch to (scalar loss, {metric: float}).
+        micro_loss: maps a micro-batch to (scalar loss, {metric: float or 0-dim tensor}).
 
     Returns:
         metric name -> one value per mini-batch (micro values weighted by their share).
@@ -136,12 +146,13 @@ def train_epochs(module: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg:
                                       int(cfg_get(cfg, "ppo_max_token_len_per_gpu", 0)))
             grad_w, metric_w = loss_weights(micros, mode)
             optimizer.zero_grad(set_to_none=True)
-            step: dict[str, float] = {}
+            step: dict[str, Any] = {}
             for mb, gw, mw in zip(micros, grad_w, metric_w):
                 loss, m = micro_loss(mb)
                 (loss * gw).backward()
                 for k, v in m.items():
                     step[k] = step.get(k, 0.0) + v * mw
+            step = _as_floats(step)
             step.update(optimizer_step(module, optimizer, float(cfg_get(cfg, "grad_clip", 1.0)), prefix))
             for k, v in step.items():
                 metrics.setdefault(k, []).append(v)

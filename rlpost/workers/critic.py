@@ -59,15 +59,16 @@ class DataParallelPPOCritic:
         values = torch.cat([self._values(mb) for mb in micros])
         return values[rev] if rev is not None else values
 
-    def _micro_loss(self, mb: TensorDict) -> tuple[torch.Tensor, dict[str, float]]:
+    def _micro_loss(self, mb: TensorDict) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Clipped value loss of one micro-batch; metrics as detached 0-dim tensors (read per mini-batch)."""
         mode = str(cfg_get(self.config, "loss_agg_mode", "token-mean"))
         vpreds = self._values(mb)
         mask = mb[keys.RESPONSE_MASK]
         vf_loss, clipfrac = compute_value_loss(
             vpreds=vpreds, returns=mb[keys.RETURNS], values=mb[keys.VALUES], response_mask=mask,
             cliprange_value=float(cfg_get(self.config, "cliprange_value", 0.5)), loss_agg_mode=mode)
-        metrics = {"critic/vf_loss": vf_loss.item(), "critic/vf_clipfrac": clipfrac.item(),
-                   "critic/vpred_mean": masked_mean(vpreds, mask).item()}
+        metrics = {"critic/vf_loss": vf_loss.detach(), "critic/vf_clipfrac": clipfrac.detach(),
+                   "critic/vpred_mean": masked_mean(vpreds, mask).detach()}
         return vf_loss, metrics
 
     def update_critic(self, data: Any) -> dict[str, list[float]]:

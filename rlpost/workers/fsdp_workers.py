@@ -54,6 +54,20 @@ def _normalise(cfg: DictConfig, prefix: str, n: int, dp: int, mini_key: str | No
             cfg[micro_key + "_per_gpu"] = max(1, int(legacy) // dp)
 
 
+def _on_device(data: DataProto, device: str) -> DataProto:
+    """A view of `data` with its tensors on `device` (the caller's batch is left where it is).
+
+    Batches arrive on CPU (Ray moves CPU tensors only); the models live on `device`.
+    """
+    tensors = {k: v.to(device, non_blocking=True) for k, v in data.batch.items()}
+    return DataProto(batch=tensors, non_tensor_batch=data.non_tensor_batch, meta_info=data.meta_info)
+
+
+def _to_cpu(tensors: dict[str, torch.Tensor | None]) -> dict[str, torch.Tensor]:
+    """Results leave the worker on CPU, so nothing CUDA goes through Ray (None entries dropped)."""
+    return {k: v.cpu() for k, v in tensors.items() if v is not None}
+
+
 def _timed(metrics: dict, name: str, start: float) -> None:
     metrics[f"timing_s/{name}"] = time.perf_counter() - start
 
@@ -200,12 +214,12 @@ class ActorRolloutRefWorker(_FSDPRole):
     def _sync_weights(self) -> float:
         """Stream the actor's params one full tensor at a time (HF names, rollout dtype) into the engine.
 
-        Every rank must consume the whole iterator: each `full_tensor()` is a collective.
+        The engine may be asleep: `update_weights` wakes only what it needs (vLLM: the weights, not the
+        KV cache). Every rank must consume the whole iterator: each `full_tensor()` is a collective.
         """
         start = time.perf_counter()
         fsdp_cfg = self.config.actor.fsdp_config
         self._onload(self.actor_module, None, fsdp_cfg)
-        self.rollout.wake_up()
         dtype = to_dtype(cfg_get(self.config.rollout, "dtype", "bfloat16"))
         self.rollout.update_weights(iter_full_params(self.actor_module, dtype))
         self._offload(self.actor_module, None, fsdp_cfg)
@@ -219,6 +233,8 @@ class ActorRolloutRefWorker(_FSDPRole):
         start = time.perf_counter()
         prompts.meta_info.setdefault(keys.META_EOS_TOKEN_ID, self.tokenizer.eos_token_id)
         prompts.meta_info.setdefault(keys.META_PAD_TOKEN_ID, self.tokenizer.pad_token_id)
+        if self.rollout.needs_sync:  # a level-2 sleep dropped the weights (e.g. validation before training)
+            self._sync_weights()
         self.rollout.wake_up()
         out = self.rollout.generate_sequences(prompts)
         if cfg_get(self.config.rollout, "free_cache_engine", True):
@@ -235,9 +251,9 @@ class ActorRolloutRefWorker(_FSDPRole):
         fsdp_cfg = self.config.actor.fsdp_config
         self._onload(self.actor_module, None, fsdp_cfg)
         self._log_prob_meta(data, self.config.rollout)
-        log_probs, ents = self.actor.compute_log_prob(data, calculate_entropy=True)
+        log_probs, ents = self.actor.compute_log_prob(_on_device(data, self.device), calculate_entropy=True)
         self._offload(self.actor_module, None, fsdp_cfg)
-        return DataProto.from_dict(tensors={keys.OLD_LOG_PROBS: log_probs, keys.ENTROPYS: ents},
+        return DataProto.from_dict(tensors=_to_cpu({keys.OLD_LOG_PROBS: log_probs, keys.ENTROPYS: ents}),
                                    meta_info={keys.META_TEMPERATURE: data.meta_info[keys.META_TEMPERATURE]})
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
@@ -246,9 +262,9 @@ class ActorRolloutRefWorker(_FSDPRole):
         fsdp_cfg = self.config.ref.fsdp_config
         self._onload(self.ref_module, None, fsdp_cfg)
         self._log_prob_meta(data, self.config.ref)
-        log_probs, _ = self.ref_policy.compute_log_prob(data, calculate_entropy=False)
+        log_probs, _ = self.ref_policy.compute_log_prob(_on_device(data, self.device), calculate_entropy=False)
         self._offload(self.ref_module, None, fsdp_cfg)
-        return DataProto.from_dict(tensors={keys.REF_LOG_PROB: log_probs})
+        return DataProto.from_dict(tensors=_to_cpu({keys.REF_LOG_PROB: log_probs}))
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_actor(self, data: DataProto) -> DataProto:
@@ -259,7 +275,7 @@ class ActorRolloutRefWorker(_FSDPRole):
         fsdp_cfg = self.config.actor.fsdp_config
         self._onload(self.actor_module, self.actor_optimizer, fsdp_cfg)
         data.meta_info.setdefault(keys.META_TEMPERATURE, float(cfg_get(self.config.rollout, "temperature", 1.0)))
-        metrics: dict[str, Any] = self.actor.update_policy(data)
+        metrics: dict[str, Any] = self.actor.update_policy(_on_device(data, self.device))
         metrics["actor/lr"] = self.actor_lr_scheduler.get_last_lr()[0]
         self.actor_lr_scheduler.step()
         self._offload(self.actor_module, self.actor_optimizer, fsdp_cfg)
@@ -325,9 +341,9 @@ class CriticWorker(_FSDPRole):
         data.meta_info["micro_batch_size"] = cfg_get(cfg, "forward_micro_batch_size_per_gpu", 1)
         data.meta_info["use_dynamic_bsz"] = bool(cfg_get(cfg, "use_dynamic_bsz", False))
         data.meta_info["max_token_len"] = cfg_get(cfg, "forward_max_token_len_per_gpu", 32768)
-        values = self.critic.compute_values(data)
+        values = self.critic.compute_values(_on_device(data, self.device))
         self._offload(self.module, None, self.fsdp_config)
-        return DataProto.from_dict(tensors={keys.VALUES: values})
+        return DataProto.from_dict(tensors=_to_cpu({keys.VALUES: values}))
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_critic(self, data: DataProto) -> DataProto:
@@ -335,7 +351,7 @@ class CriticWorker(_FSDPRole):
         `returns`; writes meta_info metrics critic/vf_loss, vf_clipfrac, vpred_mean, grad_norm, lr."""
         start = time.perf_counter()
         self._onload(self.module, self.optimizer, self.fsdp_config)
-        metrics: dict[str, Any] = self.critic.update_critic(data)
+        metrics: dict[str, Any] = self.critic.update_critic(_on_device(data, self.device))
         metrics["critic/lr"] = self.lr_scheduler.get_last_lr()[0]
         self.lr_scheduler.step()
         self._offload(self.module, self.optimizer, self.fsdp_config)

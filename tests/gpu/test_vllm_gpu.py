@@ -112,3 +112,23 @@ def test_rollout_vs_actor_drift_within_bound(engine, hf_model):
     drift = rollout_probs_diff(out.batch[keys.ROLLOUT_LOG_PROBS].cuda(), actor, out.batch[keys.RESPONSE_MASK].cuda())
     assert drift["training/rollout_probs_diff_max"] < DRIFT_MAX, drift
     assert drift["training/rollout_probs_diff_mean"] < 0.02, drift
+
+
+def test_level2_sleep_drops_weights_and_sync_restores_generation(engine, hf_model):
+    """The worker's cycle with an actor present: sleep(level 2) -> update_weights (wakes the weights
+    only) -> wake_up (KV cache) gives the same greedy output as before the sleep."""
+    prompts = _prompts(hf_model.config.vocab_size, do_sample=False)
+    before = engine.generate_sequences(prompts).batch[keys.RESPONSES]
+    engine.sleep_level = 2
+    try:
+        engine.sleep()
+        assert engine.needs_sync
+        with pytest.raises(RuntimeError, match="level-2 sleep"):
+            engine.wake_up()
+        engine.update_weights((k, v.to(torch.bfloat16)) for k, v in hf_model.state_dict().items())
+        assert not engine.needs_sync and engine.sleeping  # the KV cache is still released
+        engine.wake_up()
+        after = engine.generate_sequences(prompts).batch[keys.RESPONSES]
+    finally:
+        engine.sleep_level = 1
+    assert torch.equal(before, after)

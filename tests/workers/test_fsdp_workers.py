@@ -15,19 +15,28 @@ pytestmark = pytest.mark.timeout(280)
 
 
 class RecordingRollout:
-    """Stands in for vLLM: records what the worker streams and how it drives the engine."""
+    """Stands in for vLLM: records what the worker streams and how it drives the engine. Sleeps like
+    vLLM's level 2 with an actor present: the weights are dropped (`needs_sync`) until the next sync."""
 
     def __init__(self, config, model_path, tokenizer, device, module=None) -> None:
         self.received: list[tuple[str, tuple, torch.dtype]] = []
         self.calls: list[str] = []
+        self.needs_sync = False
 
     def update_weights(self, named_tensors) -> None:
         self.calls.append("update_weights")
+        self.needs_sync = False
         for name, t in named_tensors:
             self.received.append((name, tuple(t.shape), t.dtype))
 
+    def generate_sequences(self, prompts):
+        assert not self.needs_sync, "generation on dropped weights"
+        self.calls.append("generate_sequences")
+        return prompts
+
     def sleep(self) -> None:
         self.calls.append("sleep")
+        self.needs_sync = True
 
     def wake_up(self) -> None:
         self.calls.append("wake_up")
@@ -70,6 +79,10 @@ def _actor_checks(rank: int, world: int, model_dir: str, tmp: str, res: dict) ->
     res["mini_rows"] = w.config.actor.ppo_mini_batch_size
     res["sync_at_init"] = list(w.rollout.received)
     res["calls_at_init"] = list(w.rollout.calls)
+    w.rollout.calls.clear()
+    w.generate_sequences(_proto(batch, rank, world))  # e.g. validation before the first update
+    res["calls_at_first_generate"] = list(w.rollout.calls)
+    w.rollout.received.clear()
     res["logp"], res["ent"] = _logp(w, batch, rank, world)
     w.config.rollout.log_prob_use_dynamic_bsz = True
     res["logp_dyn"], _ = _logp(w, batch, rank, world)
@@ -222,7 +235,9 @@ def test_weight_sync_streams_full_tensors_in_rollout_dtype(results):
     shapes = dict((n, s) for n, s, _ in sync)
     assert shapes["model.layers.0.self_attn.q_proj.weight"] == (128, 128)  # full, not a shard
     assert {d for _, _, d in sync} == {torch.bfloat16}
-    assert results["calls_at_init"] == ["wake_up", "update_weights", "sleep"]
+    assert results["calls_at_init"] == ["update_weights", "sleep"]
+    # the sleep dropped the weights: the first generation re-syncs them first
+    assert results["calls_at_first_generate"] == ["update_weights", "wake_up", "generate_sequences", "sleep"]
     assert [n for n, _, _ in results["sync_after_update"]] == names
 
 
