@@ -12,7 +12,8 @@ import torch
 import torch.nn.functional as F
 from omegaconf import OmegaConf
 
-from rlpost.data.sft_dataset import LOSS_MASK, SFTDataset
+from rlpost.data.sft_dataset import SFTDataset
+from rlpost.keys import LOSS_MASK
 from rlpost.keys import ATTENTION_MASK, INPUT_IDS, POSITION_IDS
 
 REPO = Path(__file__).resolve().parents[2]
