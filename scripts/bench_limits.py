@@ -261,7 +261,7 @@ def main() -> None:
         res = measure(args, model_dir)
     out = args.json_out or REPO / "benchmarks" / "results" / f"limits_{device_slug()}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(res, indent=1))
+    out.write_text(json.dumps(res, indent=1, default=str))  # args hold Paths
     print(f"[limits] wrote {out}")
 
 
