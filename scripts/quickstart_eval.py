@@ -1,0 +1,63 @@
+"""Held-out accuracy before and after RL, read from a run's `metrics.jsonl` (the trainer's `file` logger).
+
+    python scripts/quickstart_eval.py /abs/run_dir [--metric val-core/rlpost/arith/reward/mean@1]
+
+The trainer validates greedily on the held-out split before the first step (`trainer.val_before_train`)
+and after the last one; this prints, as the last line,
+    held-out accuracy: before=0.31 after=0.62
+Exits with status 1 when the file holds fewer than two validations of the metric.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+DEFAULT_METRIC = "val-core/rlpost/arith/reward/mean@1"
+
+
+def read_validations(path: str | Path, metric: str = DEFAULT_METRIC) -> list[tuple[int, float]]:
+    """(step, value) of every record of `path` (a run folder or a metrics.jsonl) that holds `metric`."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "metrics.jsonl"
+    found = []
+    for line in path.read_text().splitlines():
+        if line.strip():
+            record = json.loads(line)
+            if metric in record:
+                found.append((int(record["step"]), float(record[metric])))
+    return sorted(found)
+
+
+def before_after(path: str | Path, metric: str = DEFAULT_METRIC) -> tuple[float, float]:
+    """The metric at the first and at the last validated step; ValueError when there are fewer than two."""
+    found = read_validations(path, metric)
+    if len(found) < 2:
+        raise ValueError(f"{path}: need validations before and after training of {metric!r}, found {found}")
+    return found[0][1], found[-1][1]
+
+
+def summary_line(before: float, after: float) -> str:
+    """The quickstart's closing line."""
+    return f"held-out accuracy: before={before:.2f} after={after:.2f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run", help="trainer.default_local_dir of the run, or its metrics.jsonl")
+    parser.add_argument("--metric", default=DEFAULT_METRIC)
+    args = parser.parse_args(argv)
+    try:
+        before, after = before_after(args.run, args.metric)
+    except (OSError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(summary_line(before, after))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""The quickstart: its summary helper on hand-written metrics, and a 2-step run of the whole script."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))
+import quickstart_eval  # noqa: E402
+
+METRIC = quickstart_eval.DEFAULT_METRIC
+SUMMARY = re.compile(r"^held-out accuracy: before=(\d\.\d\d) after=(\d\.\d\d)$")
+
+
+def _write(path: Path, records: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def test_before_after_takes_first_and_last_validation(tmp_path):
+    _write(tmp_path / "metrics.jsonl", [
+        {"step": 0, METRIC: 0.305},
+        {"step": 1, "critic/score/mean": 0.2},
+        {"step": 20, METRIC: 0.4},
+        {"step": 40, METRIC: 0.625, "critic/score/mean": 0.6},
+    ])
+    assert quickstart_eval.read_validations(tmp_path) == [(0, 0.305), (20, 0.4), (40, 0.625)]
+    assert quickstart_eval.before_after(tmp_path) == (0.305, 0.625)
+    assert quickstart_eval.summary_line(0.305, 0.625) == "held-out accuracy: before=0.30 after=0.62"
+
+
+def test_main_prints_one_summary_line(tmp_path, capsys):
+    path = _write(tmp_path / "m.jsonl", [{"step": 0, METRIC: 0.25}, {"step": 5, METRIC: 0.5}])
+    assert quickstart_eval.main([str(path)]) == 0
+    assert capsys.readouterr().out == "held-out accuracy: before=0.25 after=0.50\n"
+
+
+def test_main_fails_without_two_validations(tmp_path, capsys):
+    _write(tmp_path / "metrics.jsonl", [{"step": 0, METRIC: 0.25}, {"step": 1, "other": 1.0}])
+    with pytest.raises(ValueError, match="need validations before and after"):
+        quickstart_eval.before_after(tmp_path)
+    assert quickstart_eval.main([str(tmp_path)]) == 1
+    assert "need validations" in capsys.readouterr().err
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(280)
+def test_quickstart_script_short_run(tmp_path):
+    """The real script with 4 SFT steps and 2 GRPO steps: every stage runs and the summary line is last."""
+    env = dict(os.environ, QUICKSTART_DIR=str(tmp_path), QUICKSTART_SKIP_SETUP="1", SFT_STEPS="4",
+               GRPO_STEPS="2", PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "quickstart.sh"), "data.train_batch_size=8", "actor_rollout_ref.rollout.n=4",
+         "actor_rollout_ref.actor.ppo_mini_batch_size=8", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=270,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    last = proc.stdout.strip().splitlines()[-1]
+    match = SUMMARY.match(last)
+    assert match, last
+    assert all(0.0 <= float(x) <= 1.0 for x in match.groups())
+    assert (tmp_path / "sft" / "global_step_4" / "config.json").is_file()
+    steps = [json.loads(line)["step"] for line in (tmp_path / "grpo" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [0, 1, 2]
+    assert [s for s, _ in quickstart_eval.read_validations(tmp_path / "grpo")] == [0, 2]
