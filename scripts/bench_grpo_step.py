@@ -225,7 +225,7 @@ def main() -> None:
             res["per_batch"][str(n_prompts)] = entry
             print(f"[grpo] {n_prompts}x{args.n}: " + " ".join(f"{k}={v:.2f}s" for k, v in step.items()), flush=True)
             if "ratios" in entry:
-                print(f"[grpo] ratios: " + " ".join(f"{k}={v:.2f}" for k, v in entry["ratios"].items()), flush=True)
+                print("[grpo] ratios: " + " ".join(f"{k}={v:.2f}" for k, v in entry["ratios"].items()), flush=True)
             _write(res, limits, args, out_dir)
 
 

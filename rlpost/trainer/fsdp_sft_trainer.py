@@ -26,7 +26,8 @@ import torch.nn.functional as F
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader, DistributedSampler
 
-from rlpost.data.sft_dataset import LOSS_MASK, SFTDataset
+from rlpost.data.sft_dataset import SFTDataset
+from rlpost.keys import LOSS_MASK
 from rlpost.keys import ATTENTION_MASK, INPUT_IDS, POSITION_IDS
 from rlpost.utils.distributed import init_distributed
 from rlpost.utils.fsdp import apply_fsdp2, clip_grad_norm, iter_full_params

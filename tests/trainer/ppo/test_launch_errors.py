@@ -1,6 +1,5 @@
 """Bad input stops `main_ppo` before Ray starts, with one message naming the key or file (exit status 2)."""
 
-import pytest
 from hydra import compose, initialize_config_dir
 
 import rlpost.trainer.config as config_pkg

@@ -60,7 +60,7 @@ def test_timing_metrics():
 
 
 def test_throughput_metrics():
-    m = mu.compute_throughout_metrics(_batch({mu.META_GLOBAL_TOKEN_NUM: [10, 6]}), {"step": 2.0}, n_gpus=2)
+    m = mu.compute_throughout_metrics(_batch({keys.META_GLOBAL_TOKEN_NUM: [10, 6]}), {"step": 2.0}, n_gpus=2)
     assert m == pytest.approx({"perf/total_num_tokens": 16.0, "perf/time_per_step": 2.0, "perf/throughput": 4.0})
     m = mu.compute_throughout_metrics(_batch(), {"step": 2.0}, n_gpus=1)  # falls back to attention_mask: 8
     assert m["perf/total_num_tokens"] == 8.0 and m["perf/throughput"] == pytest.approx(4.0)

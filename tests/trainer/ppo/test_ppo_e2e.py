@@ -3,7 +3,6 @@ real Ray and FSDP2 over gloo, a tiny model and the synthetic arithmetic data. Ea
 
 import json
 import math
-import os
 import subprocess
 import sys
 
