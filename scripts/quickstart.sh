@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# The quickstart: a tiny model learns 2-digit addition by RL, on 2 CPU cores, in about 15 minutes.
+# The quickstart: RL fixes what imitation learned wrong, on 2 CPU cores, in a few minutes.
 #
 #   bash scripts/quickstart.sh                 # everything below, from a fresh clone
+#   ALGO=ppo bash scripts/quickstart.sh        # PPO with a critic (GAE) instead of GRPO
 #   QUICKSTART_DIR=/tmp/qs bash scripts/quickstart.sh
 #
 # 1. set up .venv (scripts/setup_env.sh)
-# 2. build a ~2.4M-parameter Qwen2-architecture model and its tokenizer (random weights, offline)
-# 3. write the arithmetic data ("What is 23 + 45? ..." -> "#### 68"), test pairs never seen in training
-# 4. SFT it, stopped early on purpose, to a PARTIAL skill (~30% held-out accuracy)
-# 5. GRPO with the vLLM CPU engine in 2 worker processes; greedy held-out accuracy before and after
-# 6. print `held-out accuracy: before=<x.xx> after=<y.yy>` (the last line)
-# See docs/quickstart.md for what each step does and the numbers to expect.
+# 2. build a tiny Qwen2-architecture model and its tokenizer (random weights, offline)
+# 3. write the task ("What is 4712 * 10?" -> "#### 47120"); held-out numbers never seen in training.
+#    The SFT demonstrations come from an imperfect teacher that forgets the zero 70% of the time.
+# 4. SFT: the model learns both answers, and greedy decoding gives the teacher's usual, wrong one
+# 5. GRPO with the vLLM CPU engine in 2 worker processes; the reward is the exact product
+# 6. print `held-out accuracy: before=<x.xx> after=<y.yy>` (greedy, the last line)
+# See docs/quickstart.md for what each step does and the measured numbers.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -19,12 +21,12 @@ if [ -z "${QUICKSTART_SKIP_SETUP:-}" ]; then  # tests run inside an environment 
   source "$ROOT/scripts/setup_env.sh"
 fi
 export VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1}
-# One thread per process: two cores, and oversubscribed OpenMP threads make small matmuls ~5x slower.
-export OMP_NUM_THREADS=1
+# One thread per worker process in the RL stage: two cores, and oversubscribed OpenMP threads make small
+# matmuls ~5x slower. The single-process stages use both cores.
 
 WORK=${QUICKSTART_DIR:-/tmp/rlpost_quickstart}
-SFT_STEPS=${SFT_STEPS:-300}
-GRPO_STEPS=${GRPO_STEPS:-60}
+SFT_STEPS=${SFT_STEPS:-100}
+GRPO_STEPS=${GRPO_STEPS:-20}
 ALGO=${ALGO:-grpo}                      # grpo, or ppo (GAE with a critic)
 MODEL=$WORK/model
 DATA=$WORK/data
@@ -34,26 +36,25 @@ log() { echo "[quickstart $(date +%H:%M:%S)] $*"; }
 
 if [ ! -f "$MODEL/config.json" ]; then
   log "building the tiny model in $MODEL"
-  python scripts/make_tiny_model.py --out_dir "$MODEL" --hidden_size 256 --num_layers 4 --num_heads 4 \
-      --num_kv_heads 2 --intermediate_size 512 --seed 0
+  python scripts/make_tiny_model.py --out_dir "$MODEL" --seed 0
 fi
 if [ ! -f "$DATA/train.parquet" ]; then
-  log "writing the arithmetic data to $DATA"
-  python examples/data_preprocess/arith.py --local_dir "$DATA" --train_size 5000 --test_size 200 \
-      --max_operand 99 --ops + --seed 0
+  log "writing the task data to $DATA"
+  python examples/data_preprocess/times_ten.py --local_dir "$DATA" --train_size 3000 --test_size 200 \
+      --num_digits 4 --sft_slip 0.7 --seed 0
 fi
 
 SFT_MODEL=$SFT_DIR/global_step_$SFT_STEPS
 if [ ! -f "$SFT_MODEL/config.json" ]; then
-  log "SFT: $SFT_STEPS steps of 32 examples (stopped early on purpose: a partial skill for RL to build on)"
-  python -m rlpost.trainer.fsdp_sft_trainer \
+  log "SFT: $SFT_STEPS steps of 64 demonstrations from the imperfect teacher"
+  OMP_NUM_THREADS=2 python -m rlpost.trainer.fsdp_sft_trainer \
       data.train_files="$DATA/sft_train.parquet" \
       data.val_files=null \
-      data.max_length=34 \
-      data.train_batch_size=32 \
-      data.micro_batch_size_per_gpu=32 \
+      data.max_length=48 \
+      data.train_batch_size=64 \
+      data.micro_batch_size_per_gpu=64 \
       model.partial_pretrain="$MODEL" \
-      optim.lr=2e-3 \
+      optim.lr=3e-3 \
       trainer.total_training_steps="$SFT_STEPS" \
       trainer.default_local_dir="$SFT_DIR" \
       trainer.logger='[console]' \
@@ -65,7 +66,7 @@ fi
 log "$ALGO: $GRPO_STEPS steps, 2 CPU worker processes with vLLM; greedy validation before and after"
 rm -rf "$RUN_DIR"
 start=$SECONDS
-python -m rlpost.trainer.main_ppo --config-path="$ROOT/examples/quickstart" --config-name="$ALGO" \
+OMP_NUM_THREADS=1 python -m rlpost.trainer.main_ppo --config-path="$ROOT/examples/quickstart" --config-name="$ALGO" \
     data.train_files="$DATA/train.parquet" \
     data.val_files="$DATA/test.parquet" \
     actor_rollout_ref.model.path="$SFT_MODEL" \

@@ -94,3 +94,20 @@ def test_gsm8k_missing_files_and_bad_answer(tmp_path):
         gsm8k.convert(str(tmp_path))
     with pytest.raises(ValueError, match="without '#### <number>'"):
         gsm8k.extract_answer("no final answer")
+
+
+def test_times_ten_task_and_imperfect_teacher(tmp_path):
+    times_ten = load_script("times_ten")
+    paths = times_ten.generate(str(tmp_path), train_size=400, test_size=50, num_digits=3, sft_slip=0.7, seed=0)
+    train, test, sft = (pd.read_parquet(paths[k]) for k in ("train", "test", "sft_train"))
+    numbers = [e["number"] for e in train["extra_info"]]
+    assert not set(numbers) & {e["number"] for e in test["extra_info"]}
+    row = train.iloc[0]
+    assert row["prompt"][0]["content"].startswith(f"What is {numbers[0]} * 10?")
+    assert row["reward_model"]["ground_truth"] == numbers[0] + "0"
+    slipped = [a == f"#### {n}" for a, n in zip(sft["answer"], numbers)]
+    correct = [a == f"#### {n}0" for a, n in zip(sft["answer"], numbers)]
+    assert all(s or c for s, c in zip(slipped, correct))
+    assert 0.6 < sum(slipped) / len(slipped) < 0.8
+    with pytest.raises(ValueError, match="sft_slip"):
+        times_ten.generate(str(tmp_path), sft_slip=1.5)

@@ -51,22 +51,20 @@ def test_main_fails_without_two_validations(tmp_path, capsys):
 
 
 @pytest.mark.e2e
-@pytest.mark.timeout(280)
-def test_quickstart_script_short_run(tmp_path):
-    """The real script with 4 SFT steps and 2 GRPO steps: every stage runs and the summary line is last."""
-    env = dict(os.environ, QUICKSTART_DIR=str(tmp_path), QUICKSTART_SKIP_SETUP="1", SFT_STEPS="4",
-               GRPO_STEPS="2", PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
-    proc = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "quickstart.sh"), "data.train_batch_size=8", "actor_rollout_ref.rollout.n=4",
-         "actor_rollout_ref.actor.ppo_mini_batch_size=8", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=270,
-    )
+@pytest.mark.timeout(600)
+def test_quickstart_script_learns(tmp_path):
+    """The real script with its defaults: SFT, then GRPO raises greedy held-out accuracy by at least 0.20."""
+    env = dict(os.environ, QUICKSTART_DIR=str(tmp_path), QUICKSTART_SKIP_SETUP="1",
+               PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "quickstart.sh")], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=580)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     last = proc.stdout.strip().splitlines()[-1]
     match = SUMMARY.match(last)
     assert match, last
-    assert all(0.0 <= float(x) <= 1.0 for x in match.groups())
-    assert (tmp_path / "sft" / "global_step_4" / "config.json").is_file()
+    before, after = (float(x) for x in match.groups())
+    assert after - before >= 0.20, last
+    assert (tmp_path / "sft" / "global_step_100" / "config.json").is_file()
     steps = [json.loads(line)["step"] for line in (tmp_path / "grpo" / "metrics.jsonl").read_text().splitlines()]
-    assert steps == [0, 1, 2]
-    assert [s for s, _ in quickstart_eval.read_validations(tmp_path / "grpo")] == [0, 2]
+    assert steps == list(range(21))
+    assert [s for s, _ in quickstart_eval.read_validations(tmp_path / "grpo")] == [0, 20]
