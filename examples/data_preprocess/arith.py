@@ -54,35 +54,16 @@ def make_rows(problems: list[tuple], split: str) -> list[dict]:
             "prompt": [{"role": "user", "content": question(a, op, b)}],
             "ability": "math",
             "reward_model": {"style": "rule", "ground_truth": answer},
-            "extra_info": {"split": split, "index": idx, "question": question(a, op, b), "answer": f"#### {answer}",
-                           "a": a, "op": op, "b": b},
+            "extra_info": {"split": split, "index": idx, "question": question(a, op, b), "answer": f"#### {answer}"},
         })
     return rows
 
 
-def add_without_carry(a: int, b: int) -> int:
-    """Digit-wise sum mod 10, the classic slip of forgetting to carry: 57 + 68 -> 15."""
-    total, place = 0, 1
-    while a or b:
-        total += ((a % 10 + b % 10) % 10) * place
-        a, b, place = a // 10, b // 10, place * 10
-    return total
-
-
-def make_sft_rows(rows: list[dict], carry_slip: float = 0.0, rng: random.Random | None = None) -> list[dict]:
-    """SFT rows: the user message text and the target completion, under both column conventions.
-
-    `carry_slip` > 0 imitates an imperfect teacher: that fraction of the additions that need a carry are
-    answered without carrying. A model fine-tuned on it learns both answers; the RL reward (the exact sum)
-    is what tells them apart.
-    """
-    rng = rng or random.Random(0)
+def make_sft_rows(rows: list[dict]) -> list[dict]:
+    """SFT rows: the user message text and the target completion, under both column conventions."""
     out = []
     for r in rows:
         q, a = r["extra_info"]["question"], r["extra_info"]["answer"]
-        x, op, y = (r["extra_info"].get(k) for k in ("a", "op", "b"))
-        if op == "+" and carry_slip > 0 and add_without_carry(x, y) != x + y and rng.random() < carry_slip:
-            a = f"#### {add_without_carry(x, y)}"
         out.append({"question": q, "answer": a, "prompt": q, "response": a, "extra_info": r["extra_info"]})
     return out
 
@@ -95,7 +76,7 @@ def write_parquet(rows: list[dict], path: Path) -> None:
 
 
 def generate(local_dir: str, train_size: int = 2000, test_size: int = 200, seed: int = 0,
-             max_operand: int = 99, ops: str = "+", sft_carry_slip: float = 0.0) -> dict[str, Path]:
+             max_operand: int = 99, ops: str = "+") -> dict[str, Path]:
     """Write the four parquet files; return their paths by name (train, test, sft_train, sft_test)."""
     bad = set(ops) - set(OPS)
     if bad or not ops:
@@ -108,7 +89,7 @@ def generate(local_dir: str, train_size: int = 2000, test_size: int = 200, seed:
     train_rows, test_rows = make_rows(train, "train"), make_rows(test, "test")
     write_parquet(train_rows, paths["train"])
     write_parquet(test_rows, paths["test"])
-    write_parquet(make_sft_rows(train_rows, sft_carry_slip, random.Random(seed + 1)), paths["sft_train"])
+    write_parquet(make_sft_rows(train_rows), paths["sft_train"])
     write_parquet(make_sft_rows(test_rows), paths["sft_test"])
     return paths
 
@@ -121,11 +102,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max_operand", type=int, default=99, help="operands are drawn from [0, max_operand]")
     parser.add_argument("--ops", default="+", help="operators to mix, e.g. '+' or '+-'")
-    parser.add_argument("--sft_carry_slip", type=float, default=0.0,
-                        help="fraction of carrying additions whose SFT answer forgets the carry (imperfect teacher)")
     args = parser.parse_args(argv)
-    paths = generate(args.local_dir, args.train_size, args.test_size, args.seed, args.max_operand, args.ops,
-                     args.sft_carry_slip)
+    paths = generate(args.local_dir, args.train_size, args.test_size, args.seed, args.max_operand, args.ops)
     for name, path in paths.items():
         print(f"{name}: {path}")
 
