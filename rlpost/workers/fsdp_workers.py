@@ -80,6 +80,16 @@ def _prune(saved: list[str], keep: int | None, rank: int) -> None:
             shutil.rmtree(old, ignore_errors=True)
 
 
+def memory_metrics() -> dict[str, float]:
+    """Peak device memory of this worker on GPU; its resident set size on CPU (GiB)."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        return {"perf/max_memory_allocated_gb": torch.cuda.max_memory_allocated() / 2**30,
+                "perf/max_memory_reserved_gb": torch.cuda.max_memory_reserved() / 2**30}
+    import psutil
+
+    return {"perf/cpu_memory_used_gb": psutil.Process().memory_info().rss / 2**30}
+
+
 class _FSDPRole(Worker):
     """Shared start-up and checkpoint plumbing of the two FSDP workers."""
 
@@ -127,7 +137,7 @@ class _FSDPRole(Worker):
 
     @staticmethod
     def _metrics_out(metrics: dict[str, Any]) -> DataProto:
-        return DataProto(meta_info={keys.META_METRICS: metrics})
+        return DataProto(meta_info={keys.META_METRICS: {**metrics, **memory_metrics()}})
 
 
 class ActorRolloutRefWorker(_FSDPRole):

@@ -46,15 +46,6 @@ def _timer(name: str, timing: dict[str, float]):
     timing[name] = timing.get(name, 0.0) + time.perf_counter() - start
 
 
-def _process_memory_metrics() -> dict[str, float]:
-    """Peak GPU memory on the driver's device if any, else the driver's resident set size."""
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        return {"perf/max_memory_allocated_gb": torch.cuda.max_memory_allocated() / 2**30}
-    import psutil
-
-    return {"perf/cpu_memory_used_gb": psutil.Process().memory_info().rss / 2**30}
-
-
 class RayPPOTrainer:
     """Drives PPO / GRPO / RLOO / REINFORCE++ / ReMax training over Ray worker groups.
 
@@ -158,7 +149,6 @@ class RayPPOTrainer:
         metrics.update(compute_data_metrics(batch, use_critic=self.use_critic))
         metrics.update(compute_timing_metrics(batch, timing))
         metrics.update(compute_throughout_metrics(batch, timing, n_devices))
-        metrics.update(_process_memory_metrics())
         metrics["training/global_step"] = self.global_steps
         return metrics
 

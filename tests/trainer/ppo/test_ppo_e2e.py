@@ -13,7 +13,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 REQUIRED = [
     "critic/score/mean", "critic/rewards/mean", "critic/advantages/mean", "critic/advantages/max",
     "response_length/mean", "response_length/max", "response_length/clip_ratio", "prompt_length/mean",
-    "perf/throughput", "perf/time_per_step", "actor/pg_loss", "actor/entropy", "actor/grad_norm", "actor/lr",
+    "perf/throughput", "perf/time_per_step", "perf/cpu_memory_used_gb", "actor/pg_loss", "actor/entropy", "actor/grad_norm", "actor/lr",
     "actor/pg_clipfrac", "actor/ppo_kl", "timing_s/gen", "timing_s/reward", "timing_s/old_log_prob",
     "timing_s/adv", "timing_s/update_actor", "timing_s/update_weights", "timing_s/step",
 ]
