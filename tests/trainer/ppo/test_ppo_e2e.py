@@ -84,3 +84,21 @@ def test_outcome_estimators(workspace, estimator):
 def test_grpo_with_hf_rollout(workspace):
     rows = run_main_ppo(workspace, "hf", "algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.name=hf")
     check_metrics(rows)
+
+
+def test_grpo_with_reward_model(workspace):
+    """reward_model.enable=true: a sequence-classification RM scores every response in the loop; its
+    continuous scores replace the rule scorer's 0/1 ones."""
+    import torch
+    from transformers import AutoConfig, AutoTokenizer, Qwen2ForSequenceClassification
+
+    rm_dir = workspace["root"] / "rm"
+    config = AutoConfig.from_pretrained(workspace["model"], num_labels=1)
+    torch.manual_seed(0)
+    Qwen2ForSequenceClassification(config).save_pretrained(rm_dir)
+    AutoTokenizer.from_pretrained(workspace["model"]).save_pretrained(rm_dir)
+    rows = run_main_ppo(workspace, "rm", "algorithm.adv_estimator=grpo", "reward_model.enable=true",
+                        f"reward_model.model.path={rm_dir}", "reward_model.micro_batch_size_per_gpu=4")
+    check_metrics(rows)
+    scores = [r[k] for r in rows if "timing_s/step" in r for k in ("critic/score/max", "critic/score/min")]
+    assert any(abs(s - round(s)) > 1e-6 for s in scores), scores  # not the rule scorer's 0/1
