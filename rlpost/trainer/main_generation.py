@@ -5,7 +5,9 @@ Launch (config: rlpost/trainer/config/generation.yaml):
         data.n_samples=4 data.output_path=out.parquet model.path=/path/to/hf_model rollout.name=vllm
 
 The output holds every input column plus `responses`: a list of `data.n_samples` strings per row.
-One process drives one engine (vLLM, SGLang or HF `generate`, chosen by rollout.name).
+With one device, this process drives one engine (vLLM, SGLang or HF `generate`, chosen by rollout.name).
+With `trainer.nnodes x trainer.n_gpus_per_node` > 1 devices, one Ray worker per device holds an engine
+(`ActorRolloutRefWorker` with role `rollout`) and each batch of prompts is split across them.
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ OUTPUT_COLUMN = "responses"
 
 # Keys of generation.yaml that are in scope but not built yet: value must stay at this default.
 UNSUPPORTED_DEFAULTS: dict[str, Any] = {
-    "trainer.nnodes": 1,
     "model.external_lib": None,
     "rollout.mode": "sync",
     "rollout.n": 1,
@@ -36,13 +37,9 @@ UNSUPPORTED_DEFAULTS: dict[str, Any] = {
 
 
 def check_generation_config(config: DictConfig) -> None:
-    """Fail fast on keys this single-process tool does not build and on inconsistent sampling."""
-    devices = int(OmegaConf.select(config, "trainer.n_gpus_per_node", default=1) or 1)
-    if devices != 1:
-        raise NotImplementedError(
-            f"not supported yet: trainer.n_gpus_per_node={devices} (generation runs one engine in one "
-            "process on one device; set trainer.n_gpus_per_node=1)"
-        )
+    """Fail fast on keys this tool does not build and on inconsistent sampling."""
+    if num_devices(config) < 1:
+        raise ValueError("trainer.nnodes and trainer.n_gpus_per_node must be >= 1; nearest valid: 1")
     for key, default in UNSUPPORTED_DEFAULTS.items():
         value = OmegaConf.select(config, key, default=default)
         if value is not None and value != default:
@@ -59,6 +56,30 @@ def check_generation_config(config: DictConfig) -> None:
         )
     if int(config.data.batch_size) < 1:
         raise ValueError(f"data.batch_size={config.data.batch_size} must be >= 1; nearest valid: 1")
+
+
+def num_devices(config: DictConfig) -> int:
+    """trainer.nnodes x trainer.n_gpus_per_node (worker processes on cpu)."""
+    nodes = OmegaConf.select(config, "trainer.nnodes", default=1)
+    per_node = OmegaConf.select(config, "trainer.n_gpus_per_node", default=1)
+    return int(1 if nodes is None else nodes) * int(1 if per_node is None else per_node)
+
+
+def build_engine(config: DictConfig, tokenizer, device: str):
+    """An object with `generate_sequences(DataProto)`: an engine here, or a Ray group of rollout workers."""
+    if num_devices(config) == 1:
+        return build_rollout(rollout_config(config), config.model.path, tokenizer, device)
+    from rlpost.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup, init_ray
+    from rlpost.workers.fsdp_workers import ActorRolloutRefWorker
+
+    init_ray(config.get("ray_init"))
+    worker_cfg = OmegaConf.create({"model": OmegaConf.to_container(config.model, resolve=True),
+                                   "rollout": rollout_config(config)})
+    pool = RayResourcePool([int(config.trainer.n_gpus_per_node)] * int(config.trainer.nnodes),
+                           use_gpu=device == "cuda", name_prefix="generation")
+    group = RayWorkerGroup(pool, RayClassWithInitArgs(ActorRolloutRefWorker, config=worker_cfg, role="rollout"))
+    group.init_model()
+    return group
 
 
 def rollout_config(config: DictConfig) -> DictConfig:
@@ -125,9 +146,10 @@ def generate(config: DictConfig) -> pd.DataFrame:
     tokenizer = AutoTokenizer.from_pretrained(config.model.path, trust_remote_code=trust)
     device = str(OmegaConf.select(config, "trainer.device", default=None) or
                  ("cuda" if torch.cuda.is_available() else "cpu"))
-    if device not in ("cpu", "cuda") or (device == "cuda" and not torch.cuda.is_available()):
+    if device not in ("cpu", "cuda") or (device == "cuda" and num_devices(config) == 1
+                                         and not torch.cuda.is_available()):
         raise ValueError(f"trainer.device={device!r}: use 'cuda' with a visible GPU, else 'cpu'")
-    rollout = build_rollout(rollout_config(config), config.model.path, tokenizer, device)
+    rollout = build_engine(config, tokenizer, device)
     n, batch_size = int(config.data.n_samples), int(config.data.batch_size)
     prompt_length = int(config.rollout.prompt_length)
     texts: list[str] = []

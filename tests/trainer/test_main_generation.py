@@ -49,10 +49,9 @@ def test_check_generation_config_errors(tiny_model_dir, tmp_path):
     check_generation_config(_config(tiny_model_dir, tmp_path))
     with pytest.raises(NotImplementedError, match="not supported yet: rollout.n"):
         check_generation_config(_config(tiny_model_dir, tmp_path, **{"rollout.n": 4}))
-    with pytest.raises(NotImplementedError, match="not supported yet: trainer.nnodes"):
-        check_generation_config(_config(tiny_model_dir, tmp_path, **{"trainer.nnodes": 2}))
-    with pytest.raises(NotImplementedError, match="not supported yet: trainer.n_gpus_per_node"):
-        check_generation_config(_config(tiny_model_dir, tmp_path, **{"trainer.n_gpus_per_node": 8}))
+    check_generation_config(_config(tiny_model_dir, tmp_path, **{"trainer.n_gpus_per_node": 8}))
+    with pytest.raises(ValueError, match="trainer.nnodes and trainer.n_gpus_per_node must be >= 1"):
+        check_generation_config(_config(tiny_model_dir, tmp_path, **{"trainer.n_gpus_per_node": 0}))
     with pytest.raises(ValueError, match="identical responses"):
         check_generation_config(_config(tiny_model_dir, tmp_path, **{"rollout.temperature": 0}))
 
@@ -90,6 +89,21 @@ def test_generate_cli_hf_writes_n_responses_per_row(tiny_model_dir, tmp_path):
     assert out["prompt"][1][0]["content"] == "You are a helpful assistant."
 
 
+def _hf_greedy(tiny_model_dir) -> list[str]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    out = []
+    for chat in CHATS:
+        text = tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+        ids = torch.tensor([tok(text, add_special_tokens=False)["input_ids"]])
+        gen = model.generate(ids, max_new_tokens=8, do_sample=False, eos_token_id=tok.eos_token_id,
+                             pad_token_id=tok.pad_token_id)
+        out.append(tok.decode(gen[0, ids.shape[1] :], skip_special_tokens=True))
+    return out
+
+
 def test_generate_hf_greedy_matches_transformers(tiny_model_dir, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -113,3 +127,20 @@ def test_generate_vllm_writes_n_responses_per_row(tiny_model_dir, tmp_path):
     out = pd.read_parquet(cfg.data.output_path)
     assert len(out) == 3 and [len(r) for r in out["responses"]] == [3, 3, 3]
     assert all(isinstance(s, str) for r in out["responses"] for s in r)
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(300)
+def test_generate_across_two_ray_workers_matches_hf_greedy(tiny_model_dir, tmp_path):
+    """trainer.n_gpus_per_node=2: one vLLM engine per Ray worker, prompts split between them (3 rows over
+    2 workers: padding invisible), greedy output equal to transformers' own."""
+    overrides = _overrides(tiny_model_dir, tmp_path, name="vllm")
+    overrides = [o for o in overrides if not o.startswith("trainer.n_gpus_per_node")]
+    cmd = [sys.executable, "-m", "rlpost.trainer.main_generation", *overrides, "trainer.n_gpus_per_node=2",
+           "data.n_samples=1", "rollout.do_sample=false", "rollout.dtype=float32", "ray_init.num_cpus=2",
+           "rollout.tensor_model_parallel_size=1"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = pd.read_parquet(tmp_path / "out" / "gen.parquet")
+    assert [list(r) for r in out["responses"]] == [[t] for t in _hf_greedy(tiny_model_dir)]
