@@ -158,6 +158,117 @@ def run_limits(args: argparse.Namespace, model_dir: Path, out: Path) -> dict[str
     return json.loads(out.read_text())
 
 
+SETTING_DEFAULTS = {"tm": 8, "fm": 16, "dyn": 0, "rmpad": 0}
+
+
+def parse_setting(spec: str) -> dict[str, int]:
+    """'tm=16,fm=16,dyn=0,rmpad=1' -> train micro rows, log-prob micro rows, dynamic-bsz token cap, rmpad."""
+    out = dict(SETTING_DEFAULTS)
+    for part in filter(None, spec.split(",")):
+        key, _, val = part.partition("=")
+        if key not in out:
+            raise ValueError(f"--sweep: unknown key {key!r} in {spec!r} (known: {sorted(out)})")
+        out[key] = int(val)
+    return out
+
+
+def apply_setting(worker: Any, s: dict[str, int]) -> None:
+    """Change the worker's micro-batching / remove-padding in place (read at every call)."""
+    from omegaconf import open_dict
+
+    cfg = worker.config
+    with open_dict(cfg):
+        cfg.actor.ppo_micro_batch_size_per_gpu = s["tm"]
+        cfg.actor.use_dynamic_bsz = s["dyn"] > 0
+        cfg.actor.ppo_max_token_len_per_gpu = s["dyn"] or 16384
+        for group in (cfg.rollout, cfg.ref):
+            group.log_prob_micro_batch_size_per_gpu = s["fm"]
+            group.log_prob_use_dynamic_bsz = s["dyn"] > 0
+            group.log_prob_max_token_len_per_gpu = s["dyn"] or 16384
+    assert worker.actor.config.ppo_micro_batch_size_per_gpu == s["tm"]  # the actor reads the same node
+    worker.actor.use_remove_padding = worker.ref_policy.use_remove_padding = bool(s["rmpad"])
+
+
+def sweep_setting(worker: Any, base: DataProto, s: dict[str, int], warm_update: bool) -> dict[str, float]:
+    """old_log_prob (after one untimed call), ref and update_actor on a copy of one generated batch."""
+    from rlpost.trainer.ppo.core_algos import compute_advantage
+
+    apply_setting(worker, s)
+    timing: dict[str, float] = {}
+    batch = base.select()
+    worker.compute_log_prob(batch)  # warm-up at this micro-batch shape
+    with timer("old_log_prob", timing):
+        out = worker.compute_log_prob(batch)
+        out.batch.pop(keys.ENTROPYS, None)
+        batch.union(out)
+    with timer("ref", timing):
+        batch.union(worker.compute_ref_log_prob(batch))
+    scores = batch.batch[keys.TOKEN_LEVEL_SCORES]
+    adv, ret = compute_advantage(scores, batch.batch[keys.RESPONSE_MASK], "grpo",
+                                 index=batch.non_tensor_batch[keys.UID])
+    batch.batch[keys.ADVANTAGES], batch.batch[keys.RETURNS] = adv, ret
+    if warm_update:  # first update allocates the optimizer state
+        worker.update_actor(batch)
+    with timer("update_actor", timing):
+        metrics = worker.update_actor(batch).meta_info[keys.META_METRICS]
+    timing["update_weights"] = float(metrics["timing_s/update_weights"])
+    timing["update_actor_only"] = timing["update_actor"] - timing["update_weights"]
+    return timing
+
+
+def bare_limits_by_micro(model_dir: Path, args: argparse.Namespace, micros: list[int]) -> dict[str, Any]:
+    """bench_limits' bare fwd and fwd+bwd+AdamW loops at several micro sizes, in this process."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.bfloat16,
+                                                 attn_implementation="sdpa").cuda()
+    if args.grad_ckpt:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    rows = args.prompts[0] * args.n
+    ids = torch.randint(10, 150000, (rows, args.prompt_len + args.response_len),
+                        generator=torch.Generator().manual_seed(rows)).pin_memory()
+    res: dict[str, Any] = {"fwd": {}, "train": {}}
+    for micro in micros:
+        res["fwd"][str(micro)] = bench_limits.bare_forward(model, ids, args.prompt_len, micro)
+        res["train"][str(micro)] = bench_limits.bare_train(model, ids, args.prompt_len, micro,
+                                                           args.mini_prompts * args.n)
+        print(f"[bare] micro {micro}: fwd {res['fwd'][str(micro)]['s']:.2f}s "
+              f"train {res['train'][str(micro)]['s']:.2f}s", flush=True)
+    del model
+    return res
+
+
+def run_sweep(worker: Any, args: argparse.Namespace, model_dir: Path, vocab: int, res: dict[str, Any],
+              out: Path) -> None:
+    """One generation, then each --sweep setting on it; bare loops last (the engine is asleep)."""
+    n_prompts = args.prompts[0]
+    gen_in = prompt_batch(bench_limits.random_prompts(n_prompts, args.prompt_len, seed=n_prompts, high=vocab),
+                          args.n)
+    gen_in.meta_info.update({keys.META_DO_SAMPLE: True, keys.META_VALIDATE: False})
+    base = worker.generate_sequences(gen_in)
+    scores = torch.zeros(base.batch[keys.RESPONSE_MASK].shape)
+    scores[:, -1] = (base.batch[keys.RESPONSES] % 7 == 0).float().mean(-1)
+    base.batch[keys.TOKEN_LEVEL_SCORES] = scores
+    base.batch[keys.TOKEN_LEVEL_REWARDS] = scores
+    res["sweep"] = []
+    tokens = n_prompts * args.n * (args.prompt_len + args.response_len)
+    for i, spec in enumerate(args.sweep):
+        s = parse_setting(spec)
+        step = sweep_setting(worker, base, s, warm_update=i == 0)
+        res["sweep"].append({"spec": spec, "setting": s, "step_s": step,
+                             "update_tokens_per_s": tokens / step["update_actor_only"]})
+        print(f"[sweep] {spec}: " + " ".join(f"{k}={v:.2f}s" for k, v in step.items()), flush=True)
+        out.write_text(json.dumps(res, indent=1))
+    micros = sorted({parse_setting(spec)["tm"] for spec in args.sweep} | set(args.bare_micros))
+    res["bare"] = bare_limits_by_micro(model_dir, args, micros)
+    train8 = res["bare"]["train"][str(min(micros))]["s"]
+    for row in res["sweep"]:
+        row["update_ratio_vs_bare_micro_%d" % min(micros)] = train8 / row["step_s"]["update_actor_only"]
+    res["peak_mem_GB"] = torch.cuda.max_memory_allocated() / 1e9
+    out.write_text(json.dumps(res, indent=1))
+    print(f"[sweep] wrote {out}", flush=True)
+
+
 def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prompts", type=int, nargs="+", default=[64, 128])
@@ -179,6 +290,13 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--override", nargs="*", default=[], help="extra Hydra overrides")
     ap.add_argument("--out-dir", type=Path, default=None, help="default benchmarks/results")
     ap.add_argument("--json-out", type=Path, default=None)
+    ap.add_argument("--sweep", nargs="+", default=None, metavar="SPEC",
+                    help="instead of full steps: one generation of --prompts[0] x n, then per SPEC "
+                         "('tm=16,fm=16,dyn=0,rmpad=1': train micro rows, log-prob micro rows, dynamic-bsz "
+                         "token cap (0 = off), use_remove_padding) old_log_prob/ref/update_actor, then bare "
+                         "fwd/train loops at each micro size (no bench_limits subprocess)")
+    ap.add_argument("--bare-micros", type=int, nargs="*", default=[],
+                    help="extra micro sizes for the bare loops of --sweep")
     return ap.parse_args()
 
 
@@ -195,7 +313,9 @@ def main() -> None:
         out_dir = args.out_dir or REPO / "benchmarks" / "results"
         out_dir.mkdir(parents=True, exist_ok=True)
         lim_path = out_dir / f"limits_{bench_limits.device_slug()}.json"
-        if args.limits_json is not None:  # measured earlier on this same machine and GPU
+        if args.sweep:
+            limits = None
+        elif args.limits_json is not None:  # measured earlier on this same machine and GPU
             limits = json.loads(args.limits_json.read_text())
         else:
             limits = None if args.skip_limits else run_limits(args, model_dir, lim_path)
@@ -206,6 +326,9 @@ def main() -> None:
         from transformers import AutoConfig
 
         vocab = min(150000, AutoConfig.from_pretrained(model_dir).vocab_size)
+        if args.sweep:
+            out = args.json_out or out_dir / f"micro_sweep_{bench_limits.device_slug()}.json"
+            return run_sweep(worker, args, model_dir, vocab, res, out)
         warm = args.warmup_prompts or args.mini_prompts
         grpo_step(worker, bench_limits.random_prompts(warm, args.prompt_len, 1, high=vocab), args.n)
         for n_prompts in args.prompts:
