@@ -21,10 +21,12 @@ python3 -m rlpost.trainer.main_ppo \
     data.truncation=error \
     actor_rollout_ref.model.path=$MODEL_PATH \
     actor_rollout_ref.actor.optim.lr=1e-6 \
-    actor_rollout_ref.model.use_remove_padding=true \
+    actor_rollout_ref.model.use_remove_padding=false \
     actor_rollout_ref.model.enable_gradient_checkpointing=true \
     actor_rollout_ref.actor.ppo_mini_batch_size=64 \
     actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8 \
+    actor_rollout_ref.actor.use_dynamic_bsz=true \
+    actor_rollout_ref.actor.ppo_max_token_len_per_gpu=32768 \
     actor_rollout_ref.actor.use_kl_loss=false \
     actor_rollout_ref.actor.entropy_coeff=0 \
     actor_rollout_ref.actor.fsdp_config.param_offload=false \
@@ -39,9 +41,11 @@ python3 -m rlpost.trainer.main_ppo \
     actor_rollout_ref.ref.fsdp_config.param_offload=true \
     critic.optim.lr=1e-5 \
     critic.model.path=$MODEL_PATH \
-    critic.model.use_remove_padding=true \
+    critic.model.use_remove_padding=false \
     critic.model.enable_gradient_checkpointing=true \
     critic.ppo_micro_batch_size_per_gpu=8 \
+    critic.use_dynamic_bsz=true \
+    critic.ppo_max_token_len_per_gpu=32768 \
     critic.model.fsdp_config.param_offload=false \
     critic.model.fsdp_config.optimizer_offload=false \
     algorithm.use_kl_in_reward=false \
