@@ -109,7 +109,7 @@ class _Console:
         _print(format_console_line(data, step))
 
     def finish(self) -> None:
-        pass
+        """Nothing to flush: every line is printed as it is logged."""
 
 
 class _File:

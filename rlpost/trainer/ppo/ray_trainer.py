@@ -33,7 +33,7 @@ from rlpost.trainer.ppo.metric_utils import (
     compute_timing_metrics,
 )
 from rlpost.trainer.ppo.roles import WorkerGroups
-from rlpost.trainer.ppo.validation import Validator, dump_generations
+from rlpost.trainer.ppo.validation import Validator, dump_generations, generation_inputs
 
 logger = logging.getLogger(__name__)
 
@@ -176,18 +176,8 @@ class RayPPOTrainer:
         return batch
 
     def _gen_inputs(self, batch: DataProto) -> DataProto:
-        gen = batch.select(
-            batch_keys=[K.INPUT_IDS, K.ATTENTION_MASK, K.POSITION_IDS],
-            non_tensor_batch_keys=[k for k in (K.RAW_PROMPT_IDS, K.UID) if k in batch.non_tensor_batch],
-        )
-        gen.meta_info.update({
-            K.META_EOS_TOKEN_ID: self.tokenizer.eos_token_id,
-            K.META_PAD_TOKEN_ID: self.tokenizer.pad_token_id,
-            K.META_DO_SAMPLE: self.config.actor_rollout_ref.rollout.do_sample,
-            K.META_VALIDATE: False,
-            K.META_GLOBAL_STEP: self.global_steps,
-        })
-        return gen
+        return generation_inputs(batch, self.tokenizer, validate=False, step=self.global_steps,
+                                 do_sample=self.config.actor_rollout_ref.rollout.do_sample)
 
     def _score_only(self, batch: DataProto, gen_out: DataProto) -> torch.Tensor:
         """ReMax baseline: the sequence score of the greedy response to the same prompt, shape (B,)."""

@@ -19,6 +19,22 @@ from rlpost.protocol import DataProto
 from rlpost.trainer.ppo.metric_utils import process_validation_metrics
 
 
+def generation_inputs(batch: DataProto, tokenizer, *, validate: bool, step: int, do_sample: bool) -> DataProto:
+    """The rollout's input: prompt tensors (+ raw prompt ids, uid) of `batch` and the sampling meta_info."""
+    gen = batch.select(
+        batch_keys=[K.INPUT_IDS, K.ATTENTION_MASK, K.POSITION_IDS],
+        non_tensor_batch_keys=[k for k in (K.RAW_PROMPT_IDS, K.UID) if k in batch.non_tensor_batch],
+    )
+    gen.meta_info.update({
+        K.META_EOS_TOKEN_ID: tokenizer.eos_token_id,
+        K.META_PAD_TOKEN_ID: tokenizer.pad_token_id,
+        K.META_DO_SAMPLE: do_sample,
+        K.META_VALIDATE: validate,
+        K.META_GLOBAL_STEP: step,
+    })
+    return gen
+
+
 class Validator:
     """Runs validation over the whole validation loader with the actor's rollout engine."""
 
@@ -42,17 +58,8 @@ class Validator:
             batch = DataProto.from_single_dict(batch_dict)
             uids.extend(np.repeat(np.arange(len(uids), len(uids) + len(batch)), val_n).tolist())
             batch = batch.repeat(val_n, interleave=True)
-            gen = batch.select(
-                batch_keys=[K.INPUT_IDS, K.ATTENTION_MASK, K.POSITION_IDS],
-                non_tensor_batch_keys=[k for k in (K.RAW_PROMPT_IDS,) if k in batch.non_tensor_batch],
-            )
-            gen.meta_info.update({
-                K.META_EOS_TOKEN_ID: self.tokenizer.eos_token_id,
-                K.META_PAD_TOKEN_ID: self.tokenizer.pad_token_id,
-                K.META_DO_SAMPLE: self.config.actor_rollout_ref.rollout.val_kwargs.do_sample,
-                K.META_VALIDATE: True,
-                K.META_GLOBAL_STEP: step,
-            })
+            gen = generation_inputs(batch, self.tokenizer, validate=True, step=step,
+                                    do_sample=self.config.actor_rollout_ref.rollout.val_kwargs.do_sample)
             out = self.actor_rollout_wg.generate_sequences(gen)
             out.meta_info.pop(K.META_METRICS, None)
             for k in (K.INPUT_IDS, K.ATTENTION_MASK, K.POSITION_IDS):
