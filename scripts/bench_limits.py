@@ -4,7 +4,9 @@
 
 For a random-weight model of the Qwen2.5-0.5B architecture (bf16) it measures:
   - gen: vLLM offline generation (CUDA graphs, ignore_eos) of prompts x n fixed-length responses;
-  - reload: vLLM's own in-place `reload_weights` of the same weights from GPU tensors;
+  - reload: vLLM's own in-place `reload_weights` of the same weights from GPU tensors (the issue's
+    limit for the weight sync); also the model's plain `load_weights` of them ("load") and the
+    weights-only wake-up after a level-2 sleep ("wake_weights"), the two parts of rlpost's sync;
   - sleep / wake_up: what `sleep(level=1)` frees (torch.cuda.mem_get_info) and how long both take;
   - fwd: a plain forward computing the response tokens' log-probs over the same tokens (micro-batches);
   - train: a plain forward + backward + fused AdamW loop over the same tokens (grad accumulation over
@@ -80,7 +82,8 @@ def env_info() -> dict[str, Any]:
     except ImportError:
         info["vllm"] = None
     sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
-    info["rlpost_commit"] = sha.stdout.strip() or None
+    # the device copy of the tree has no .git: the caller may pass the commit in RLPOST_COMMIT
+    info["rlpost_commit"] = sha.stdout.strip() or os.environ.get("RLPOST_COMMIT")
     return info
 
 
@@ -101,39 +104,66 @@ def bare_engine(model_dir: Path, max_model_len: int, gpu_memory_utilization: flo
     return llm, time.perf_counter() - start
 
 
-def bare_generate(llm: Any, prompts: torch.Tensor, n: int, response_len: int) -> dict[str, float]:
-    """Time one `generate` of len(prompts) x n samples of exactly response_len tokens (ignore_eos)."""
+def bare_generate(llm: Any, prompts: torch.Tensor, n: int, response_len: int, reps: int = 3) -> dict[str, Any]:
+    """Median time of `reps` generations of len(prompts) x n samples of exactly response_len tokens
+    (ignore_eos). Generation at this model size is scheduling-bound and varies from run to run."""
     from vllm import SamplingParams
 
     params = SamplingParams(n=n, temperature=1.0, max_tokens=response_len, ignore_eos=True, detokenize=False)
     requests = [{"prompt_token_ids": row.tolist()} for row in prompts]
     llm.generate(requests[:4], SamplingParams(n=n, max_tokens=16, ignore_eos=True, detokenize=False),
                  use_tqdm=False)  # warm-up
-    sync()
-    start = time.perf_counter()
-    outs = llm.generate(requests, params, use_tqdm=False)
-    sync()
-    seconds = time.perf_counter() - start
-    gen_tokens = sum(len(c.token_ids) for o in outs for c in o.outputs)
-    assert gen_tokens == len(prompts) * n * response_len, gen_tokens
-    return {"s": seconds, "gen_tokens": gen_tokens, "gen_tokens_per_s": gen_tokens / seconds}
-
-
-def bare_reload(llm: Any, weights: dict[str, torch.Tensor], reps: int = 5) -> dict[str, float]:
-    """Median time of vLLM's own in-place `reload_weights` of `weights` (GPU tensors, HF names)."""
     times = []
     for _ in range(reps):
-        def _reload(worker: Any) -> None:
-            worker.model_runner.reload_weights(weights_iterator=iter(weights.items()))
-
         sync()
         start = time.perf_counter()
-        llm.collective_rpc(_reload)
+        outs = llm.generate(requests, params, use_tqdm=False)
         sync()
         times.append(time.perf_counter() - start)
+        gen_tokens = sum(len(c.token_ids) for o in outs for c in o.outputs)
+        assert gen_tokens == len(prompts) * n * response_len, gen_tokens
+    seconds = sorted(times)[len(times) // 2]
+    return {"s": seconds, "all_s": times, "gen_tokens": gen_tokens, "gen_tokens_per_s": gen_tokens / seconds}
+
+
+def _median_time(fn: Any, reps: int) -> tuple[float, list[float]]:
+    times = []
+    for _ in range(reps):
+        sync()
+        start = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2], times
+
+
+def bare_reload(llm: Any, weights: dict[str, torch.Tensor], reps: int = 5) -> dict[str, Any]:
+    """vLLM's own in-place `reload_weights` of `weights` (GPU tensors, HF names), the model's plain
+    `load_weights` of the same tensors, and the weights-only wake-up after a level-2 sleep (medians)."""
+
+    def _reload(worker: Any) -> None:
+        worker.model_runner.reload_weights(weights_iterator=iter(weights.items()))
+
+    def _load(worker: Any) -> None:
+        with torch.no_grad():
+            worker.model_runner.model.load_weights(iter(weights.items()))
+
+    med, times = _median_time(lambda: llm.collective_rpc(_reload), reps)
+    load_s, load_all = _median_time(lambda: llm.collective_rpc(_load), reps)
+    wakes = []
+    for _ in range(reps):
+        llm.sleep(level=2)
+        sync()
+        start = time.perf_counter()
+        llm.wake_up(tags=["weights"])
+        sync()
+        wakes.append(time.perf_counter() - start)
+        llm.collective_rpc(_load)
+        llm.wake_up(tags=["kv_cache"])
     nbytes = sum(t.numel() * t.element_size() for t in weights.values())
-    med = sorted(times)[len(times) // 2]
-    return {"s": med, "all_s": times, "bytes": nbytes, "GB_per_s": nbytes / med / 1e9}
+    return {"s": med, "all_s": times, "bytes": nbytes, "GB_per_s": nbytes / med / 1e9,
+            "load_s": load_s, "load_all_s": load_all, "wake_weights_s": sorted(wakes)[len(wakes) // 2],
+            "wake_weights_all_s": wakes}
 
 
 def bare_sleep_wake(llm: Any) -> dict[str, float]:
@@ -206,7 +236,8 @@ def measure(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
     llm, res["engine_start_s"] = bare_engine(model_dir, max_len, args.gpu_memory_utilization, args.enforce_eager)
     for n_prompts in args.prompts:
         prompts = random_prompts(n_prompts, args.prompt_len, seed=n_prompts)
-        res["per_batch"][str(n_prompts)] = {"gen": bare_generate(llm, prompts, args.n, args.response_len)}
+        res["per_batch"][str(n_prompts)] = {"gen": bare_generate(llm, prompts, args.n, args.response_len,
+                                                                args.gen_reps)}
         print(f"[limits] gen {n_prompts}x{args.n}: {res['per_batch'][str(n_prompts)]['gen']}", flush=True)
     weights = {k: v for f in sorted(model_dir.glob("*.safetensors")) for k, v in load_file(str(f), device="cuda").items()}
     res["reload"] = bare_reload(llm, weights)
@@ -238,8 +269,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--n", type=int, default=8)
     ap.add_argument("--prompt-len", type=int, default=512)
     ap.add_argument("--response-len", type=int, default=512)
-    ap.add_argument("--fwd-micro", type=int, default=16, help="rows per forward micro-batch")
-    ap.add_argument("--train-micro", type=int, default=8, help="rows per training micro-batch")
+    ap.add_argument("--fwd-micro", type=int, default=32, help="rows per forward micro-batch")
+    ap.add_argument("--train-micro", type=int, default=32, help="rows per training micro-batch")
+    ap.add_argument("--gen-reps", type=int, default=3, help="generations per batch (the median counts)")
     ap.add_argument("--mini-prompts", type=int, default=64, help="prompts per optimizer step")
     ap.add_argument("--grad-ckpt", type=int, default=1, help="gradient checkpointing in the train loop")
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.5)

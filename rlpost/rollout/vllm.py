@@ -52,24 +52,26 @@ def _rank_world() -> tuple[int, int]:
 
 
 def _parallel_kwargs(config: Any, device: str) -> dict[str, Any]:
-    """TP/DP layout. GPU with TP>1 or several ranks: every rank runs its own in-process engine holding
-    one TP shard (`external_launcher`), each group of `tp` ranks forming one data-parallel replica."""
+    """TP layout. Every rank runs its own in-process engine. With TP>1 (GPU only) each block of `tp`
+    consecutive ranks holds one engine, one shard per rank (`external_launcher`); the blocks generate
+    independently (vLLM's "external data parallel": no lock-step between them). The worker hands the
+    peers of a block the same prompts (`ActorRolloutRefWorker._generate_with_tp_peers`)."""
     tp = int(cfg_get(config, "tensor_model_parallel_size", 1))
-    rank, world = _rank_world()
-    if device != "cuda":
-        if tp != 1:
-            raise ValueError(
-                f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp}: vLLM on CPU needs 1 (set it to 1)"
-            )
-        return {"tensor_parallel_size": 1}
+    _, world = _rank_world()
+    if device != "cuda" and tp != 1:
+        raise ValueError(
+            f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp}: vLLM on CPU needs 1 (set it to 1)"
+        )
     if world % tp:
         raise ValueError(
             f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp} must divide the world size {world}"
         )
     out: dict[str, Any] = {"tensor_parallel_size": tp}
-    if tp > 1 or world > 1:
+    if tp > 1:
         out["distributed_executor_backend"] = "external_launcher"
-        out["data_parallel_size"] = world // tp
+        # Ray gives each worker only its own GPU (CUDA_VISIBLE_DEVICES): vLLM's custom all-reduce needs
+        # peer access set up between visible devices, so TP traffic goes through NCCL instead.
+        out["disable_custom_all_reduce"] = True
     return out
 
 
@@ -165,6 +167,7 @@ class VLLMRollout(BaseRollout):
         self.sleep_level = 2 if module is not None else 1
         self._asleep: tuple[str, ...] = ()
         self.rank, _ = _rank_world()
+        self.last_sync_breakdown: dict[str, float] = {}
         kwargs = engine_kwargs(config, model_path, device)
         start = time.perf_counter()
         self.llm = LLM(**kwargs)
@@ -197,26 +200,51 @@ class VLLMRollout(BaseRollout):
             yield (self.name_map(name) if self.name_map else name), tensor
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Stream tensors into vLLM's in-place `reload_weights`: the iterator is consumed lazily by the
+        """Stream tensors into the engine's model, in place: the iterator is consumed lazily by the
         model's own `load_weights`, so at most one incoming tensor is alive besides the engine's copy.
-        Clears the prefix cache afterwards: cached KV was computed with the old weights."""
+
+        Unquantized models on GPU load straight through each parameter's weight loader (which also takes this
+        rank's tensor-parallel shard); vLLM's `reload_weights` would first rebuild every layer on the
+        meta device, load into fresh buffers and copy those back - a second copy of every weight.
+        Quantized models and CPU keep `reload_weights` (their kernels re-process weights after a load).
+        Clears the prefix cache afterwards: cached KV was computed with the old weights.
+        `last_sync_breakdown` holds the seconds of each part (wake, load, reset)."""
         weights, device = self._named(named_tensors), self.device
+        direct = self._direct_load
         start = time.perf_counter()
         if "weights" in self._asleep:  # wake the weights only; the KV cache stays released until wake_up
             self.llm.wake_up(tags=["weights"])
             self._asleep = tuple(t for t in self._asleep if t != "weights")
+        woke = time.perf_counter()
 
-        def _reload(worker: Any) -> None:
-            reload = getattr(worker, "reload_weights", None) or worker.model_runner.reload_weights
-            reload(weights_iterator=weights)
+        def _load(worker: Any) -> None:
+            runner = getattr(worker, "model_runner", worker)
+            if direct:
+                with torch.no_grad():
+                    runner.model.load_weights(weights)
+            else:
+                (getattr(worker, "reload_weights", None) or runner.reload_weights)(weights_iterator=weights)
             if device != "cuda":
-                _refresh_cpu_packed(worker.model_runner.model)
+                _refresh_cpu_packed(runner.model)
 
-        self.llm.collective_rpc(_reload)
+        self.llm.collective_rpc(_load)
+        if device == "cuda":
+            torch.cuda.synchronize()  # the copies are queued on the stream: count them here
+        loaded = time.perf_counter()
         self.llm.reset_prefix_cache()
         self.needs_sync = False
-        self.last_sync_s = time.perf_counter() - start
-        logger.info("vLLM weights synced in %.3f s", self.last_sync_s)
+        end = time.perf_counter()
+        self.last_sync_s = end - start
+        self.last_sync_breakdown = {"wake": woke - start, "load": loaded - woke, "reset": end - loaded}
+        logger.info("vLLM weights synced in %.3f s (%s)", self.last_sync_s,
+                    ", ".join(f"{k} {v:.3f}" for k, v in self.last_sync_breakdown.items()))
+
+    @property
+    def _direct_load(self) -> bool:
+        """True when `model.load_weights` may write into the live parameters: GPU and no quantization.
+        (On CPU, loading re-packs each linear layer and drops the plain weight, so `reload_weights` is
+        the only way in.)"""
+        return self.device == "cuda" and getattr(self.llm.llm_engine.model_config, "quantization", None) is None
 
     def sleep(self) -> None:
         """GPU with free_cache_engine: KV cache dropped; weights dropped too (level 2) when an actor will

@@ -39,3 +39,31 @@ def init_distributed(device: str | None = None, timeout_s: float = 1800.0) -> No
         world_size=int(os.environ["WORLD_SIZE"]),
         timeout=datetime.timedelta(seconds=timeout_s),
     )
+
+
+def consecutive_groups(size: int, backend: str = "gloo") -> tuple[dist.ProcessGroup | None, int]:
+    """Split the default group into blocks of `size` consecutive ranks (e.g. tensor-parallel peers).
+
+    Every rank must call this with the same `size` (creating a group is collective over all ranks).
+    Returns (this rank's group, its index inside the block); (None, 0) when `size` is 1.
+    """
+    if size == 1:
+        return None, 0
+    world, rank = dist.get_world_size(), dist.get_rank()
+    if world % size:
+        raise ValueError(f"group size {size} must divide the world size {world}")
+    mine = None
+    for start in range(0, world, size):
+        group = dist.new_group(list(range(start, start + size)), backend=backend)
+        if start <= rank < start + size:
+            mine = group
+    return mine, rank % size
+
+
+def gather_in_group(item: object, group: dist.ProcessGroup | None) -> list[object]:
+    """Every member's `item` in rank order (any picklable object); [item] without a group."""
+    if group is None:
+        return [item]
+    out: list[object] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(out, item, group=group)
+    return out

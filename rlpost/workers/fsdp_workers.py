@@ -19,7 +19,7 @@ from omegaconf import DictConfig, open_dict
 from rlpost import keys
 from rlpost.protocol import DataProto
 from rlpost.single_controller.base import Dispatch, Worker, register
-from rlpost.utils.distributed import init_distributed
+from rlpost.utils.distributed import consecutive_groups, gather_in_group, init_distributed
 from rlpost.utils.fsdp import (apply_fsdp2, check_strategy, iter_full_params, load_model_to, move_optimizer,
                                offload_model, param_dtype, to_dtype)
 from rlpost.utils.model import load_model
@@ -212,6 +212,10 @@ class ActorRolloutRefWorker(_FSDPRole):
         if self._is_rollout:
             from rlpost.rollout import build_rollout
 
+            # Tensor-parallel peers (consecutive ranks, as vLLM lays them out) must feed their shared
+            # engine the same prompts: `generate_sequences` gathers the peers' shards and splits the result.
+            tp = int(cfg_get(self.config.rollout, "tensor_model_parallel_size", 1))
+            self._tp_group, self._tp_rank = (consecutive_groups(tp) if self.world_size > 1 else (None, 0))
             self.rollout = build_rollout(self.config.rollout, model_cfg.path, self.tokenizer, self.device,
                                          module=self.actor_module)
             if self.actor_module is not None:
@@ -246,13 +250,27 @@ class ActorRolloutRefWorker(_FSDPRole):
         if self.rollout.needs_sync:  # a level-2 sleep dropped the weights (e.g. validation before training)
             self._sync_weights()
         self.rollout.wake_up()
-        out = self.rollout.generate_sequences(prompts)
+        out = self._generate_with_tp_peers(prompts)
         if cfg_get(self.config.rollout, "free_cache_engine", True):
             self.rollout.sleep()
         metrics = dict(out.meta_info.get(keys.META_METRICS, {}))
         _timed(metrics, "generate_sequences", start)
         out.meta_info[keys.META_METRICS] = metrics
         return out
+
+    def _generate_with_tp_peers(self, prompts: DataProto) -> DataProto:
+        """Generate this rank's rows. With tensor parallelism the trainer still hands every rank its own
+        shard (the actor's data-parallel layout); the peers of one engine concatenate their shards,
+        generate all of them together and each keeps its own rows back."""
+        group = getattr(self, "_tp_group", None)
+        if group is None:
+            return self.rollout.generate_sequences(prompts)
+        parts = gather_in_group(prompts, group)
+        out = self.rollout.generate_sequences(DataProto.concat(parts))
+        start = sum(len(p) for p in parts[:self._tp_rank])
+        mine = out.slice(start, start + len(prompts))
+        mine.meta_info = out.meta_info
+        return mine
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_log_prob(self, data: DataProto) -> DataProto:

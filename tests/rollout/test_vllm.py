@@ -192,7 +192,10 @@ def test_engine_kwargs_mapping_and_errors(monkeypatch):
     assert kw["logprobs_mode"] == "processed_logprobs" and kw["enable_sleep_mode"] is False
     assert "distributed_executor_backend" not in kw
     gpu = engine_kwargs(OmegaConf.create({**base, "tensor_model_parallel_size": 2}), "/m", "cuda")
-    assert gpu["distributed_executor_backend"] == "external_launcher" and gpu["data_parallel_size"] == 2
+    assert gpu["distributed_executor_backend"] == "external_launcher" and "data_parallel_size" not in gpu
+    assert gpu["tensor_parallel_size"] == 2 and gpu["disable_custom_all_reduce"] is True
+    one = engine_kwargs(OmegaConf.create(base), "/m", "cuda")  # TP=1: independent engines, no launcher
+    assert "distributed_executor_backend" not in one and one["enable_sleep_mode"] is True
     assert gpu["seed"] == 3 + 1  # TP peers (ranks 2, 3) share a seed
     assert engine_kwargs(OmegaConf.create({**base, "load_format": "hf"}), "/m", "cpu")["load_format"] == "auto"
     with pytest.raises(ValueError, match="tensor_model_parallel_size=2: vLLM on CPU needs 1"):
