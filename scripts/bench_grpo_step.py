@@ -55,6 +55,8 @@ def grpo_config(model_dir: Path, args: argparse.Namespace, world: int = 1):
         f"actor_rollout_ref.rollout.enforce_eager={args.enforce_eager}",
         "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
         f"actor_rollout_ref.rollout.gpu_memory_utilization={args.gpu_memory_utilization}",
+        # vLLM's own default for offline use on a GPU of >= 70 GiB (the bare engine's); rlpost's is 8192
+        f"actor_rollout_ref.rollout.max_num_batched_tokens={args.max_num_batched_tokens}",
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={args.fwd_micro}",
         f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={args.fwd_micro}",
         f"actor_rollout_ref.actor.ppo_mini_batch_size={args.mini_prompts}",
@@ -158,7 +160,7 @@ def run_limits(args: argparse.Namespace, model_dir: Path, out: Path) -> dict[str
            "--response-len", str(args.response_len), "--fwd-micro", str(args.fwd_micro),
            "--train-micro", str(args.train_micro), "--mini-prompts", str(args.mini_prompts),
            "--grad-ckpt", str(args.grad_ckpt), "--gpu-memory-utilization", str(args.gpu_memory_utilization),
-           "--gen-reps", str(args.reps + 1), "--prompts", *map(str, args.prompts)]
+           "--gen-reps", str(args.reps), "--prompts", *map(str, args.prompts)]
     subprocess.run(cmd, check=True)
     return json.loads(out.read_text())
 
@@ -282,10 +284,11 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--response-len", type=int, default=512)
     ap.add_argument("--fwd-micro", type=int, default=32)
     ap.add_argument("--train-micro", type=int, default=32)
-    ap.add_argument("--reps", type=int, default=2, help="measured steps per batch size (phase medians count)")
+    ap.add_argument("--reps", type=int, default=3, help="measured steps per batch size (phase medians count)")
     ap.add_argument("--mini-prompts", type=int, default=64)
     ap.add_argument("--grad-ckpt", type=int, default=1)
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.5)
+    ap.add_argument("--max-num-batched-tokens", type=int, default=16384)
     ap.add_argument("--enforce-eager", type=lambda s: s.lower() in ("1", "true"), default=False)
     ap.add_argument("--warmup-prompts", type=int, default=None,
                     help="prompts of the untimed first step (default: one mini-batch)")
