@@ -81,9 +81,9 @@ def env_info() -> dict[str, Any]:
         info["vllm"] = vllm.__version__
     except ImportError:
         info["vllm"] = None
+    # A copied tree may carry stale git metadata (seen on the device machine): RLPOST_COMMIT wins.
     sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
-    # the device copy of the tree has no .git: the caller may pass the commit in RLPOST_COMMIT
-    info["rlpost_commit"] = sha.stdout.strip() or os.environ.get("RLPOST_COMMIT")
+    info["rlpost_commit"] = os.environ.get("RLPOST_COMMIT") or sha.stdout.strip() or None
     return info
 
 
@@ -277,6 +277,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.5)
     ap.add_argument("--enforce-eager", action="store_true")
     ap.add_argument("--model-dir", type=Path, default=None, help="reuse a model built by build_model")
+    ap.add_argument("--save-model", type=Path, default=None, metavar="DIR",
+                    help="only save the random-weight model + tokenizer into DIR and exit")
     ap.add_argument("--json-out", type=Path, default=None)
     return ap.parse_args(argv)
 
@@ -288,6 +290,9 @@ def device_slug() -> str:
 
 def main() -> None:
     args = parse_args()
+    if args.save_model is not None:
+        print(f"[limits] model saved to {build_model(args.save_model)}")
+        return
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = args.model_dir or build_model(Path(tmp) / "qwen05_random")
         res = measure(args, model_dir)
