@@ -6,7 +6,8 @@ Same random Qwen2.5-0.5B-architecture model, tokens and micro/mini-batch sizes a
 Times (each after a warm-up mini-batch): rlpost update as configured (fp32 master weights, bf16 compute,
 reshard_after_forward=true); the same with reshard_after_forward=false; the bare bf16 loop of
 bench_limits.py (the "limit"); a bare loop with fp32 params under bf16 autocast (rlpost's precision without
-FSDP). Then prints a torch.profiler table of one rlpost mini-batch (top ops by device time).
+FSDP). Last (CUPTI can slow what runs after it), a torch.profiler pass over one rlpost mini-batch: the top
+ops by device time and by launch count, and the device-busy total against the wall time.
 """
 
 from __future__ import annotations
@@ -64,12 +65,34 @@ def bare_autocast_train(model_dir: Path, ids: torch.Tensor, args: argparse.Names
         return bench_limits.bare_train(model, ids, args.prompt_len, args.train_micro, args.mini_prompts * args.n)["s"]
 
 
+def profile_update(worker, batch: DataProto) -> dict:
+    """torch.profiler over one `update_actor`: top ops by device time and by count, busy vs wall time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        worker.update_actor(batch)
+        torch.cuda.synchronize()
+    wall = time.perf_counter() - start
+    events = prof.key_averages()
+    busy_us = sum(e.self_device_time_total for e in events)
+    launches = sum(e.count for e in events if e.self_device_time_total > 0)
+    by_time = events.table(sort_by="self_cuda_time_total", row_limit=25)
+    by_count = events.table(sort_by="count", row_limit=25)
+    print(by_time, by_count, sep="\n", flush=True)
+    print(f"[profile] wall {wall:.2f}s, device busy {busy_us / 1e6:.2f}s, ops with device time {launches}", flush=True)
+    return {"profile_wall_s": wall, "profile_device_busy_s": busy_us / 1e6, "profile_device_ops": launches,
+            "profile_top_by_time": by_time, "profile_top_by_count": by_count}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for name, default in (("prompts", 64), ("n", 8), ("prompt-len", 512), ("response-len", 512),
-                          ("train-micro", 8), ("fwd-micro", 16), ("mini-prompts", 64), ("grad-ckpt", 1)):
+                          ("train-micro", 32), ("fwd-micro", 32), ("mini-prompts", 64), ("grad-ckpt", 1)):
         ap.add_argument(f"--{name}", type=int, default=default)
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.5)
+    ap.add_argument("--max-num-batched-tokens", type=int, default=16384)
     ap.add_argument("--enforce-eager", default=False)
     ap.add_argument("--override", nargs="*", default=[])
     ap.add_argument("--json-out", type=Path, default=None)
@@ -97,19 +120,7 @@ def main() -> None:
         w.update_actor(warm)
         res["rlpost_update_no_reshard_s"] = timed(lambda: w.update_actor(batch))
         w.actor_module.set_reshard_after_forward(True)
-        from torch.profiler import ProfilerActivity, profile
-
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            w.update_actor(warm)
-            torch.cuda.synchronize()
-        table = prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=25)
-        print(table, flush=True)
-        res["profile_top"] = table
-        del w
-        torch.cuda.empty_cache()
         ids = batch.batch[keys.INPUT_IDS].pin_memory()
-        res["bare_fp32_autocast_s"] = bare_autocast_train(model_dir, ids, args)
-        torch.cuda.empty_cache()
         from transformers import AutoModelForCausalLM
 
         model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.bfloat16,
@@ -117,6 +128,12 @@ def main() -> None:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         res["bare_bf16_s"] = bench_limits.bare_train(model, ids, args.prompt_len, args.train_micro,
                                                      args.mini_prompts * args.n)["s"]
+        del model
+        torch.cuda.empty_cache()
+        res["bare_fp32_autocast_s"] = bare_autocast_train(model_dir, ids, args)
+        torch.cuda.empty_cache()
+        print("[profile] " + json.dumps({k: v for k, v in res.items() if k.endswith("_s")}), flush=True)
+        res.update(profile_update(w, warm))
     print("[profile] " + json.dumps({k: v for k, v in res.items() if k.endswith("_s")}), flush=True)
     if args.json_out:
         args.json_out.write_text(json.dumps(res, indent=1, default=str))
