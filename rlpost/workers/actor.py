@@ -86,9 +86,11 @@ def token_logp_entropy(logits: torch.Tensor, labels: torch.Tensor, temperature: 
                        with_entropy: bool = False, chunk: int = _CHUNK_TOKENS) -> torch.Tensor:
     """Log-prob of `labels` (and entropy) under softmax(logits / temperature), in float32 chunks.
 
-    One pass per chunk gives both: lse = logsumexp(z); logp = z[label] - lse; entropy = lse - sum(p * z).
-    Only `chunk` rows of float32 logits exist at a time (without autograd; with it, each chunk's
-    float32 copy is saved for backward).
+    Without autograd one pass per chunk gives both: lse = logsumexp(z); logp = z[label] - lse;
+    entropy = lse - sum(p * z); no (chunk, V) result is written. With autograd the chunk goes through
+    `log_softmax`, whose backward is one fused kernel (logsumexp's takes a subtract, an exp and a
+    multiply over the whole chunk: ~0.3 s more per 64x8 update of a 152k-vocab model on an H100).
+    Only `chunk` rows of float32 logits exist at a time, plus what autograd saves per chunk.
 
     Args:
         logits: (n, V) any float dtype. labels: (n,) token ids.
@@ -101,13 +103,16 @@ def token_logp_entropy(logits: torch.Tensor, labels: torch.Tensor, temperature: 
         z = logits[i:i + chunk].float()
         if temperature != 1.0:
             z = z / temperature
-        lse = torch.logsumexp(z, dim=-1)
-        logp = z.gather(-1, labels[i:i + chunk, None].long()).squeeze(-1) - lse
-        if not with_entropy:
-            parts.append(logp[:, None])
-            continue
-        ent = lse - (torch.softmax(z, dim=-1) * z).sum(-1)
-        parts.append(torch.stack([logp, ent], dim=-1))
+        index = labels[i:i + chunk, None].long()
+        if torch.is_grad_enabled():
+            logp_all = torch.log_softmax(z, dim=-1)
+            logp = logp_all.gather(-1, index).squeeze(-1)
+            ent = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None
+        else:
+            lse = torch.logsumexp(z, dim=-1)
+            logp = z.gather(-1, index).squeeze(-1) - lse
+            ent = lse - (torch.softmax(z, dim=-1) * z).sum(-1) if with_entropy else None
+        parts.append(logp[:, None] if ent is None else torch.stack([logp, ent], dim=-1))
     if not parts:
         return logits.new_zeros((0, 2 if with_entropy else 1), dtype=torch.float32)
     return torch.cat(parts)

@@ -26,6 +26,25 @@ def test_token_logp_entropy_matches_reference_in_chunks():
     torch.testing.assert_close(only[:, 0], out[:, 0])
 
 
+def test_token_logp_entropy_with_autograd_matches_and_has_the_reference_gradient():
+    """Training goes through log_softmax, forward-only through logsumexp: same values, right gradient."""
+    g = torch.Generator().manual_seed(1)
+    base = torch.randn(9, 13, generator=g) * 3
+    labels = torch.randint(0, 13, (9,), generator=g)
+    weight = torch.randn(9, 2, generator=g)
+    with torch.no_grad():
+        no_grad = token_logp_entropy(base, labels, temperature=0.7, with_entropy=True, chunk=4)
+    logits = base.clone().requires_grad_(True)
+    out = token_logp_entropy(logits, labels, temperature=0.7, with_entropy=True, chunk=4)
+    torch.testing.assert_close(out, no_grad)
+    (out * weight).sum().backward()
+    ref_logits = base.clone().requires_grad_(True)
+    z = ref_logits / 0.7
+    ref = torch.stack([logprobs_from_logits(z, labels), entropy_from_logits(z)], dim=-1)
+    (ref * weight).sum().backward()
+    torch.testing.assert_close(logits.grad, ref_logits.grad)
+
+
 def test_response_positions_pick_real_tokens_before_each_response_token():
     mask = torch.tensor([[0, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1]])
     keep, grid = _response_positions(mask, r=3)
