@@ -104,6 +104,18 @@ def bare_engine(model_dir: Path, max_model_len: int, gpu_memory_utilization: flo
     return llm, time.perf_counter() - start
 
 
+def _median_time(fn: Any, reps: int) -> tuple[float, list[float]]:
+    """(median, all) seconds of `reps` calls of `fn`, each between two device synchronisations."""
+    times = []
+    for _ in range(reps):
+        sync()
+        start = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2], times
+
+
 def bare_generate(llm: Any, prompts: torch.Tensor, n: int, response_len: int, reps: int = 3) -> dict[str, Any]:
     """Median time of `reps` generations of len(prompts) x n samples of exactly response_len tokens
     (ignore_eos). Generation at this model size is scheduling-bound and varies from run to run."""
@@ -113,28 +125,16 @@ def bare_generate(llm: Any, prompts: torch.Tensor, n: int, response_len: int, re
     requests = [{"prompt_token_ids": row.tolist()} for row in prompts]
     llm.generate(requests[:4], SamplingParams(n=n, max_tokens=16, ignore_eos=True, detokenize=False),
                  use_tqdm=False)  # warm-up
-    times = []
-    for _ in range(reps):
-        sync()
-        start = time.perf_counter()
+    counts = []
+
+    def run() -> None:
         outs = llm.generate(requests, params, use_tqdm=False)
-        sync()
-        times.append(time.perf_counter() - start)
-        gen_tokens = sum(len(c.token_ids) for o in outs for c in o.outputs)
-        assert gen_tokens == len(prompts) * n * response_len, gen_tokens
-    seconds = sorted(times)[len(times) // 2]
+        counts.append(sum(len(c.token_ids) for o in outs for c in o.outputs))
+
+    seconds, times = _median_time(run, reps)
+    gen_tokens = counts[-1]
+    assert set(counts) == {len(prompts) * n * response_len}, counts
     return {"s": seconds, "all_s": times, "gen_tokens": gen_tokens, "gen_tokens_per_s": gen_tokens / seconds}
-
-
-def _median_time(fn: Any, reps: int) -> tuple[float, list[float]]:
-    times = []
-    for _ in range(reps):
-        sync()
-        start = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2], times
 
 
 def bare_reload(llm: Any, weights: dict[str, torch.Tensor], reps: int = 5) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import importlib
 from typing import Any
 
 import torch
+from omegaconf import OmegaConf
 
 # Model options in scope but not built: each raises "not supported yet" when set away from its default.
 UNSUPPORTED_MODEL_FLAGS = ("use_liger", "use_fused_kernels", "enable_activation_offload", "use_shm")
@@ -45,14 +46,7 @@ def import_external_libs(model_cfg: Any) -> None:
 
 def _to_plain(obj: Any) -> Any:
     """DictConfig/ListConfig -> plain python containers (dicts pass through)."""
-    try:
-        from omegaconf import OmegaConf
-
-        if OmegaConf.is_config(obj):
-            return OmegaConf.to_container(obj, resolve=True)
-    except ImportError:  # pragma: no cover - omegaconf is a hard dependency
-        pass
-    return obj
+    return OmegaConf.to_container(obj, resolve=True) if OmegaConf.is_config(obj) else obj
 
 
 def load_hf_config(model_cfg: Any, path: str | None = None):

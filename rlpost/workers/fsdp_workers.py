@@ -158,6 +158,7 @@ class ActorRolloutRefWorker(_FSDPRole):
         self._is_rollout = role in ("rollout", "actor_rollout", "actor_rollout_ref")
         self._is_ref = role in ("ref", "actor_rollout_ref")
         self.actor = self.ref_policy = self.rollout = None
+        self._tp_group, self._tp_rank = None, 0  # rollout tensor-parallel peers, set in init_model
         self.actor_module = self.actor_optimizer = self.actor_lr_scheduler = None
         self._check_options()
         n = int(cfg_get(self.config.rollout, "n", 1)) if "rollout" in self.config else 1
@@ -214,8 +215,9 @@ class ActorRolloutRefWorker(_FSDPRole):
 
             # Tensor-parallel peers (consecutive ranks, as vLLM lays them out) must feed their shared
             # engine the same prompts: `generate_sequences` gathers the peers' shards and splits the result.
-            tp = int(cfg_get(self.config.rollout, "tensor_model_parallel_size", 1))
-            self._tp_group, self._tp_rank = (consecutive_groups(tp) if self.world_size > 1 else (None, 0))
+            if self.world_size > 1:
+                tp = int(cfg_get(self.config.rollout, "tensor_model_parallel_size", 1))
+                self._tp_group, self._tp_rank = consecutive_groups(tp)
             self.rollout = build_rollout(self.config.rollout, model_cfg.path, self.tokenizer, self.device,
                                          module=self.actor_module)
             if self.actor_module is not None:
@@ -262,10 +264,9 @@ class ActorRolloutRefWorker(_FSDPRole):
         """Generate this rank's rows. With tensor parallelism the trainer still hands every rank its own
         shard (the actor's data-parallel layout); the peers of one engine concatenate their shards,
         generate all of them together and each keeps its own rows back."""
-        group = getattr(self, "_tp_group", None)
-        if group is None:
+        if self._tp_group is None:
             return self.rollout.generate_sequences(prompts)
-        parts = gather_in_group(prompts, group)
+        parts = gather_in_group(prompts, self._tp_group)
         out = self.rollout.generate_sequences(DataProto.concat(parts))
         start = sum(len(p) for p in parts[:self._tp_rank])
         mine = out.slice(start, start + len(prompts))
