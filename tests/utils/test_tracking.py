@@ -5,6 +5,7 @@ import io
 import json
 import math
 import struct
+import time
 from pathlib import Path
 
 import numpy as np
@@ -115,6 +116,26 @@ def _read_wandb_records(path: Path) -> list:
     return out
 
 
+def _wait_for_records(path: Path, needed: set[str], timeout_s: float = 60.0) -> list:
+    """Records of a .wandb log once it holds every record type in `needed`.
+
+    `run.finish()` returns when wandb's service has taken the exit record; its writer may still be flushing
+    the file (seen once on a loaded 2-core CI machine: a log with no run record yet), so poll briefly."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            records = _read_wandb_records(path)
+        except Exception:  # a record cut mid-write
+            records = []
+        kinds = {r.WhichOneof("record_type") for r in records}
+        if needed <= kinds:
+            return records
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{path} still lacks {sorted(needed - kinds)} after {timeout_s:.0f} s; "
+                                 f"it has {sorted(k for k in kinds if k)}")
+        time.sleep(0.5)
+
+
 @pytest.mark.timeout(120)
 def test_wandb_offline_roundtrip(tmp_path, monkeypatch):
     pytest.importorskip("wandb")
@@ -127,7 +148,7 @@ def test_wandb_offline_roundtrip(tmp_path, monkeypatch):
     tracker.finish()
 
     (run_file,) = tmp_path.glob("wandb/offline-run-*/run-*.wandb")
-    records = _read_wandb_records(run_file)
+    records = _wait_for_records(run_file, needed={"run", "history", "exit"})
     run = next(r.run for r in records if r.WhichOneof("record_type") == "run")
     assert (run.project, run.display_name) == ("proj", "exp")
     assert {u.key: json.loads(u.value_json) for u in run.config.update}["lr"] == 0.1

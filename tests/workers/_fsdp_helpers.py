@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import socket
 import traceback
+import warnings
 from typing import Any, Callable
 
 import torch
@@ -91,6 +93,9 @@ def _entry(rank: int, world: int, port: int, fn: Callable, args: tuple, err_dir:
     os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RLPOST_DEVICE": "cpu"})
     torch.set_num_threads(1)
+    # A native crash (SIGABRT/SIGSEGV) leaves no Python traceback; faulthandler writes each thread's stack here.
+    fault_file = open(os.path.join(err_dir, f"fault_{rank}.txt"), "w")
+    faulthandler.enable(file=fault_file, all_threads=True)
     try:
         fn(rank, *args)
     except BaseException:
@@ -104,10 +109,30 @@ def _entry(rank: int, world: int, port: int, fn: Callable, args: tuple, err_dir:
             dist.destroy_process_group()
 
 
+def _read_reports(err_dir: str, prefix: str) -> str:
+    names = sorted(f for f in os.listdir(err_dir) if f.startswith(prefix))
+    texts = [(name, open(os.path.join(err_dir, name)).read()) for name in names]
+    return "\n".join(f"--- {name}\n{text}" for name, text in texts if text.strip())
+
+
 def spawn(fn: Callable, args: tuple, err_dir: str, world: int = 2) -> None:
-    """Run `fn(rank, *args)` in `world` processes; re-raise the first rank's traceback."""
-    try:
-        mp.spawn(_entry, args=(world, _free_port(), fn, args, err_dir), nprocs=world, join=True)
-    except Exception as exc:
-        errs = [open(os.path.join(err_dir, f)).read() for f in sorted(os.listdir(err_dir)) if f.startswith("err_")]
-        raise AssertionError("\n".join(errs) or str(exc)) from exc
+    """Run `fn(rank, *args)` in `world` processes; re-raise the first rank's traceback.
+
+    A rank killed by a signal with no Python error (a native crash inside gloo/torch, seen rarely on the
+    2-core CI machine) is reported with its faulthandler stacks and the run is tried once more; a Python
+    error, or a second crash, fails the test."""
+    for attempt in (1, 2):
+        for name in os.listdir(err_dir):
+            if name.startswith(("err_", "fault_")):
+                os.remove(os.path.join(err_dir, name))
+        try:
+            mp.spawn(_entry, args=(world, _free_port(), fn, args, err_dir), nprocs=world, join=True)
+            return
+        except mp.ProcessExitedException as exc:
+            errs = _read_reports(err_dir, "err_")
+            if errs or exc.signal_name is None or attempt == 2:
+                raise AssertionError(errs or f"{exc}\n{_read_reports(err_dir, 'fault_')}") from exc
+            warnings.warn(f"rank {exc.error_index} died by {exc.signal_name} without a Python error; "
+                          f"retrying once. Native stacks:\n{_read_reports(err_dir, 'fault_')}", stacklevel=2)
+        except Exception as exc:
+            raise AssertionError(_read_reports(err_dir, "err_") or str(exc)) from exc
