@@ -119,13 +119,16 @@ def _read_wandb_records(path: Path) -> list:
 def _wait_for_records(path: Path, needed: set[str], timeout_s: float = 60.0) -> list:
     """Records of a .wandb log once it holds every record type in `needed`.
 
-    `run.finish()` returns when wandb's service has taken the exit record; its writer may still be flushing
-    the file (seen once on a loaded 2-core CI machine: a log with no run record yet), so poll briefly."""
+    Seen once on the 2-core CI machine: read right after `run.finish()`, the log had no run record yet (not
+    reproduced here, even under load). wandb's service writes the log in its own process, so poll briefly
+    instead of assuming the file is complete the moment `finish()` returns."""
+    from google.protobuf.message import DecodeError
+
     deadline = time.monotonic() + timeout_s
     while True:
         try:
             records = _read_wandb_records(path)
-        except Exception:  # a record cut mid-write
+        except (struct.error, DecodeError):  # a record cut mid-write
             records = []
         kinds = {r.WhichOneof("record_type") for r in records}
         if needed <= kinds:

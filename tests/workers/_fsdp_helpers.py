@@ -7,7 +7,9 @@ import os
 import socket
 import traceback
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import torch
 import torch.multiprocessing as mp
@@ -94,7 +96,7 @@ def _entry(rank: int, world: int, port: int, fn: Callable, args: tuple, err_dir:
                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RLPOST_DEVICE": "cpu"})
     torch.set_num_threads(1)
     # A native crash (SIGABRT/SIGSEGV) leaves no Python traceback; faulthandler writes each thread's stack here.
-    fault_file = open(os.path.join(err_dir, f"fault_{rank}.txt"), "w")
+    fault_file = open(os.path.join(err_dir, f"fault_{rank}.txt"), "w")  # noqa: SIM115 (open until exit)
     faulthandler.enable(file=fault_file, all_threads=True)
     try:
         fn(rank, *args)
@@ -110,8 +112,7 @@ def _entry(rank: int, world: int, port: int, fn: Callable, args: tuple, err_dir:
 
 
 def _read_reports(err_dir: str, prefix: str) -> str:
-    names = sorted(f for f in os.listdir(err_dir) if f.startswith(prefix))
-    texts = [(name, open(os.path.join(err_dir, name)).read()) for name in names]
+    texts = [(p.name, p.read_text()) for p in sorted(Path(err_dir).glob(f"{prefix}*"))]
     return "\n".join(f"--- {name}\n{text}" for name, text in texts if text.strip())
 
 

@@ -20,6 +20,7 @@ class RecordingRollout:
 
     def __init__(self, config, model_path, tokenizer, device, module=None) -> None:
         self.received: list[tuple[str, tuple, torch.dtype]] = []
+        self.last_values: dict[str, torch.Tensor] = {}
         self.calls: list[str] = []
         self.needs_sync = False
 
@@ -28,6 +29,7 @@ class RecordingRollout:
         self.needs_sync = False
         for name, t in named_tensors:
             self.received.append((name, tuple(t.shape), t.dtype))
+            self.last_values[name] = t.detach().clone()
 
     def generate_sequences(self, prompts):
         assert not self.needs_sync, "generation on dropped weights"
@@ -78,6 +80,7 @@ def _actor_checks(rank: int, world: int, model_dir: str, tmp: str, res: dict) ->
     res["batch"] = batch
     res["mini_rows"] = w.config.actor.ppo_mini_batch_size
     res["sync_at_init"] = list(w.rollout.received)
+    res["values_at_init"] = dict(w.rollout.last_values)
     res["calls_at_init"] = list(w.rollout.calls)
     w.rollout.calls.clear()
     w.generate_sequences(_proto(batch, rank, world))  # e.g. validation before the first update
@@ -228,13 +231,21 @@ def test_metrics_and_batch_normalisation(results):
     assert abs(m["actor/pg_loss"][0] + 1.0) < 1e-5
 
 
-def test_weight_sync_streams_full_tensors_in_rollout_dtype(results):
+def test_weight_sync_streams_full_tensors_in_rollout_dtype(results, tiny_model_dir):
     sync = results["sync_at_init"]
     names = [n for n, _, _ in sync]
     assert "model.layers.0.self_attn.q_proj.weight" in names
     shapes = dict((n, s) for n, s, _ in sync)
     assert shapes["model.layers.0.self_attn.q_proj.weight"] == (128, 128)  # full, not a shard
     assert {d for _, _, d in sync} == {torch.bfloat16}
+    # values: each shard is cast to bf16 and then gathered; that equals the HF weights cast to bf16
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).state_dict()
+    values = results["values_at_init"]
+    assert len(values) == len(names) and set(values) <= set(hf)
+    for name, t in values.items():
+        assert torch.equal(t, hf[name].to(torch.bfloat16)), name
     assert results["calls_at_init"] == ["update_weights", "sleep"]
     # the sleep dropped the weights: the first generation re-syncs them first
     assert results["calls_at_first_generate"] == ["update_weights", "wake_up", "generate_sequences", "sleep"]
