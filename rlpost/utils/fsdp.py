@@ -146,11 +146,12 @@ def iter_full_params(model: torch.nn.Module, dtype: torch.dtype | None = None
     layer's weight, never a second full copy of the model.
     """
     for name, tensor in model.state_dict().items():
+        if isinstance(tensor, DTensor) and tensor.device_mesh.size() == 1:
+            tensor = tensor.to_local()  # one shard holds everything: no collective, no DTensor dispatch
         if dtype is not None:
             tensor = tensor.to(dtype)  # cast the shard before gathering: fp32 -> bf16 halves the bytes sent
         if isinstance(tensor, DTensor):
-            # one shard holds everything: no collective (and no NCCL launch) per tensor
-            tensor = tensor.to_local() if tensor.device_mesh.size() == 1 else tensor.full_tensor()
+            tensor = tensor.full_tensor()
         yield name, tensor
 
 
