@@ -47,3 +47,4 @@ META_GLOBAL_TOKEN_NUM = "global_token_num"  # list[int]: tokens per row, for thr
 REWARD_BASELINES = "reward_baselines"  # (B,) ReMax: score of the greedy response to the same prompt
 RAW_INPUT_IDS = "raw_input_ids"  # list[int]: message contents without chat template (data.return_raw_input_ids)
 LOSS_MASK = "loss_mask"  # (B, T) SFT: 1 on response tokens, the only ones the loss counts
+ROLLOUT_IS_WEIGHTS = "rollout_is_weights"  # (B, R) rollout-correction weights pi_old / pi_rollout (truncated)

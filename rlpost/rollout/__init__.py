@@ -17,6 +17,11 @@ ROLLOUT_REGISTRY = Registry("rollout engine")
 _ENGINE_MODULES = {"vllm": "rlpost.rollout.vllm", "sglang": "rlpost.rollout.sglang", "hf": "rlpost.rollout.hf"}
 
 
+def engine_names() -> list[str]:
+    """Every rollout engine name a config may select (built-in modules plus registered classes)."""
+    return sorted(set(_ENGINE_MODULES) | set(ROLLOUT_REGISTRY.names()))
+
+
 def build_rollout(config: Any, model_path: str, tokenizer: Any, device: str, module: Any = None):
     """Create the engine named by `config.name` (actor_rollout_ref.rollout).
 
@@ -33,9 +38,7 @@ def build_rollout(config: Any, model_path: str, tokenizer: Any, device: str, mod
     Raises:
         ValueError: unknown engine name (lists the valid ones).
     """
-    from rlpost.rollout.base import cfg_get
-
-    name = str(cfg_get(config, "name", "vllm"))
+    name = str(config.name)
     if name in _ENGINE_MODULES:
         importlib.import_module(_ENGINE_MODULES[name])
     elif name not in ROLLOUT_REGISTRY:

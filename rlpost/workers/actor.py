@@ -13,9 +13,9 @@ from typing import Any
 import torch
 
 from rlpost import keys
-from rlpost.trainer.ppo.core_algos import agg_loss, get_policy_loss_fn, kl_penalty
+from rlpost.algos import agg_loss, get_policy_loss_fn, kl_penalty
 from rlpost.utils.padding import next_token_labels, pad_output, unpad_input
-from rlpost.workers.batching import TensorDict, cfg_get, micro_batches, train_epochs
+from rlpost.workers.batching import TensorDict, micro_batches, train_epochs
 
 _MODEL_INPUTS = (keys.INPUT_IDS, keys.ATTENTION_MASK, keys.POSITION_IDS, keys.RESPONSES)
 _CHUNK_TOKENS = 4096  # rows of (tokens, V) float32 temporaries per step: 4096 x 152k x 4 B = 2.5 GB
@@ -125,14 +125,15 @@ class DataParallelPPOActor:
         config: actor config (`ppo_mini_batch_size` in rows per rank, `ppo_micro_batch_size_per_gpu`,
             `use_dynamic_bsz`, `ppo_max_token_len_per_gpu`, `ppo_epochs`, `shuffle`, `data_loader_seed`,
             `clip_ratio*`, `entropy_coeff`, `use_kl_loss`, `kl_loss_coef`, `kl_loss_type`, `loss_agg_mode`,
-            `grad_clip`, `policy_loss.loss_mode`).
+            `grad_clip`, `policy_loss.loss_mode` and the keys that loss reads, see `rlpost.algos.losses`).
         module: the causal LM. optimizer: None for a frozen (reference) model.
         use_remove_padding: pack real tokens instead of running pad tokens.
     """
 
     def __init__(self, config: Any, module: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
-                 use_remove_padding: bool = False) -> None:
+                 use_remove_padding: bool = False, mini_batch_rows: int | None = None) -> None:
         self.config = config
+        self.mini_batch_rows = mini_batch_rows  # rows per mini-batch on this rank; None for a frozen model
         self.module = module
         self.optimizer = optimizer
         self.use_remove_padding = use_remove_padding
@@ -176,19 +177,22 @@ class DataParallelPPOActor:
                     ) -> tuple[torch.Tensor, dict[str, torch.Tensor | float]]:
         """Total loss of one micro-batch (pg - entropy_coeff * entropy + kl_loss_coef * kl) and its metrics.
 
-        Metrics stay 0-dim device tensors (detached): `train_epochs` reads them once per mini-batch, so
-        no micro-batch waits for the device. The entropy is only computed when entropy_coeff != 0 (the
-        trainer logs actor/entropy from `compute_log_prob`'s `entropys`).
+        The policy loss is `policy_loss.loss_mode` from the registry; when the micro-batch carries
+        `rollout_is_weights` (off-policy rollout correction) they go to the loss, which multiplies the
+        per-token policy-gradient loss by them before aggregation. Metrics stay 0-dim device tensors
+        (detached): `train_epochs` reads them once per mini-batch, so no micro-batch waits for the
+        device. The entropy is only computed when entropy_coeff != 0 (the trainer logs actor/entropy
+        from `compute_log_prob`'s `entropys`).
         """
         cfg = self.config
-        mode = str(cfg_get(cfg, "loss_agg_mode", "token-mean"))
-        entropy_coeff = float(cfg_get(cfg, "entropy_coeff", 0.0))
+        mode = cfg.loss_agg_mode
+        entropy_coeff = float(cfg.entropy_coeff)
         ent, logp = self._forward_micro_batch(mb, temperature, calculate_entropy=entropy_coeff != 0)
         mask = mb[keys.RESPONSE_MASK]
-        loss_mode = str(cfg_get(cfg_get(cfg, "policy_loss", None), "loss_mode", "vanilla"))
-        pg_loss, clipfrac, ppo_kl, clipfrac_lower = get_policy_loss_fn(loss_mode)(
+        pg_loss, clipfrac, ppo_kl, clipfrac_lower = get_policy_loss_fn(cfg.policy_loss.loss_mode)(
             old_log_prob=mb[keys.OLD_LOG_PROBS], log_prob=logp, advantages=mb[keys.ADVANTAGES],
-            response_mask=mask, loss_agg_mode=mode, config=cfg)
+            response_mask=mask, loss_agg_mode=mode, config=cfg,
+            rollout_is_weights=mb.get(keys.ROLLOUT_IS_WEIGHTS))
         loss = pg_loss
         metrics: dict[str, torch.Tensor | float] = {
             "actor/pg_loss": pg_loss.detach(), "actor/pg_clipfrac": clipfrac.detach(),
@@ -197,28 +201,32 @@ class DataParallelPPOActor:
             entropy = agg_loss(ent, mask, mode)
             loss = loss - entropy_coeff * entropy
             metrics["actor/entropy"] = entropy.detach()
-        if cfg_get(cfg, "use_kl_loss", False):
-            kld = kl_penalty(logp, mb[keys.REF_LOG_PROB], str(cfg_get(cfg, "kl_loss_type", "low_var_kl")))
+        if cfg.use_kl_loss:
+            kld = kl_penalty(logp, mb[keys.REF_LOG_PROB], cfg.kl_loss_type)
             kl_loss = agg_loss(kld, mask, mode)
-            loss = loss + float(cfg_get(cfg, "kl_loss_coef", 0.001)) * kl_loss
+            loss = loss + float(cfg.kl_loss_coef) * kl_loss
             metrics["actor/kl_loss"] = kl_loss.detach()
-            metrics["actor/kl_coef"] = float(cfg_get(cfg, "kl_loss_coef", 0.001))
+            metrics["actor/kl_coef"] = float(cfg.kl_loss_coef)
         return loss, metrics
 
     def update_policy(self, data: Any) -> dict[str, list[float]]:
         """`ppo_epochs` passes of mini-batch optimiser steps over this rank's rows.
 
         Reads batch `input_ids`, `attention_mask`, `position_ids`, `responses`, `response_mask`,
-        `old_log_probs`, `advantages` (+ `ref_log_prob` when use_kl_loss); meta_info `temperature`.
+        `old_log_probs`, `advantages` (+ `ref_log_prob` when use_kl_loss, + `rollout_is_weights` when
+        present); meta_info `temperature`.
 
         Returns:
             metrics: name -> one value per mini-batch (actor/pg_loss, actor/grad_norm, ...).
         """
         cfg = self.config
         wanted = [*_MODEL_INPUTS, keys.RESPONSE_MASK, keys.OLD_LOG_PROBS, keys.ADVANTAGES]
-        if cfg_get(cfg, "use_kl_loss", False):
+        if cfg.use_kl_loss:
             wanted.append(keys.REF_LOG_PROB)
+        if keys.ROLLOUT_IS_WEIGHTS in data.batch.keys():
+            wanted.append(keys.ROLLOUT_IS_WEIGHTS)
         tensors = {k: data.batch[k] for k in wanted}
         temperature = float(data.meta_info.get(keys.META_TEMPERATURE, 1.0))
         return train_epochs(self.module, self.optimizer, cfg, tensors,
-                            lambda mb: self._micro_loss(mb, temperature), "actor")
+                            lambda mb: self._micro_loss(mb, temperature), "actor",
+                            self.mini_batch_rows, cfg.data_loader_seed)

@@ -1,8 +1,8 @@
 """The per-process PPO critic: values of response positions and the clipped value-loss update.
 
 The model is a token-classification head with one label on the actor's backbone family
-(`AutoModelForTokenClassification`, `num_labels=1`). Config: the `critic` group, with `ppo_mini_batch_size`
-already normalised to rows per rank by the worker.
+(`AutoModelForTokenClassification`, `num_labels=1`). Config: the `critic` group; the mini-batch in rows per
+rank is computed by the worker and passed in (`mini_batch_rows`).
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from typing import Any
 import torch
 
 from rlpost import keys
-from rlpost.trainer.ppo.core_algos import compute_value_loss
+from rlpost.algos import compute_value_loss
 from rlpost.utils.masked import masked_mean
 from rlpost.workers.actor import forward_response_logits
-from rlpost.workers.batching import TensorDict, cfg_get, micro_batches, train_epochs
+from rlpost.workers.batching import TensorDict, micro_batches, train_epochs
 
 _MODEL_INPUTS = (keys.INPUT_IDS, keys.ATTENTION_MASK, keys.POSITION_IDS, keys.RESPONSES)
 
@@ -29,18 +29,19 @@ class DataParallelPPOCritic:
     """PPO critic maths on an (FSDP-sharded) value model.
 
     Args:
-        config: critic config (`ppo_mini_batch_size` rows per rank, `ppo_micro_batch_size_per_gpu`,
-            `use_dynamic_bsz`, `ppo_max_token_len_per_gpu`, `ppo_epochs`, `shuffle`, `data_loader_seed`,
-            `cliprange_value`, `loss_agg_mode`, `grad_clip`).
+        config: critic config (`ppo_micro_batch_size_per_gpu`, `use_dynamic_bsz`, `ppo_max_token_len_per_gpu`,
+            `ppo_epochs`, `shuffle`, `cliprange_value`, `loss_agg_mode`, `grad_clip`).
         module: the value model. optimizer: its AdamW. use_remove_padding: pack real tokens.
+        mini_batch_rows: rows per mini-batch on this rank (critic.ppo_mini_batch_size x rollout_n / dp).
     """
 
     def __init__(self, config: Any, module: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
-                 use_remove_padding: bool = False) -> None:
+                 use_remove_padding: bool, mini_batch_rows: int) -> None:
         self.config = config
         self.module = module
         self.optimizer = optimizer
         self.use_remove_padding = use_remove_padding
+        self.mini_batch_rows = mini_batch_rows
 
     def _values(self, mb: TensorDict) -> torch.Tensor:
         """(b, R) values at positions P-1 .. T-2, zeroed outside `attention_mask` of the response."""
@@ -61,12 +62,12 @@ class DataParallelPPOCritic:
 
     def _micro_loss(self, mb: TensorDict) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Clipped value loss of one micro-batch; metrics as detached 0-dim tensors (read per mini-batch)."""
-        mode = str(cfg_get(self.config, "loss_agg_mode", "token-mean"))
+        mode = str(self.config.loss_agg_mode)
         vpreds = self._values(mb)
         mask = mb[keys.RESPONSE_MASK]
         vf_loss, clipfrac = compute_value_loss(
             vpreds=vpreds, returns=mb[keys.RETURNS], values=mb[keys.VALUES], response_mask=mask,
-            cliprange_value=float(cfg_get(self.config, "cliprange_value", 0.5)), loss_agg_mode=mode)
+            cliprange_value=float(self.config.cliprange_value), loss_agg_mode=mode)
         metrics = {"critic/vf_loss": vf_loss.detach(), "critic/vf_clipfrac": clipfrac.detach(),
                    "critic/vpred_mean": masked_mean(vpreds, mask).detach()}
         return vf_loss, metrics
@@ -77,4 +78,6 @@ class DataParallelPPOCritic:
         cfg = self.config
         wanted = [*_MODEL_INPUTS, keys.RESPONSE_MASK, keys.VALUES, keys.RETURNS]
         tensors = {k: data.batch[k] for k in wanted}
-        return train_epochs(self.module, self.optimizer, cfg, tensors, self._micro_loss, "critic")
+        # The critic group has no data_loader_seed: a shuffle (critic.shuffle) draws from torch's global generator.
+        return train_epochs(self.module, self.optimizer, cfg, tensors, self._micro_loss, "critic",
+                            self.mini_batch_rows, shuffle_seed=None)

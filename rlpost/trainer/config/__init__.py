@@ -10,7 +10,7 @@ Public API:
 from rlpost.trainer.config.defaults import CONFIG_DIR
 from rlpost.trainer.config.errors import ConfigError, ConfigWarning
 from rlpost.trainer.config.roles import need_critic, need_reference_policy, need_reward_model
-from rlpost.trainer.config.schema import PPOTrainerConfig
+from rlpost.config.schema import PPOTrainerConfig
 from rlpost.trainer.config.validate import typed_config, validate_config
 
 __all__ = [

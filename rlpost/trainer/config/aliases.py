@@ -9,7 +9,7 @@ Three kinds, all applied in place on the composed DictConfig before type checkin
 
 from omegaconf import DictConfig, OmegaConf
 
-from rlpost.trainer.config.defaults import default_of
+from rlpost.trainer.config.defaults import package_defaults
 from rlpost.trainer.config.errors import ConfigError, warn
 
 ARR = "actor_rollout_ref"
@@ -23,6 +23,22 @@ RENAMED: tuple[tuple[str, str, str], ...] = (
     (f"{ARR}.actor.optim", "warmup_style", "lr_scheduler"),
     ("critic.optim", "warmup_style", "lr_scheduler"),
     ("reward_model.model.fsdp_config", "min_num_params", "wrap_policy.min_num_params"),
+    (f"{ARR}.rollout.multi_turn", "max_turns", "max_assistant_turns"),
+)
+
+# (old key, new key): the old key (default null) moved elsewhere; a value set there is copied over.
+MOVED: tuple[tuple[str, str], ...] = (
+    (f"{ARR}.rollout.tool_kwargs.tools_config_file", f"{ARR}.rollout.multi_turn.tool_config_path"),
+    (f"{ARR}.rollout.interaction_config_file", f"{ARR}.rollout.multi_turn.interaction_config_path"),
+)
+
+# (synonym, key): two spellings of one setting, both current in verl; the synonym defaults to an
+# interpolation of the key, and a value set on it is copied onto the key without a warning.
+SYNONYMS: tuple[tuple[str, str], ...] = (
+    (f"{ARR}.actor.optim.clip_grad", f"{ARR}.actor.grad_clip"),
+    ("critic.optim.clip_grad", "critic.grad_clip"),
+    ("ray_kwargs.ray_init.num_cpus", "ray_init.num_cpus"),
+    ("ray_kwargs.timeline_json_file", "ray_init.timeline_json_file"),
 )
 
 # (parent, old global micro-batch, new per-device micro-batch).
@@ -31,6 +47,8 @@ GLOBAL_MICRO_BATCH: tuple[tuple[str, str, str], ...] = (
     (f"{ARR}.rollout", "log_prob_micro_batch_size", "log_prob_micro_batch_size_per_gpu"),
     (f"{ARR}.ref", "log_prob_micro_batch_size", "log_prob_micro_batch_size_per_gpu"),
     ("critic", "ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu"),
+    ("critic", "forward_micro_batch_size", "forward_micro_batch_size_per_gpu"),
+    ("reward_model", "micro_batch_size", "micro_batch_size_per_gpu"),
 )
 
 
@@ -39,8 +57,14 @@ def apply_aliases(cfg: DictConfig) -> None:
     _multi_turn_flag(cfg)
     for parent, old, new in RENAMED:
         _renamed(cfg, parent, old, new)
+    for old, new in MOVED:
+        _moved(cfg, old, new)
+    for synonym, key in SYNONYMS:
+        _synonym(cfg, synonym, key)
     for parent, old, new in GLOBAL_MICRO_BATCH:
         _global_micro_batch(cfg, parent, old, new)
+    _sanity_check_flag(cfg)
+    _tis_cap(cfg)
     _logger_string(cfg)
     _remove_previous_ckpt(cfg)
     if OmegaConf.select(cfg, "data.val_batch_size", default=None) is not None:
@@ -55,6 +79,48 @@ def _renamed(cfg: DictConfig, parent: str, old: str, new: str) -> None:
     warn(f"{parent}.{old} is deprecated; its value {value!r} was copied onto {parent}.{new} (use that key).")
     OmegaConf.update(node, new, value, merge=False)
     node[old] = "${." + new + "}"
+
+
+def _moved(cfg: DictConfig, old: str, new: str) -> None:
+    value = OmegaConf.select(cfg, old, default=None)
+    if value is None:
+        return
+    warn(f"{old} is deprecated; its value {value!r} was copied onto {new} (use that key).")
+    OmegaConf.update(cfg, new, value, merge=False)
+    OmegaConf.update(cfg, old, None, merge=False)
+
+
+def _synonym(cfg: DictConfig, synonym: str, key: str) -> None:
+    parent, _, name = synonym.rpartition(".")
+    node = OmegaConf.select(cfg, parent, default=None)
+    if not isinstance(node, DictConfig) or name not in node or OmegaConf.is_interpolation(node, name):
+        return
+    OmegaConf.update(cfg, key, node[name], merge=False)
+    node[name] = "${" + key + "}"
+
+
+def _sanity_check_flag(cfg: DictConfig) -> None:
+    key = f"{ARR}.rollout.multi_turn.enable_tokenization_sanity_check"
+    flag = OmegaConf.select(cfg, key, default=None)
+    if flag is None:
+        return
+    mode = "strict" if flag else "disable"
+    warn(f"{key}={flag} is deprecated; mapped onto {ARR}.rollout.multi_turn.tokenization_sanity_check_mode={mode}.")
+    OmegaConf.update(cfg, f"{ARR}.rollout.multi_turn.tokenization_sanity_check_mode", mode, merge=False)
+    OmegaConf.update(cfg, key, None, merge=False)
+
+
+def _tis_cap(cfg: DictConfig) -> None:
+    key = f"{ARR}.actor.tis_imp_ratio_cap"
+    cap = OmegaConf.select(cfg, key, default=-1)
+    if cap is None or cap <= 0:
+        return
+    corr = "algorithm.rollout_correction"
+    warn(f"{key}={cap} is deprecated; mapped onto {corr}.rollout_is=token {corr}.rollout_is_threshold={cap} "
+         "(use those keys).")
+    OmegaConf.update(cfg, f"{corr}.rollout_is", "token", merge=False)
+    OmegaConf.update(cfg, f"{corr}.rollout_is_threshold", float(cap), merge=False)
+    OmegaConf.update(cfg, key, -1, merge=False)
 
 
 def _global_micro_batch(cfg: DictConfig, parent: str, old: str, new: str) -> None:
@@ -95,7 +161,7 @@ def _multi_turn_flag(cfg: DictConfig) -> None:
     if isinstance(flag, bool) or flag is None:
         key = f"{ARR}.rollout.multi_turn"
         warn(f"{key}={flag} is deprecated; mapped onto {key}.enable={bool(flag)} (use that key).")
-        group = default_of(key)
+        group = OmegaConf.to_container(OmegaConf.select(package_defaults(), key), resolve=False)
         group["enable"] = bool(flag)
         rollout.multi_turn = group
 

@@ -9,7 +9,7 @@ import math
 
 from rlpost.trainer.config.roles import need_critic
 from rlpost.trainer.config.rules import ARR, fail
-from rlpost.trainer.config.schema import PPOTrainerConfig
+from rlpost.config.schema import PPOTrainerConfig
 
 
 def n_devices(c: PPOTrainerConfig) -> int:

@@ -15,8 +15,10 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from rlpost.trainer.config.errors import ConfigError
-from rlpost.trainer.config.schema import PPOTrainerConfig
+from rlpost.config.schema import PPOTrainerConfig
 
+# Hydra's instantiate marker, present in YAML copied from verl; it names a class and sets nothing.
+TARGET = "_target_"
 _EXAMPLES = {bool: "true", int: "1", float: "0.5", str: "some_name", list: "[a,b]", dict: "{}"}
 
 
@@ -47,7 +49,7 @@ def _build(cls: type, data: Any, prefix: str) -> Any:
         raise ConfigError(f"{where}={data!r}: expected a mapping of keys ({cls.__name__}); remove the value.")
     hints = typing.get_type_hints(cls)
     for name in data:
-        if name not in hints:
+        if name not in hints and name != TARGET:
             _unknown(f"{prefix}{name}", data[name])
     values = {}
     for name, hint in hints.items():

@@ -5,7 +5,7 @@ from typing import Any
 
 from rlpost.trainer.config.batch_rules import n_devices
 from rlpost.trainer.config.roles import need_critic, need_reference_policy, need_reward_model
-from rlpost.trainer.config.schema import PPOTrainerConfig
+from rlpost.config.schema import PPOTrainerConfig
 
 
 def parquet_rows(files: str | list[str] | None) -> int | None:
@@ -33,8 +33,30 @@ def dry_run_plan(c: PPOTrainerConfig) -> str:
         critic = c.critic
         lines += _update_plan("critic", critic.ppo_mini_batch_size, critic.ppo_micro_batch_size_per_gpu,
                               critic.use_dynamic_bsz, critic.ppo_epochs, c)
+    lines += _algorithm(c)
     lines += _steps(c)
     return "\n".join(lines)
+
+
+def _algorithm(c: PPOTrainerConfig) -> list[str]:
+    """Loss, KL, off-policy correction and dynamic sampling, as they will run."""
+    actor, algo = c.actor_rollout_ref.actor, c.algorithm
+    lines = [f"policy loss: {actor.policy_loss.loss_mode}, clip [{actor.clip_ratio_low}, {actor.clip_ratio_high}] "
+             f"(dual-clip c={actor.clip_ratio_c}), loss_agg_mode={actor.loss_agg_mode}"]
+    if actor.use_kl_loss:
+        lines.append(f"KL loss: {actor.kl_loss_type} x {actor.kl_loss_coef}")
+    if algo.use_kl_in_reward:
+        lines.append(f"KL in reward: {algo.kl_penalty}, {algo.kl_ctrl.type} controller, kl_coef={algo.kl_ctrl.kl_coef}")
+    corr = algo.rollout_correction
+    if corr.rollout_is or corr.rollout_rs:
+        lines.append(f"rollout correction: importance weights={corr.rollout_is or 'off'} (cap {corr.rollout_is_threshold}"
+                     f"{', batch-normalised' if corr.rollout_is_batch_normalize else ''}), rejection={corr.rollout_rs or 'off'}")
+    groups = algo.filter_groups
+    if groups.enable:
+        limit = groups.max_num_gen_batches if groups.max_num_gen_batches > 0 else "no limit"
+        lines.append(f"dynamic sampling: drop groups with constant {groups.metric}; generation batches of "
+                     f"{c.data.gen_batch_size} prompts until {c.data.train_batch_size} groups are kept ({limit} batches)")
+    return lines
 
 
 def _processes(c: PPOTrainerConfig, devices: int) -> list[str]:

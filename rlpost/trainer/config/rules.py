@@ -7,48 +7,14 @@ valid value to use; legal but suspicious combinations only warn.
 import difflib
 from typing import Any
 
+from rlpost.trainer.config.choices import enums
 from rlpost.trainer.config.errors import ConfigError, warn
-from rlpost.trainer.config.schema import PPOTrainerConfig
+from rlpost.config.schema import PPOTrainerConfig
 
 ARR = "actor_rollout_ref"
-KL_ESTIMATORS = ("kl", "abs", "mse", "low_var_kl", "full")
-LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
-STRATEGIES = ("fsdp2", "fsdp", "megatron")
 # Estimators that compare the n responses of a prompt with each other: they need rollout.n > 1.
-GROUP_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus_baseline", "opo", "gpg")
-
-ENUMS: dict[str, tuple[str, ...]] = {
-    "algorithm.adv_estimator": (
-        "gae", "grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "opo", "gpg",
-    ),
-    "algorithm.kl_penalty": KL_ESTIMATORS,
-    "algorithm.kl_ctrl.type": ("fixed", "adaptive"),
-    "algorithm.pf_ppo.reweight_method": ("pow", "max_min", "max_random"),
-    f"{ARR}.actor.kl_loss_type": KL_ESTIMATORS,
-    f"{ARR}.actor.loss_agg_mode": LOSS_AGG_MODES,
-    "critic.loss_agg_mode": LOSS_AGG_MODES,
-    f"{ARR}.actor.strategy": STRATEGIES,
-    f"{ARR}.ref.strategy": STRATEGIES,
-    "critic.strategy": STRATEGIES,
-    "reward_model.strategy": STRATEGIES,
-    f"{ARR}.actor.optim.lr_scheduler": ("constant", "cosine"),
-    "critic.optim.lr_scheduler": ("constant", "cosine"),
-    f"{ARR}.actor.checkpoint.save_contents": ("model", "optimizer", "extra", "hf_model"),
-    f"{ARR}.actor.checkpoint.load_contents": ("model", "optimizer", "extra", "hf_model"),
-    "critic.checkpoint.save_contents": ("model", "optimizer", "extra", "hf_model"),
-    "critic.checkpoint.load_contents": ("model", "optimizer", "extra", "hf_model"),
-    f"{ARR}.model.fused_kernel_options.impl_backend": ("torch", "triton"),
-    f"{ARR}.rollout.name": ("vllm", "hf", "sglang"),
-    f"{ARR}.rollout.dtype": ("bfloat16", "float16", "float32"),
-    f"{ARR}.rollout.load_format": (
-        "dummy_dtensor", "dummy_hf", "dtensor", "hf", "auto", "safetensors", "megatron", "dummy_megatron",
-    ),
-    "data.truncation": ("error", "left", "right", "middle"),
-    "reward_model.reward_manager": ("naive", "prime", "batch", "dapo"),
-    "trainer.resume_mode": ("auto", "disable", "resume_path"),
-    "trainer.logger": ("console", "file", "wandb", "tensorboard", "mlflow", "swanlab", "trackio", "vemlp_wandb"),
-    "trainer.device": ("cuda", "cpu"),
-}
+GROUP_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus_baseline", "opo", "gpg", "grpo_passk",
+                    "rloo_vectorized", "grpo_vectorized")
 
 POSITIVE_INTS = (
     "data.train_batch_size", "data.max_prompt_length", "data.max_response_length",
@@ -60,10 +26,12 @@ POSITIVE_INTS = (
     "critic.ppo_max_token_len_per_gpu", "critic.forward_max_token_len_per_gpu",
     "reward_model.forward_max_token_len_per_gpu", "reward_model.sandbox_fusion.max_concurrent",
     "algorithm.kl_ctrl.horizon", "trainer.total_epochs", "trainer.nnodes", "trainer.n_gpus_per_node",
-    "trainer.ray_wait_register_center_timeout",
+    "trainer.ray_wait_register_center_timeout", f"{ARR}.nccl_timeout", "data.gen_batch_size",
+    f"{ARR}.rollout.multi_turn.max_parallel_calls", f"{ARR}.rollout.multi_turn.max_tool_response_length",
 )
 POSITIVE_OR_NULL = (
-    "data.val_batch_size", f"{ARR}.rollout.max_model_len", f"{ARR}.rollout.multi_turn.max_turns",
+    "data.val_batch_size", f"{ARR}.rollout.max_model_len", f"{ARR}.rollout.multi_turn.max_assistant_turns",
+    f"{ARR}.rollout.multi_turn.max_user_turns",
     "reward_model.max_length", "trainer.total_training_steps", "trainer.max_actor_ckpt_to_keep",
     "trainer.max_critic_ckpt_to_keep", "ray_init.num_cpus",
 )
@@ -78,7 +46,8 @@ POSITIVE_FLOATS = (
     f"{ARR}.actor.grad_clip", f"{ARR}.actor.clip_ratio", f"{ARR}.actor.clip_ratio_low",
     f"{ARR}.actor.clip_ratio_high", f"{ARR}.actor.optim.num_cycles", "critic.grad_clip",
     "critic.cliprange_value", "critic.optim.num_cycles", "algorithm.kl_ctrl.target_kl",
-    "trainer.rollout_drift_warn",
+    "trainer.rollout_drift_warn", "algorithm.rollout_correction.rollout_is_threshold", f"{ARR}.actor.tau_pos",
+    f"{ARR}.actor.tau_neg",
 )
 OPEN_UNIT = (f"{ARR}.rollout.gpu_memory_utilization", f"{ARR}.rollout.top_p", f"{ARR}.rollout.val_kwargs.top_p")
 CLOSED_UNIT = (
@@ -108,14 +77,15 @@ def show(value: Any) -> str:
 
 def check_enums(c: PPOTrainerConfig) -> None:
     """Every enumerated key holds one of its values (lists: every entry)."""
-    for key, allowed in ENUMS.items():
+    for key, allowed in enums().items():
         value = get(c, key)
         for item in value if isinstance(value, list) else [value]:
             if item not in allowed:
-                near = difflib.get_close_matches(str(item), allowed, n=1, cutoff=0.0)[0]
+                names = [show(a) for a in allowed]
+                near = difflib.get_close_matches(str(item), names, n=1, cutoff=0.0)[0]
                 shown = f"{key}={show(value)}" + (f" (entry {item!r})" if isinstance(value, list) else "")
                 fix = f"{key}={[near if v == item else v for v in value]}" if isinstance(value, list) else f"{key}={near}"
-                fail(shown, f"must be one of {', '.join(allowed)}", fix)
+                fail(shown, f"must be one of {', '.join(names)}", fix)
 
 
 def check_ranges(c: PPOTrainerConfig) -> None:
@@ -176,6 +146,23 @@ def check_combinations(c: PPOTrainerConfig) -> None:
     if algo.use_kl_in_reward and c.actor_rollout_ref.actor.use_kl_loss:
         warn(f"algorithm.use_kl_in_reward=true and {ARR}.actor.use_kl_loss=true: double KL penalty "
              f"(reward and loss); usually keep one, e.g. {ARR}.actor.use_kl_loss=false.")
+    if rollout.name == "vllm" and c.trainer.device == "cpu" and rollout.tensor_model_parallel_size != 1:
+        fail(f"{ARR}.rollout.tensor_model_parallel_size={rollout.tensor_model_parallel_size}, trainer.device=cpu",
+             "vLLM on CPU runs one engine per worker without tensor parallelism",
+             f"{ARR}.rollout.tensor_model_parallel_size=1")
+    corr = algo.rollout_correction
+    if (corr.rollout_is or corr.rollout_rs or corr.bypass_mode) and not rollout.calculate_log_probs:
+        fail(f"algorithm.rollout_correction (rollout_is={show(corr.rollout_is)}, rollout_rs={show(corr.rollout_rs)}, "
+             f"bypass_mode={show(corr.bypass_mode)}), {ARR}.rollout.calculate_log_probs=false",
+             "the correction needs the rollout engine's own log-probs", f"{ARR}.rollout.calculate_log_probs=true")
+    if algo.filter_groups.enable and algo.adv_estimator not in GROUP_ESTIMATORS:
+        fail(f"algorithm.filter_groups.enable=true, algorithm.adv_estimator={algo.adv_estimator}",
+             "dynamic sampling filters groups of responses to one prompt; it needs a group estimator",
+             "algorithm.adv_estimator=grpo (with rollout.n > 1)")
+    if c.data.gen_batch_size < c.data.train_batch_size and algo.filter_groups.enable:
+        fail(f"data.gen_batch_size={c.data.gen_batch_size}, data.train_batch_size={c.data.train_batch_size}",
+             "a generation batch must hold at least one training batch of prompts",
+             f"data.gen_batch_size={c.data.train_batch_size}")
     if rollout.name == "sglang" and c.trainer.device == "cpu":
         fail(f"not supported yet: {ARR}.rollout.name=sglang with trainer.device=cpu",
              "SGLang runs on GPUs only", f"{ARR}.rollout.name=vllm (or hf)")

@@ -39,48 +39,128 @@ def never(*values: Any) -> Refusal:
     return Refusal(never=values)
 
 
+# Feature areas named in the refusal message, by key prefix (the first match wins).
+AREAS: tuple[tuple[str, str], ...] = (
+    (f"{ARR}.rollout.multi_turn", "multi-turn rollouts"),
+    (f"{ARR}.rollout.tool_kwargs", "multi-turn rollouts"),
+    (f"{ARR}.rollout.interaction_config_file", "multi-turn rollouts"),
+    (f"{ARR}.rollout.agent", "async rollout / agent loops"),
+    (f"{ARR}.rollout.mode", "async rollout"),
+    (f"{ARR}.rollout.over_sample_rate", "async rollout"),
+    (f"{ARR}.hybrid_engine", "separate rollout devices"),
+    ("reward_model.enable_resource_pool", "separate rollout devices"),
+    ("lora", "LoRA"),
+    ("layered_summon", "LoRA"),
+    ("ulysses_sequence_parallel_size", "Ulysses sequence parallelism"),
+    ("rollout_correction", "this rollout-correction option"),
+    ("profiler", "profiling"),
+    ("profile", "profiling"),
+    ("nsight", "profiling"),
+)
+
+SP_KEYS = (f"{ARR}.actor", f"{ARR}.actor.fsdp_config", f"{ARR}.ref", f"{ARR}.ref.fsdp_config", "critic",
+           "critic.model.fsdp_config", "reward_model")
+ENGINE_KEYS = (f"{ARR}.actor.fsdp_config", f"{ARR}.ref.fsdp_config", "critic.model.fsdp_config")
+PROFILED = (f"{ARR}.actor", f"{ARR}.ref", f"{ARR}.rollout", "critic", "reward_model")
+
 NOT_SUPPORTED_YET: dict[str, Refusal] = {
     f"{ARR}.hybrid_engine": only(True),
     f"{ARR}.model.enable_activation_offload": only(False),
     f"{ARR}.model.use_liger": only(False),
     f"{ARR}.model.use_fused_kernels": only(False),
     f"{ARR}.model.use_shm": only(False),
+    f"{ARR}.model.lora_rank": only(0),
+    f"{ARR}.model.lora_adapter_path": only(None),
+    f"{ARR}.model.hf_config_path": only(None),
     f"{ARR}.actor.strategy": never("megatron"),
     f"{ARR}.actor.use_torch_compile": only(False),
-    f"{ARR}.actor.ulysses_sequence_parallel_size": only(1),
     f"{ARR}.actor.entropy_from_logits_with_chunking": only(False),
     f"{ARR}.actor.entropy_checkpointing": only(False),
-    f"{ARR}.actor.fsdp_config.forward_prefetch": only(False),
-    f"{ARR}.actor.profiler.discrete": only(False),
-    f"{ARR}.actor.profiler.all_ranks": only(False),
-    f"{ARR}.actor.profiler.ranks": only(None),
+    f"{ARR}.actor.freeze_vision_tower": only(False),
+    f"{ARR}.actor.checkpoint.async_save": only(False),
+    f"{ARR}.actor.optim.optimizer": only("AdamW"),
+    f"{ARR}.actor.optim.optimizer_impl": only("torch.optim"),
+    f"{ARR}.actor.optim.override_optimizer_config": only(None, {}),
     f"{ARR}.ref.strategy": never("megatron"),
-    f"{ARR}.ref.ulysses_sequence_parallel_size": only(1),
-    f"{ARR}.ref.fsdp_config.forward_prefetch": only(False),
-    f"{ARR}.ref.profiler.discrete": only(False),
-    f"{ARR}.ref.profiler.all_ranks": only(False),
-    f"{ARR}.ref.profiler.ranks": only(None),
+    f"{ARR}.ref.use_torch_compile": only(False),
+    f"{ARR}.ref.entropy_from_logits_with_chunking": only(False),
+    f"{ARR}.ref.entropy_checkpointing": only(False),
+    f"{ARR}.ref.model": only(None),
+    f"{ARR}.rollout.mode": only("sync"),
     f"{ARR}.rollout.load_format": never("megatron", "dummy_megatron"),
     f"{ARR}.rollout.use_fire_sampling": only(False),
+    f"{ARR}.rollout.data_parallel_size": only(1),
+    f"{ARR}.rollout.expert_parallel_size": only(1),
+    f"{ARR}.rollout.quantization": only(None),
+    f"{ARR}.rollout.over_sample_rate": only(0, 0.0),
+    f"{ARR}.rollout.checkpoint_engine.backend": only("naive"),
+    f"{ARR}.rollout.trace.backend": only(None),
+    f"{ARR}.rollout.skip_rollout": only(False),
+    f"{ARR}.rollout.layered_summon": only(False),
     f"{ARR}.rollout.multi_turn.enable": only(False),
     f"{ARR}.rollout.multi_turn.tool_config_path": only(None),
+    f"{ARR}.rollout.multi_turn.interaction_config_path": only(None),
     f"{ARR}.rollout.multi_turn.completion_callback": only(None),
-    f"{ARR}.rollout.tool_kwargs.tools_config_file": only(None),
-    f"{ARR}.rollout.interaction_config_file": only(None),
+    f"{ARR}.rollout.multi_turn.format": only("hermes"),
+    f"{ARR}.rollout.agent.num_workers": only(8),
+    f"{ARR}.rollout.agent.agent_loop_config_path": only(None),
+    f"{ARR}.rollout.agent.default_agent_loop": only(None),
+    f"{ARR}.rollout.agent.custom_async_server.path": only(None),
+    f"{ARR}.rollout.agent.custom_async_server.name": only(None),
+    "algorithm.rollout_correction.rollout_rs_threshold_lower": only(None),
+    "algorithm.rollout_correction.rollout_token_veto_threshold": only(None),
     "data.use_shm": only(False),
+    "data.datagen.path": only(None),
+    "data.datagen.name": only(None),
     "critic.strategy": never("megatron"),
-    "critic.ulysses_sequence_parallel_size": only(1),
-    "critic.model.fsdp_config.forward_prefetch": only(False),
+    "critic.model.use_shm": only(False),
+    "critic.model.enable_activation_offload": only(False),
+    "critic.model.lora_rank": only(0),
+    "critic.checkpoint.async_save": only(False),
+    "critic.optim.optimizer": only("AdamW"),
+    "critic.optim.optimizer_impl": only("torch.optim"),
+    "critic.optim.override_optimizer_config": only(None, {}),
     "reward_model.strategy": never("megatron"),
+    "reward_model.enable_resource_pool": only(False),
+    "reward_model.use_reward_loop": only(False),
     "reward_model.model.use_shm": only(False),
     "reward_model.model.use_fused_kernels": only(False),
     "reward_model.model.fsdp_config.forward_prefetch": only(False),
     "reward_model.launch_reward_fn_async": only(False),
     "reward_model.sandbox_fusion.url": only(None),
-    "reward_model.profiler.discrete": only(False),
     "trainer.logger": never("vemlp_wandb"),
     "trainer.default_hdfs_dir": only(None),
     "trainer.profile_steps": only(None),
+    "trainer.esi_redundant_time": only(0),
+    "global_profiler.tool": only(None),
+    "global_profiler.steps": only(None),
+    "global_profiler.profile_continuous_steps": only(False),
+    **{f"{group}.ulysses_sequence_parallel_size": only(1) for group in SP_KEYS},
+    **{f"{group}.{key}": only(False) for group in ENGINE_KEYS
+       for key in ("entropy_from_logits_with_chunking", "use_torch_compile", "entropy_checkpointing")},
+    **{f"{group}.model_dtype": only("fp32", "float32") for group in ENGINE_KEYS},
+    **{f"{group}.forward_prefetch": only(False) for group in ENGINE_KEYS},
+    **{f"{group}.profiler.{key}": only(False) for group in PROFILED for key in ("discrete", "enable", "all_ranks")
+       if not (group.endswith("rollout") and key == "discrete")},
+    **{f"{group}.profiler.ranks": only(None, []) for group in PROFILED},
+    **{f"{group}.profiler.tool": only(None) for group in PROFILED},
+}
+
+# Keys accepted with a one-line notice when set away from their default: they choose between verl-internal
+# implementations rlpost does not have, and rlpost's single implementation behaves as described.
+NOTICES: dict[str, str] = {
+    f"{ARR}.rollout.multi_stage_wake_up": "the vLLM hybrid engine always wakes weights before the sync and the "
+                                          "KV cache after it",
+    f"{ARR}.rollout.update_weights_bucket_megabytes": "weights stream into the engine one tensor at a time; "
+                                                     "the bucket size has no effect",
+    f"{ARR}.rollout.checkpoint_engine.update_weights_bucket_megabytes": "weights stream into the engine one "
+                                                                        "tensor at a time; the bucket size has no effect",
+    f"{ARR}.rollout.skip_tokenizer_init": "rlpost always passes token ids to the engine",
+    f"{ARR}.actor.fsdp_config.use_orig_params": "FSDP2 always keeps the original parameters",
+    f"{ARR}.ref.fsdp_config.use_orig_params": "FSDP2 always keeps the original parameters",
+    "critic.model.fsdp_config.use_orig_params": "FSDP2 always keeps the original parameters",
+    f"{ARR}.ref.fsdp_config.optimizer_offload": "the reference has no optimizer",
+    "trainer.use_legacy_worker_impl": "rlpost has one worker implementation, used for every value",
 }
 
 # Nsight option maps: any change from the package default is refused (profiling is not built).
@@ -95,13 +175,32 @@ def check_not_supported(cfg: DictConfig) -> None:
         value = _plain(OmegaConf.select(cfg, key, default=None))
         if refusal.refuses(value):
             fix = _fix(key, refusal, value, default_of(key))
-            raise ConfigError(f"not supported yet: {key}={_show(value)} (this feature is not built); use {fix}.")
+            raise ConfigError(f"not supported yet: {key}={_show(value)} ({_area(key)} is not built); use {fix}.")
     for key in NOT_SUPPORTED_IF_CHANGED:
         value, default = _plain(OmegaConf.select(cfg, key, default=None)), default_of(key)
         if value != default:
             raise ConfigError(
                 f"not supported yet: {key}={value} (Nsight profiling is not built); leave it at its default."
             )
+
+
+def notices(cfg: DictConfig) -> list[str]:
+    """One line per accepted key set away from its default whose value has no effect in rlpost."""
+    from rlpost.trainer.config.defaults import default_of
+
+    out = []
+    for key, meaning in NOTICES.items():
+        value = _plain(OmegaConf.select(cfg, key, default=None))
+        if value != default_of(key):
+            out.append(f"{key}={_show(value)} accepted: {meaning}.")
+    return out
+
+
+def _area(key: str) -> str:
+    for part, area in AREAS:
+        if part in key:
+            return area
+    return "this feature"
 
 
 def _fix(key: str, refusal: Refusal, value: Any, default: Any) -> str:

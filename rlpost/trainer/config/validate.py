@@ -10,11 +10,11 @@ from omegaconf import DictConfig, open_dict
 from rlpost.trainer.config.aliases import apply_aliases
 from rlpost.trainer.config.batch_rules import check_batch_sizes
 from rlpost.trainer.config.convert import to_typed
-from rlpost.trainer.config.errors import ConfigError
+from rlpost.trainer.config.errors import ConfigError, warn
 from rlpost.trainer.config.roles import need_critic
 from rlpost.trainer.config.rules import check_combinations, check_enums, check_ranges
-from rlpost.trainer.config.schema import PPOTrainerConfig
-from rlpost.trainer.config.unsupported import check_not_supported
+from rlpost.config.schema import PPOTrainerConfig
+from rlpost.trainer.config.unsupported import check_not_supported, notices
 
 
 def validate_config(cfg: DictConfig) -> DictConfig:
@@ -45,6 +45,8 @@ def typed_config(cfg: DictConfig) -> PPOTrainerConfig:
     apply_aliases(cfg)
     typed = to_typed(cfg)
     check_not_supported(cfg)
+    for line in notices(cfg):
+        warn(line)
     check_enums(typed)
     check_ranges(typed)
     check_combinations(typed)

@@ -53,7 +53,7 @@ def test_multi_turn_flag_maps_to_enable_then_is_refused(small_cfg):
     with pytest.warns(ConfigWarning, match="multi_turn.enable=False"):
         validate_config(cfg)
     assert cfg.actor_rollout_ref.rollout.multi_turn.enable is False
-    assert cfg.actor_rollout_ref.rollout.multi_turn.enable_tokenization_sanity_check is True
+    assert cfg.actor_rollout_ref.rollout.multi_turn.tokenization_sanity_check_mode == "strict"
     with pytest.warns(ConfigWarning), pytest.raises(ConfigError, match="not supported yet: .*multi_turn.enable=true"):
         validate_config(small_cfg({f"{ARR}.rollout.multi_turn": True}))
 

@@ -58,7 +58,11 @@ RULES = [
     ({f"{ARR}.actor.ppo_micro_batch_size_per_gpu": None}, ["ppo_micro_batch_size_per_gpu=None",
                                                            "use_dynamic_bsz=false"]),
     ({"trainer.n_gpus_per_node": 3}, ["3 devices", "use data.train_batch_size=9"]),
-    ({f"{ARR}.rollout.tensor_model_parallel_size": 4}, ["tensor_model_parallel_size=4", "tensor_model_parallel_size=2"]),
+    ({f"{ARR}.rollout.tensor_model_parallel_size": 4, "trainer.device": "cuda"},
+     ["tensor_model_parallel_size=4", "tensor_model_parallel_size=2"]),
+    ({f"{ARR}.rollout.tensor_model_parallel_size": 2}, ["trainer.device=cpu", "tensor_model_parallel_size=1"]),
+    ({"algorithm.rollout_correction.rollout_is": "token"}, ["calculate_log_probs=true"]),
+    ({"algorithm.filter_groups.enable": True, "algorithm.adv_estimator": "gae"}, ["adv_estimator=grpo"]),
     # zero / negative sizes
     ({"data.train_batch_size": 0}, ["data.train_batch_size=0", "must be an integer >= 1", "data.train_batch_size=1"]),
     ({f"{ARR}.actor.ppo_epochs": -1}, [f"{ARR}.actor.ppo_epochs=-1", f"{ARR}.actor.ppo_epochs=1"]),
@@ -92,17 +96,27 @@ def test_rule_message(small_cfg, values, parts):
     assert "\n" not in message
 
 
+def _refused_value(key: str, refusal) -> object:
+    """A value of the key's type that the table refuses."""
+    if refusal.never is not None:
+        return [refusal.never[0]] if key == "trainer.logger" else refusal.never[0]
+    first = refusal.only[0]
+    if isinstance(first, bool):
+        return not first
+    if first is None or first == []:
+        if key.endswith(("ranks", "profile_steps", "steps")):
+            return [1]
+        if key.endswith(("_lower", "_threshold")):
+            return 0.5
+        return {"path": "/x"} if key.endswith(("override_optimizer_config", "ref.model")) else "some_value"
+    if isinstance(first, str):
+        return "something_else"
+    return first + 1
+
+
 @pytest.mark.parametrize("key", sorted(NOT_SUPPORTED_YET))
 def test_not_supported_yet_table(small_cfg, key):
-    refusal = NOT_SUPPORTED_YET[key]
-    if refusal.never is not None:
-        value = [refusal.never[0]] if key == "trainer.logger" else refusal.never[0]
-    elif isinstance(refusal.only[0], bool):
-        value = not refusal.only[0]
-    elif refusal.only == (None,):
-        value = [1] if key.endswith(("ranks", "profile_steps")) else "/some/path"
-    else:
-        value = {1: 2, -1: 4}[refusal.only[0]]
+    value = _refused_value(key, NOT_SUPPORTED_YET[key])
     with pytest.raises(ConfigError, match="not supported yet") as err:
         validate_config(small_cfg({key: value}))
     assert key in str(err.value) and "use " in str(err.value)

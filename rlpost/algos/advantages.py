@@ -36,6 +36,9 @@ class AdvantageEstimator(str, Enum):
     RLOO = "rloo"
     OPO = "opo"
     GPG = "gpg"
+    GRPO_PASSK = "grpo_passk"
+    GRPO_VECTORIZED = "grpo_vectorized"
+    RLOO_VECTORIZED = "rloo_vectorized"
 
 
 def register_adv_est(name: str | AdvantageEstimator) -> Callable[[AdvEstimatorFn], AdvEstimatorFn]:
@@ -75,6 +78,12 @@ def _group_mean_std(scores: torch.Tensor, gid: torch.Tensor) -> tuple[torch.Tens
     mean = torch.where(single, torch.zeros_like(mean), mean)
     std = torch.where(single, torch.ones_like(std), std)
     return mean, std, count
+
+
+def _group_reduce(x: torch.Tensor, gid: torch.Tensor, n_groups: int, reduce: str) -> torch.Tensor:
+    """(G,) per-group "amax" / "amin" of x (B,) over the rows of each group."""
+    out = torch.empty(n_groups, dtype=x.dtype, device=x.device)
+    return out.scatter_reduce_(0, gid, x, reduce=reduce, include_self=False)
 
 
 def _check_rewards(token_level_rewards: torch.Tensor, response_mask: torch.Tensor) -> None:
@@ -130,6 +139,7 @@ def compute_gae_advantage_return(
 
 
 @register_adv_est(AdvantageEstimator.GRPO)
+@register_adv_est(AdvantageEstimator.GRPO_VECTORIZED)
 def compute_grpo_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -142,7 +152,8 @@ def compute_grpo_outcome_advantage(
 
     s_i = sum of the row's token rewards; g = the rows sharing `index[i]`; std is unbiased (as
     `torch.std`). A group of one gets mean 0 and std 1. With `norm_adv_by_std_in_grpo=False` this is
-    Dr.GRPO: A_i = s_i - mean_g.
+    Dr.GRPO: A_i = s_i - mean_g. Group statistics are scatter-adds over group ids (no loop over
+    groups), so verl's `grpo_vectorized` is registered to this same function.
 
     Args:
         token_level_rewards: (B, R). response_mask: (B, R).
@@ -163,12 +174,15 @@ def compute_grpo_outcome_advantage(
 
 
 @register_adv_est(AdvantageEstimator.RLOO)
+@register_adv_est(AdvantageEstimator.RLOO_VECTORIZED)
 def compute_rloo_outcome_advantage(
     token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: np.ndarray, **kwargs: Any
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """RLOO (Ahmadian et al. 2024): A_i = s_i - mean of the other rows of its group.
 
-    Equivalently n/(n-1) * (s_i - mean_g). A group of one keeps its raw score (no baseline).
+    Equivalently n/(n-1) * (s_i - mean_g). A group of one keeps its raw score (no baseline), as
+    verl's loop `rloo`. Computed with scatter-adds (no loop over groups); verl's `rloo_vectorized`
+    is registered to this same function (verl's own vectorized copy gives a group of one 0 instead).
 
     Returns:
         (advantages, advantages), each (B, R).
@@ -181,6 +195,45 @@ def compute_rloo_outcome_advantage(
         others_mean = (_per_row_group_sum(scores, gid) - scores) / (count - 1).clamp_min(1)
         adv = torch.where(count > 1, scores - others_mean, scores)
         adv = adv.unsqueeze(-1) * response_mask
+    return adv, adv
+
+
+@register_adv_est(AdvantageEstimator.GRPO_PASSK)
+def compute_grpo_passk_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray,
+    epsilon: float = 1e-6,
+    norm_adv_by_std_in_grpo: bool = True,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pass@k GRPO (Chen et al. 2025): only the best row of each group learns, A = s_max - s_second.
+
+    The other rows of the group get 0; with `norm_adv_by_std_in_grpo` the best row's advantage is
+    divided by (unbiased group std + epsilon). Ties for the best: the first such row is chosen (and
+    its advantage is 0). Every group needs at least 2 rows.
+
+    Returns:
+        (advantages, advantages), each (B, R).
+    """
+    _check_rewards(token_level_rewards, response_mask)
+    with torch.no_grad():
+        scores = token_level_rewards.sum(dim=-1)
+        gid = _group_ids(index, scores.shape[0]).to(scores.device)
+        _, std, count = _group_mean_std(scores, gid)
+        if bool((count < 2).any()):
+            raise ValueError("adv_estimator 'grpo_passk' needs at least 2 responses per prompt (rollout.n >= 2)")
+        n_groups = int(gid.max()) + 1
+        best = _group_reduce(scores, gid, n_groups, "amax")
+        rows = torch.arange(scores.shape[0], device=scores.device)
+        at_best = torch.where(scores == best[gid], rows, torch.full_like(rows, scores.shape[0]))
+        best_row = _group_reduce(at_best, gid, n_groups, "amin")  # first row reaching the max
+        is_best = rows == best_row[gid]
+        second = _group_reduce(scores.masked_fill(is_best, float("-inf")), gid, n_groups, "amax")
+        adv = (best - second)[gid]
+        if norm_adv_by_std_in_grpo:
+            adv = adv / (std + epsilon)
+        adv = torch.where(is_best, adv, torch.zeros_like(adv)).unsqueeze(-1) * response_mask
     return adv, adv
 
 

@@ -3,11 +3,15 @@
 Shapes: B = batch rows, R = response length.
 
 Policy-loss calling convention: every registered loss is called as
-    fn(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None)
-where `config` is the actor config (`actor_rollout_ref.actor`, read for clip_ratio, clip_ratio_low,
-clip_ratio_high, clip_ratio_c) and returns verl's tuple
+    fn(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None,
+       rollout_is_weights=None)
+where `config` is the actor config (`actor_rollout_ref.actor`: clip_ratio, clip_ratio_low/high,
+clip_ratio_c, tau_pos/tau_neg and the `policy_loss` group, read through `cfg_value`) and
+`rollout_is_weights` (B, R) are detached off-policy correction weights (see `rollout_correction.py`)
+that multiply the per-token loss before aggregation. Each returns verl's tuple
     (pg_loss: scalar, pg_clipfrac: scalar, ppo_kl: scalar, pg_clipfrac_lower: scalar).
-Without a config the clip values may be given as keywords instead (not both).
+Without a config, vanilla / gspo take their clip values as keywords instead (not both); the other
+losses need the config. Loss aggregation modes are registered in `LOSS_AGG_MODES`.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from rlpost.utils.registry import Registry
 
 PolicyLossFn = Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]
 POLICY_LOSSES = Registry("policy loss")
-LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+LOSS_AGG_MODES = Registry("loss_agg_mode")
 
 
 def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
@@ -35,10 +39,53 @@ def get_policy_loss_fn(name: str) -> PolicyLossFn:
     return POLICY_LOSSES.get(name)
 
 
+def cfg_value(config: Any, key: str) -> Any:
+    """`config.key` for a DictConfig, dataclass or namespace; `config[key]` for a plain dict.
+
+    Raises:
+        ValueError: the key is missing (every key a loss reads must be in the config).
+    """
+    try:
+        return config[key] if isinstance(config, Mapping) else getattr(config, key)
+    except (KeyError, AttributeError) as err:
+        raise ValueError(f"the config has no key {key!r}; every key an algorithm reads must be set") from err
+
+
+def _per_row(loss_mat: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(row token sums (B,), row valid-token counts (B,)); masked garbage (even nan) is dropped."""
+    m = mask.to(loss_mat.dtype)
+    sums = torch.where(m.bool(), loss_mat * m, torch.zeros_like(loss_mat)).sum(dim=-1)
+    return sums, m.sum(dim=-1)
+
+
+@LOSS_AGG_MODES.register("token-mean")
+def _token_mean(loss_mat: torch.Tensor, mask: torch.Tensor, norm_length: int | None) -> torch.Tensor:
+    return masked_mean(loss_mat, mask)
+
+
+@LOSS_AGG_MODES.register("seq-mean-token-sum")
+def _seq_mean_token_sum(loss_mat: torch.Tensor, mask: torch.Tensor, norm_length: int | None) -> torch.Tensor:
+    sums, counts = _per_row(loss_mat, mask)
+    return masked_mean(sums, (counts > 0).to(sums.dtype))
+
+
+@LOSS_AGG_MODES.register("seq-mean-token-mean")
+def _seq_mean_token_mean(loss_mat: torch.Tensor, mask: torch.Tensor, norm_length: int | None) -> torch.Tensor:
+    sums, counts = _per_row(loss_mat, mask)
+    return masked_mean(sums / counts.clamp_min(1), (counts > 0).to(sums.dtype))
+
+
+@LOSS_AGG_MODES.register("seq-mean-token-sum-norm")
+def _seq_mean_token_sum_norm(loss_mat: torch.Tensor, mask: torch.Tensor, norm_length: int | None) -> torch.Tensor:
+    sums, counts = _per_row(loss_mat, mask)
+    divisor = float(norm_length if norm_length is not None else mask.shape[-1])
+    return masked_mean(sums / divisor, (counts > 0).to(sums.dtype))
+
+
 def agg_loss(
     loss_mat: torch.Tensor, loss_mask: torch.Tensor, loss_agg_mode: str, norm_length: int | None = None
 ) -> torch.Tensor:
-    """Reduces a per-token loss to a scalar.
+    """Reduces a per-token loss to a scalar with the mode registered under `loss_agg_mode`.
 
     Modes (rows = sequences with at least one valid token):
         token-mean: sum of valid token losses / number of valid tokens.
@@ -51,26 +98,18 @@ def agg_loss(
     Args:
         loss_mat: (B, R) per-token loss.
         loss_mask: (B, R) 1 on tokens that count.
-        loss_agg_mode: one of LOSS_AGG_MODES.
-        norm_length: divisor for seq-mean-token-sum-norm (default R).
+        loss_agg_mode: one of `LOSS_AGG_MODES.names()`.
+        norm_length: divisor for seq-mean-token-sum-norm (default R); unused by the other modes.
 
     Returns:
         Scalar tensor.
     """
-    if loss_agg_mode == "token-mean":
-        return masked_mean(loss_mat, loss_mask)
-    if loss_agg_mode not in LOSS_AGG_MODES:
-        raise ValueError(f"Unknown loss_agg_mode {loss_agg_mode!r}. Valid: {list(LOSS_AGG_MODES)}")
-    mask = loss_mask.to(loss_mat.dtype)
-    seq_sums = torch.where(mask.bool(), loss_mat * mask, torch.zeros_like(loss_mat)).sum(dim=-1)
-    seq_tokens = mask.sum(dim=-1)
-    if loss_agg_mode == "seq-mean-token-sum":
-        per_seq = seq_sums
-    elif loss_agg_mode == "seq-mean-token-mean":
-        per_seq = seq_sums / seq_tokens.clamp_min(1)
-    else:
-        per_seq = seq_sums / float(norm_length if norm_length is not None else loss_mask.shape[-1])
-    return masked_mean(per_seq, (seq_tokens > 0).to(loss_mat.dtype))
+    return LOSS_AGG_MODES.get(loss_agg_mode)(loss_mat, loss_mask, norm_length)
+
+
+def apply_is_weights(pg_losses: torch.Tensor, rollout_is_weights: torch.Tensor | None) -> torch.Tensor:
+    """(B, R) per-token loss times the (detached) rollout-correction weights, when given."""
+    return pg_losses if rollout_is_weights is None else pg_losses * rollout_is_weights.detach()
 
 
 def _clip_params(config: Any, **given: float | None) -> dict[str, float]:
@@ -79,8 +118,7 @@ def _clip_params(config: Any, **given: float | None) -> dict[str, float]:
     if config is not None:
         if explicit:
             raise ValueError(f"pass clip settings either in `config` or as keywords, not both: {sorted(explicit)}")
-        read = config.get if isinstance(config, Mapping) else lambda k, d=None: getattr(config, k, d)
-        explicit = {k: read(k, None) for k in given}
+        explicit = {k: cfg_value(config, k) for k in given}
         explicit = {k: v for k, v in explicit.items() if v is not None}
     clip_ratio = float(explicit.get("clip_ratio", 0.2))
     params = {
@@ -101,6 +139,7 @@ def compute_policy_loss_vanilla(
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
     config: Any = None,
+    rollout_is_weights: torch.Tensor | None = None,
     *,
     clip_ratio: float | None = None,
     clip_ratio_low: float | None = None,
@@ -115,6 +154,7 @@ def compute_policy_loss_vanilla(
     Args:
         old_log_prob: (B, R). log_prob: (B, R) with grad. advantages: (B, R). response_mask: (B, R).
         loss_agg_mode: see `agg_loss`. config: actor config (clip_ratio, clip_ratio_low/high, clip_ratio_c).
+        rollout_is_weights: (B, R) off-policy correction weights multiplying the token losses, or None.
         clip_ratio, clip_ratio_low, clip_ratio_high, clip_ratio_c: keywords used when config is None
             (defaults 0.2, = clip_ratio, = clip_ratio, 3.0).
 
@@ -136,7 +176,7 @@ def compute_policy_loss_vanilla(
     dual = -advantages * p["clip_ratio_c"]
     dual_loss = torch.minimum(clip_loss, dual)
     pg_clipfrac_lower = masked_mean(((clip_loss > dual) & (advantages < 0)).float(), response_mask)
-    pg_losses = torch.where(advantages < 0, dual_loss, clip_loss)
+    pg_losses = apply_is_weights(torch.where(advantages < 0, dual_loss, clip_loss), rollout_is_weights)
     pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
     return pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower
 
@@ -152,6 +192,7 @@ def compute_policy_loss_gspo(
     response_mask: torch.Tensor,
     loss_agg_mode: str = "seq-mean-token-mean",
     config: Any = None,
+    rollout_is_weights: torch.Tensor | None = None,
     *,
     clip_ratio_low: float | None = None,
     clip_ratio_high: float | None = None,
@@ -177,7 +218,7 @@ def compute_policy_loss_gspo(
     ratio = torch.exp(token_log_ratio.clamp(max=10.0))
     unclipped = -advantages * ratio
     clipped = -advantages * ratio.clamp(1.0 - p["clip_ratio_low"], 1.0 + p["clip_ratio_high"])
-    pg_losses = torch.maximum(unclipped, clipped)
+    pg_losses = apply_is_weights(torch.maximum(unclipped, clipped), rollout_is_weights)
     pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
     pg_clipfrac = masked_mean((clipped > unclipped).float(), response_mask)
     ppo_kl = masked_mean(-log_ratio, response_mask).detach()
@@ -192,12 +233,14 @@ def compute_policy_loss_gpg(
     response_mask: torch.Tensor,
     loss_agg_mode: str = "token-mean",
     config: Any = None,
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """GPG (Chu et al. 2025) policy gradient without ratio or clip: L = -A * log_prob.
 
     Clip settings in `config` do not apply. Returns pg_loss, 0, ppo_kl, 0 (verl's tuple order).
     """
-    pg_loss = agg_loss(-advantages * log_prob, response_mask, loss_agg_mode)
+    pg_losses = apply_is_weights(-advantages * log_prob, rollout_is_weights)
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
     ppo_kl = masked_mean(old_log_prob - log_prob, response_mask).detach()
     zero = torch.zeros_like(pg_loss).detach()
     return pg_loss, zero, ppo_kl, zero

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from rlpost.trainer.ppo import core_algos as ca
+from rlpost import algos as ca
 
 
 def _close(actual, expected, atol=1e-5):
@@ -20,17 +20,25 @@ LOGP = torch.tensor([[-1.0, -2.0]])
 REF = torch.tensor([[-1.5, -1.0]])  # d = logp - ref = [0.5, -1.0]
 
 
+K1 = [0.5, -1.0]
+K2 = [0.5 * 0.25, 0.5 * 1.0]
+K3 = [math.exp(-0.5) + 0.5 - 1, math.exp(1.0) - 1.0 - 1]
+
+
 @pytest.mark.parametrize(
     "name,expected",
-    [
-        ("kl", [0.5, -1.0]),
-        ("abs", [0.5, 1.0]),
-        ("mse", [0.5 * 0.25, 0.5 * 1.0]),
-        ("low_var_kl", [math.exp(-0.5) + 0.5 - 1, math.exp(1.0) - 1.0 - 1]),
-    ],
+    [("kl", K1), ("k1", K1), ("abs", [0.5, 1.0]), ("mse", K2), ("k2", K2), ("low_var_kl", K3), ("k3", K3)],
 )
 def test_kl_estimators(name, expected):
     _close(ca.kl_penalty(LOGP, REF, name), [expected])
+    # the '+' form has the same forward value
+    _close(ca.kl_penalty(LOGP, REF, name + "+"), [expected])
+
+
+def test_kl_estimator_names_list_every_valid_config_value():
+    base = ["abs", "full", "k1", "k2", "k3", "kl", "low_var_kl", "mse"]
+    assert ca.KL_ESTIMATORS.names() == base
+    assert ca.kl_estimator_names() == base + [b + "+" for b in base]
 
 
 def test_low_var_kl_is_clamped():
@@ -53,10 +61,12 @@ def test_full_kl_on_distributions():
     _close(ca.kl_penalty(p, q, "full"), [[0.5 * math.log(2.0) + 0.5 * math.log(0.5 / 0.75)]])
     with pytest.raises(ValueError, match="needs full log-distributions"):
         ca.kl_penalty(LOGP, REF, "full")
-    with pytest.raises(ValueError, match="'full\\+' is not defined"):
-        ca.kl_penalty(p, q, "full+")
-    with pytest.raises(ValueError, match="Unknown kl_penalty 'k9'"):
+    # the exact KL already has the exact gradient: 'full+' is 'full'
+    _close(ca.kl_penalty(p, q, "full+"), ca.kl_penalty(p, q, "full"))
+    with pytest.raises(ValueError, match="Unknown kl_penalty 'k9'.*'low_var_kl\\+'"):
         ca.kl_penalty(LOGP, REF, "k9")
+    with pytest.raises(ValueError, match="Did you mean 'low_var_kl'"):
+        ca.kl_penalty(LOGP, REF, "low_var_k")
 
 
 def test_kl_controllers():

@@ -1,42 +1,67 @@
 """KL estimators between the actor and the reference policy, KL controllers, in-reward KL penalty.
 
 Shapes: B = batch rows, R = response length, V = vocabulary.
+Estimators are registered in `KL_ESTIMATORS` as fn(logprob, ref_logprob) -> per-token tensor; the
+valid config names (`algorithm.kl_penalty`, `actor.kl_loss_type`) are `kl_estimator_names()`.
 """
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 import torch
 
 from rlpost.utils.masked import masked_mean
+from rlpost.utils.registry import Registry
 
-KL_ESTIMATORS = ("kl", "abs", "mse", "low_var_kl", "full")
+KL_ESTIMATORS = Registry("kl estimator")
 
 
-def _kl_value(logprob: torch.Tensor, ref_logprob: torch.Tensor, name: str) -> torch.Tensor:
-    """Per-token value of one estimator (no straight-through handling)."""
-    if name in ("kl", "k1"):
-        return logprob - ref_logprob
-    if name == "abs":
-        return (logprob - ref_logprob).abs()
-    if name in ("mse", "k2"):
-        return 0.5 * (logprob - ref_logprob).square()
-    if name in ("low_var_kl", "k3"):
-        # k3 = ratio - log(ratio) - 1 with ratio = pi_ref / pi; clamps keep exp() and the value finite.
-        log_ratio = (ref_logprob - logprob).clamp(-20.0, 20.0)
-        return (torch.exp(log_ratio) - log_ratio - 1.0).clamp(-10.0, 10.0)
-    if name == "full":
-        if logprob.dim() < 3 or logprob.shape != ref_logprob.shape:
-            raise ValueError(
-                "kl_penalty 'full' needs full log-distributions of shape (B, R, V) for both policies "
-                f"(log_softmax of the logits); got {tuple(logprob.shape)} and {tuple(ref_logprob.shape)}. "
-                "Per-token log-probs (B, R) only support kl, abs, mse, low_var_kl."
-            )
-        return (logprob.exp() * (logprob - ref_logprob)).sum(dim=-1)
-    raise ValueError(
-        f"Unknown kl_penalty {name!r}. Valid: {list(KL_ESTIMATORS)} (optionally with a '+' suffix)."
-    )
+@KL_ESTIMATORS.register("kl")
+@KL_ESTIMATORS.register("k1")
+def _kl_k1(logprob: torch.Tensor, ref_logprob: torch.Tensor) -> torch.Tensor:
+    """k1: d = logprob - ref_logprob (unbiased value, high variance)."""
+    return logprob - ref_logprob
+
+
+@KL_ESTIMATORS.register("abs")
+def _kl_abs(logprob: torch.Tensor, ref_logprob: torch.Tensor) -> torch.Tensor:
+    """|d|."""
+    return (logprob - ref_logprob).abs()
+
+
+@KL_ESTIMATORS.register("mse")
+@KL_ESTIMATORS.register("k2")
+def _kl_k2(logprob: torch.Tensor, ref_logprob: torch.Tensor) -> torch.Tensor:
+    """k2: 0.5 * d^2 (its gradient is the unbiased KL gradient)."""
+    return 0.5 * (logprob - ref_logprob).square()
+
+
+@KL_ESTIMATORS.register("low_var_kl")
+@KL_ESTIMATORS.register("k3")
+def _kl_k3(logprob: torch.Tensor, ref_logprob: torch.Tensor) -> torch.Tensor:
+    """k3: ratio - log(ratio) - 1 with ratio = pi_ref / pi; clamps keep exp() and the value finite."""
+    log_ratio = (ref_logprob - logprob).clamp(-20.0, 20.0)
+    return (torch.exp(log_ratio) - log_ratio - 1.0).clamp(-10.0, 10.0)
+
+
+@KL_ESTIMATORS.register("full")
+def _kl_full(logprob: torch.Tensor, ref_logprob: torch.Tensor) -> torch.Tensor:
+    """Exact KL from (B, R, V) log-distributions: sum_v p(v) * (log p(v) - log p_ref(v))."""
+    if logprob.dim() < 3 or logprob.shape != ref_logprob.shape:
+        raise ValueError(
+            "kl_penalty 'full' needs full log-distributions of shape (B, R, V) for both policies "
+            f"(log_softmax of the logits); got {tuple(logprob.shape)} and {tuple(ref_logprob.shape)}. "
+            "Per-token log-probs (B, R) only support kl, abs, mse, low_var_kl (k1, k2, k3)."
+        )
+    return (logprob.exp() * (logprob - ref_logprob)).sum(dim=-1)
+
+
+def kl_estimator_names() -> list[str]:
+    """Every valid `kl_penalty` / `kl_loss_type` name: the registered estimators and their '+' forms."""
+    base = KL_ESTIMATORS.names()
+    return base + [f"{name}+" for name in base]
 
 
 def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kl_penalty: str) -> torch.Tensor:
@@ -49,24 +74,28 @@ def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kl_penalty: str
             raises ValueError when given per-token log-probs.
     A '+' suffix (e.g. 'low_var_kl+') is straight-through: the forward value of the named estimator
     with the gradient of mse (k2), i.e. k + (mse - mse.detach()), which is unbiased for the KL gradient.
+    'mse+' equals 'mse', and 'full+' equals 'full': the exact KL already has the exact gradient.
 
     Args:
         logprob: (B, R) actor log-probs of the sampled tokens, or (B, R, V) for 'full'.
         ref_logprob: same shape, reference policy.
-        kl_penalty: estimator name.
+        kl_penalty: estimator name, one of `kl_estimator_names()`.
 
     Returns:
         (B, R) per-token estimate.
     """
     name = kl_penalty
-    if name.endswith("+"):
-        base = name[:-1]
-        if base == "full":
-            raise ValueError("kl_penalty 'full+' is not defined: the '+' gradient uses per-token log-probs")
-        value = _kl_value(logprob, ref_logprob, base)
-        mse = _kl_value(logprob, ref_logprob, "mse")
-        return value.detach() + (mse - mse.detach())
-    return _kl_value(logprob, ref_logprob, name)
+    straight_through = name.endswith("+")
+    base = name[:-1] if straight_through else name
+    if base not in KL_ESTIMATORS:
+        close = difflib.get_close_matches(name, kl_estimator_names(), n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"Unknown kl_penalty {name!r}. Valid: {kl_estimator_names()}.{hint}")
+    value = KL_ESTIMATORS.get(base)(logprob, ref_logprob)
+    if not straight_through or base == "full":
+        return value
+    mse = _kl_k2(logprob, ref_logprob)
+    return value.detach() + (mse - mse.detach())
 
 
 class FixedKLController:

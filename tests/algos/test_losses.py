@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from rlpost.trainer.ppo import core_algos as ca
+from rlpost import algos as ca
 
 
 def _close(actual, expected, atol=1e-5):
@@ -43,6 +43,18 @@ def test_agg_loss_norm_length_and_unknown_mode():
         ca.agg_loss(LOSS, MASK, "token-sum")
 
 
+def test_loss_agg_modes_registry_and_dr_grpo_norm_by_hand():
+    assert ca.LOSS_AGG_MODES.names() == sorted(
+        ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+    # Dr.GRPO: row sums 1 + 2 = 3 (2 tokens) and 5 (1 token), divided by the same constant R = 4, then
+    # averaged over the 2 rows: (3/4 + 5/4) / 2 = 1.0. A token mean per row would give (1.5 + 5) / 2.
+    loss = torch.tensor([[1.0, 2.0, 0.0, 0.0], [5.0, 0.0, 0.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]])
+    _close(ca.agg_loss(loss, mask, "seq-mean-token-sum-norm"), 1.0)
+    _close(ca.agg_loss(loss, mask, "seq-mean-token-sum-norm", norm_length=2), (3 / 2 + 5 / 2) / 2)
+    _close(ca.agg_loss(loss, mask, "seq-mean-token-mean"), (1.5 + 5.0) / 2)
+
+
 def test_vanilla_ppo_clip_and_dual_clip():
     # clip 0.2, c = 3. Per token (A, ratio) -> loss:
     #  (1, 1.5): max(-1.5, -1.2) = -1.2 (clipped)      (1, 0.5): max(-0.5, -0.8) = -0.5
@@ -74,11 +86,13 @@ def test_vanilla_asymmetric_clip_from_config():
     )
     _close(loss, (-1.25 - 1.28 + 0.8) / 3)
     _close(clipfrac, 2 / 3)
-    # a plain dict config works the same (keys missing from it take the defaults)
-    loss_dict, _, _, _ = ca.compute_policy_loss_vanilla(
-        torch.zeros(1, 3), log_prob, adv, torch.ones(1, 3), config={"clip_ratio": 0.2, "clip_ratio_high": 0.28}
-    )
+    # a plain dict config works the same; a key the loss reads must be present
+    full = {"clip_ratio": 0.2, "clip_ratio_low": None, "clip_ratio_high": 0.28, "clip_ratio_c": 3.0}
+    loss_dict, _, _, _ = ca.compute_policy_loss_vanilla(torch.zeros(1, 3), log_prob, adv, torch.ones(1, 3), config=full)
     _close(loss_dict, (-1.25 - 1.28 + 0.8) / 3)
+    with pytest.raises(ValueError, match="no key 'clip_ratio_c'"):
+        ca.compute_policy_loss_vanilla(torch.zeros(1, 3), log_prob, adv, torch.ones(1, 3),
+                                       config={"clip_ratio": 0.2, "clip_ratio_low": None, "clip_ratio_high": 0.28})
     assert ca.compute_policy_loss is ca.compute_policy_loss_vanilla
 
 
@@ -118,6 +132,26 @@ def test_gspo_with_config_clip():
     loss, clipfrac, _, _ = ca.get_policy_loss_fn("gspo")(old, log_prob, adv, mask, "seq-mean-token-mean", cfg)
     _close(loss, (-math.sqrt(1.2) - 0.9) / 2)
     _close(clipfrac, 0.0)
+
+
+def test_rollout_is_weights_scale_token_losses_before_aggregation():
+    # vanilla at ratio 1 (no clip): token losses -A = [-1, -2]; weights [0.5, 2] -> (-0.5 - 4) / 2
+    old = torch.zeros(1, 2)
+    log_prob = torch.zeros(1, 2, requires_grad=True)
+    adv = torch.tensor([[1.0, 2.0]])
+    w = torch.tensor([[0.5, 2.0]])
+    loss, _, _, _ = ca.compute_policy_loss_vanilla(old, log_prob, adv, torch.ones(1, 2), rollout_is_weights=w)
+    _close(loss, (-0.5 - 4.0) / 2)
+    loss.backward()
+    _close(log_prob.grad, [[-0.5 * 1 / 2, -2.0 * 2 / 2]])  # d(-w A r)/d log_prob = -w A at r = 1
+    # gpg: -A * log_prob * w with log_prob = [-1, -1] -> (0.5 + 4) / 2
+    loss_gpg, _, _, _ = ca.compute_policy_loss_gpg(old, torch.full((1, 2), -1.0), adv, torch.ones(1, 2),
+                                                   rollout_is_weights=w)
+    _close(loss_gpg, (0.5 + 4.0) / 2)
+    # gspo, one row of 2 tokens at s = 1 with seq-mean-token-mean: (-0.5 - 4) / 2
+    loss_gspo, _, _, _ = ca.compute_policy_loss_gspo(old, torch.zeros(1, 2), adv, torch.ones(1, 2),
+                                                     rollout_is_weights=w)
+    _close(loss_gspo, (-0.5 - 4.0) / 2)
 
 
 def test_gpg_policy_loss():

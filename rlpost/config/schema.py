@@ -8,25 +8,36 @@ any missing, unknown or mistyped value.
 from dataclasses import dataclass
 from typing import Any
 
-from rlpost.trainer.config.schema_workers import (
+from rlpost.config.base import BaseConfig
+
+from rlpost.config.schema_workers import (
     ActorRolloutRefConfig,
     CheckpointConfig,
     FsdpConfig,
     OptimConfig,
+    ProfilerConfig,
     WrapPolicyConfig,
 )
 
 
-@dataclass
-class CustomClsConfig:
+@dataclass(frozen=True)
+class CustomClsConfig(BaseConfig):
     """`data.custom_cls`."""
 
     path: str | None
     name: str | None
 
 
-@dataclass
-class DataConfig:
+@dataclass(frozen=True)
+class SamplerConfig(BaseConfig):
+    """`data.sampler`: a user sampler class."""
+
+    class_path: str | None
+    class_name: str | None
+
+
+@dataclass(frozen=True)
+class DataConfig(BaseConfig):
     """`data`."""
 
     tokenizer: str | None
@@ -55,10 +66,17 @@ class DataConfig:
     video_key: str | None
     trust_remote_code: bool
     custom_cls: CustomClsConfig
+    gen_batch_size: int
+    train_max_samples: int
+    val_max_samples: int
+    return_multi_modal_inputs: bool
+    sampler: SamplerConfig
+    datagen: CustomClsConfig
+    apply_chat_template_kwargs: dict[str, Any]
 
 
-@dataclass
-class CriticModelConfig:
+@dataclass(frozen=True)
+class CriticModelConfig(BaseConfig):
     """`critic.model`."""
 
     path: str
@@ -68,11 +86,16 @@ class CriticModelConfig:
     trust_remote_code: bool
     enable_gradient_checkpointing: bool
     use_remove_padding: bool
+    use_shm: bool
+    enable_activation_offload: bool
+    lora_rank: int
+    lora_alpha: int
+    target_modules: str | list[str]
     fsdp_config: FsdpConfig
 
 
-@dataclass
-class CriticConfig:
+@dataclass(frozen=True)
+class CriticConfig(BaseConfig):
     """`critic`."""
 
     enable: bool | None
@@ -94,10 +117,12 @@ class CriticConfig:
     loss_agg_mode: str
     ulysses_sequence_parallel_size: int
     checkpoint: CheckpointConfig
+    profiler: ProfilerConfig
+    forward_micro_batch_size: int | None
 
 
-@dataclass
-class RewardFsdpConfig:
+@dataclass(frozen=True)
+class RewardFsdpConfig(BaseConfig):
     """`reward_model.model.fsdp_config` (keeps the deprecated flat `min_num_params`)."""
 
     wrap_policy: WrapPolicyConfig
@@ -108,8 +133,8 @@ class RewardFsdpConfig:
     forward_prefetch: bool
 
 
-@dataclass
-class RewardModelModelConfig:
+@dataclass(frozen=True)
+class RewardModelModelConfig(BaseConfig):
     """`reward_model.model`."""
 
     input_tokenizer: str | None
@@ -122,23 +147,28 @@ class RewardModelModelConfig:
     fsdp_config: RewardFsdpConfig
 
 
-@dataclass
-class SandboxFusionConfig:
+@dataclass(frozen=True)
+class SandboxFusionConfig(BaseConfig):
     """`reward_model.sandbox_fusion`."""
 
     url: str | None
     max_concurrent: int
+    memory_limit_mb: int
 
 
-@dataclass
-class RewardProfilerConfig:
-    """`reward_model.profiler`."""
+@dataclass(frozen=True)
+class RewardRolloutConfig(BaseConfig):
+    """`reward_model.rollout`: the engine of a generative reward model."""
 
-    discrete: bool
+    name: str | None
+    tensor_model_parallel_size: int
+    gpu_memory_utilization: float
+    max_model_len: int | None
+    engine_kwargs: dict[str, Any]
 
 
-@dataclass
-class OverlongBufferConfig:
+@dataclass(frozen=True)
+class OverlongBufferConfig(BaseConfig):
     """`reward_model.overlong_buffer` (read by the dapo reward manager)."""
 
     enable: bool
@@ -147,14 +177,21 @@ class OverlongBufferConfig:
     log: bool
 
 
-@dataclass
-class RewardModelConfig:
+@dataclass(frozen=True)
+class RewardModelConfig(BaseConfig):
     """`reward_model`."""
 
     enable: bool
+    enable_resource_pool: bool
+    n_gpus_per_node: int
+    nnodes: int
+    use_reward_loop: bool
+    num_workers: int
+    ulysses_sequence_parallel_size: int
     strategy: str
     model: RewardModelModelConfig
     micro_batch_size_per_gpu: int | None
+    micro_batch_size: int | None
     max_length: int | None
     use_dynamic_bsz: bool
     forward_max_token_len_per_gpu: int
@@ -163,11 +200,12 @@ class RewardModelConfig:
     overlong_buffer: OverlongBufferConfig
     launch_reward_fn_async: bool
     sandbox_fusion: SandboxFusionConfig
-    profiler: RewardProfilerConfig
+    profiler: ProfilerConfig
+    rollout: RewardRolloutConfig
 
 
-@dataclass
-class CustomRewardFunctionConfig:
+@dataclass(frozen=True)
+class CustomRewardFunctionConfig(BaseConfig):
     """`custom_reward_function`."""
 
     path: str | None
@@ -175,8 +213,8 @@ class CustomRewardFunctionConfig:
     reward_kwargs: dict[str, Any]
 
 
-@dataclass
-class KlCtrlConfig:
+@dataclass(frozen=True)
+class KlCtrlConfig(BaseConfig):
     """`algorithm.kl_ctrl`."""
 
     type: str
@@ -185,16 +223,40 @@ class KlCtrlConfig:
     target_kl: float
 
 
-@dataclass
-class PfPpoConfig:
+@dataclass(frozen=True)
+class PfPpoConfig(BaseConfig):
     """`algorithm.pf_ppo`."""
 
     reweight_method: str
     weight_pow: float
 
 
-@dataclass
-class AlgorithmConfig:
+@dataclass(frozen=True)
+class RolloutCorrectionConfig(BaseConfig):
+    """`algorithm.rollout_correction`: importance weights / rejection from the rollout's log-probs."""
+
+    rollout_is: str | None
+    rollout_is_threshold: float
+    rollout_is_batch_normalize: bool
+    rollout_rs: str | None
+    rollout_rs_threshold: float | None
+    rollout_rs_threshold_lower: float | None
+    rollout_token_veto_threshold: float | None
+    bypass_mode: bool
+    loss_type: str
+
+
+@dataclass(frozen=True)
+class FilterGroupsConfig(BaseConfig):
+    """`algorithm.filter_groups`: DAPO dynamic sampling."""
+
+    enable: bool
+    metric: str
+    max_num_gen_batches: int
+
+
+@dataclass(frozen=True)
+class AlgorithmConfig(BaseConfig):
     """`algorithm`."""
 
     gamma: float
@@ -206,10 +268,12 @@ class AlgorithmConfig:
     kl_ctrl: KlCtrlConfig
     use_pf_ppo: bool
     pf_ppo: PfPpoConfig
+    rollout_correction: RolloutCorrectionConfig
+    filter_groups: FilterGroupsConfig
 
 
-@dataclass
-class TrainerConfig:
+@dataclass(frozen=True)
+class TrainerConfig(BaseConfig):
     """`trainer`."""
 
     balance_batch: bool
@@ -244,18 +308,46 @@ class TrainerConfig:
     rollout_drift_warn: float
     controller_nsight_options: dict[str, Any]
     worker_nsight_options: dict[str, Any]
+    esi_redundant_time: int
+    use_legacy_worker_impl: str
 
 
-@dataclass
-class RayInitConfig:
+@dataclass(frozen=True)
+class GlobalProfilerConfig(BaseConfig):
+    """`global_profiler`."""
+
+    tool: str | None
+    steps: list[int] | None
+    profile_continuous_steps: bool
+    save_path: str | None
+    global_tool_config: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RayInitConfig(BaseConfig):
     """`ray_init`."""
 
     num_cpus: int | None
     timeline_json_file: str | None
 
 
-@dataclass
-class PPOTrainerConfig:
+@dataclass(frozen=True)
+class RayKwargsInitConfig(BaseConfig):
+    """`ray_kwargs.ray_init`."""
+
+    num_cpus: int | None
+
+
+@dataclass(frozen=True)
+class RayKwargsConfig(BaseConfig):
+    """`ray_kwargs`: verl's newer spelling of `ray_init` (copied onto it)."""
+
+    ray_init: RayKwargsInitConfig
+    timeline_json_file: str | None
+
+
+@dataclass(frozen=True)
+class PPOTrainerConfig(BaseConfig):
     """The whole composed `ppo_trainer` config."""
 
     data: DataConfig
@@ -266,3 +358,5 @@ class PPOTrainerConfig:
     algorithm: AlgorithmConfig
     trainer: TrainerConfig
     ray_init: RayInitConfig
+    global_profiler: GlobalProfilerConfig
+    ray_kwargs: RayKwargsConfig

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from rlpost.trainer.ppo import core_algos as ca
+from rlpost import algos as ca
 
 
 def _close(actual, expected, atol=1e-5):
@@ -148,3 +148,77 @@ def test_shape_checks():
         ca.compute_rloo_outcome_advantage(torch.ones(2, 3), torch.ones(2, 2), np.array([0, 0]))
     with pytest.raises(ValueError, match="index has 1 entries"):
         ca.compute_rloo_outcome_advantage(torch.ones(2, 3), torch.ones(2, 3), np.array([0]))
+
+
+def _passk_batch():
+    # group a: scores [1, 0] (best row 0); group b: [0, 3, 1] (best row 3, runner-up 1); R = 2.
+    rewards = torch.tensor([[0.0, 1.0], [0.0, 0.0], [0.0, 0.0], [3.0, 0.0], [0.0, 1.0]])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 1.0], [1.0, 0.0], [1.0, 0.0], [1.0, 1.0]])
+    index = np.array(["a", "a", "b", "b", "b"], dtype=object)
+    return rewards, mask, index
+
+
+def test_grpo_passk_only_the_best_row_learns():
+    rewards, mask, index = _passk_batch()
+    eps = 1e-6
+    std_a = math.sqrt(0.5)  # unbiased std of [1, 0]
+    std_b = math.sqrt(((-4 / 3) ** 2 + (5 / 3) ** 2 + (-1 / 3) ** 2) / 2)  # of [0, 3, 1]: sqrt(7/3)
+    per_row = [(1 - 0) / (std_a + eps), 0.0, 0.0, (3 - 1) / (std_b + eps), 0.0]
+    adv, ret = ca.compute_advantage(rewards, mask, "grpo_passk", index=index)
+    _close(adv, [[v * m for m in row] for v, row in zip(per_row, mask.tolist())])
+    assert adv is ret
+    raw, _ = ca.compute_advantage(rewards, mask, "grpo_passk", index=index, norm_adv_by_std_in_grpo=False)
+    _close(raw, [[1.0, 1.0], [0.0, 0.0], [0.0, 0.0], [2.0, 0.0], [0.0, 0.0]])
+
+
+def test_grpo_passk_ties_and_group_size():
+    # a tie for the best: the first row gets max - second = 0, so nothing learns
+    rewards = torch.tensor([[2.0], [2.0], [1.0]])
+    adv, _ = ca.compute_grpo_passk_outcome_advantage(rewards, torch.ones(3, 1), np.array([7, 7, 7]))
+    _close(adv, [[0.0], [0.0], [0.0]])
+    with pytest.raises(ValueError, match="at least 2 responses per prompt"):
+        ca.compute_grpo_passk_outcome_advantage(rewards, torch.ones(3, 1), np.array([7, 7, 8]))
+
+
+def _loop_grpo(scores, index, eps, norm):
+    """Reference: verl's per-group loop (mean, unbiased std; a group of one gets mean 0, std 1)."""
+    out = []
+    for i, s in enumerate(scores):
+        group = [scores[j] for j in range(len(scores)) if index[j] == index[i]]
+        mean = sum(group) / len(group) if len(group) > 1 else 0.0
+        std = math.sqrt(sum((g - mean) ** 2 for g in group) / (len(group) - 1)) if len(group) > 1 else 1.0
+        out.append((s - mean) / (std + eps) if norm else s - mean)
+    return out
+
+
+def _loop_rloo(scores, index):
+    """Reference: verl's loop rloo, s_i - mean of the others; a group of one keeps its score."""
+    out = []
+    for i, s in enumerate(scores):
+        others = [scores[j] for j in range(len(scores)) if index[j] == index[i] and j != i]
+        out.append(s - sum(others) / len(others) if others else s)
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_vectorized_names_match_the_loop_definitions(seed):
+    g = torch.Generator().manual_seed(seed)
+    rewards = torch.randn(13, 4, generator=g, dtype=torch.float64)
+    mask = (torch.rand(13, 4, generator=g) > 0.3).double()
+    index = np.array([int(v) for v in torch.randint(0, 5, (13,), generator=g)])
+    scores = rewards.sum(-1).tolist()
+    for norm in (True, False):
+        adv, _ = ca.compute_advantage(rewards, mask, "grpo_vectorized", index=index, norm_adv_by_std_in_grpo=norm)
+        want = torch.tensor(_loop_grpo(scores, index, 1e-6, norm), dtype=torch.float64)
+        _close(adv, want.unsqueeze(-1) * mask)
+    adv, _ = ca.compute_advantage(rewards, mask, "rloo_vectorized", index=index)
+    _close(adv, torch.tensor(_loop_rloo(scores, index), dtype=torch.float64).unsqueeze(-1) * mask)
+
+
+def test_vectorized_names_by_hand():
+    rewards, mask, index = _grpo_batch()
+    # rloo: a: 1 - 0, 0 - 1; b: 1 - 0.5 twice, 0 - 1; c alone keeps 2 (as the loop rloo)
+    adv, _ = ca.compute_advantage(rewards, mask, "rloo_vectorized", index=index)
+    _close(adv, [[v * m for m in row] for v, row in zip([1.0, -1.0, 0.5, 0.5, -1.0, 2.0], mask.tolist())])
+    dr, _ = ca.compute_advantage(rewards, mask, "grpo_vectorized", index=index, norm_adv_by_std_in_grpo=False)
+    _close(dr, [[v * m for m in row] for v, row in zip([0.5, -0.5, 1 / 3, 1 / 3, -2 / 3, 2.0], mask.tolist())])

@@ -8,16 +8,18 @@ missing, unknown or mistyped key.
 from dataclasses import dataclass
 from typing import Any
 
+from rlpost.config.base import BaseConfig
 
-@dataclass
-class WrapPolicyConfig:
+
+@dataclass(frozen=True)
+class WrapPolicyConfig(BaseConfig):
     """`*.fsdp_config.wrap_policy`."""
 
     min_num_params: int
 
 
-@dataclass
-class FsdpConfig:
+@dataclass(frozen=True)
+class FsdpConfig(BaseConfig):
     """`actor.fsdp_config` and `critic.model.fsdp_config`."""
 
     wrap_policy: WrapPolicyConfig
@@ -27,20 +29,39 @@ class FsdpConfig:
     reshard_after_forward: bool
     fsdp_size: int
     forward_prefetch: bool
+    model_dtype: str
+    use_orig_params: bool
+    strategy: str
+    ulysses_sequence_parallel_size: int
+    entropy_from_logits_with_chunking: bool
+    use_torch_compile: bool
+    entropy_checkpointing: bool
+    forward_only: bool
 
 
-@dataclass
-class RefFsdpConfig:
+@dataclass(frozen=True)
+class RefFsdpConfig(BaseConfig):
     """`actor_rollout_ref.ref.fsdp_config`."""
 
     param_offload: bool
+    optimizer_offload: bool
+    offload_policy: bool
+    fsdp_size: int
     reshard_after_forward: bool
     forward_prefetch: bool
     wrap_policy: WrapPolicyConfig
+    model_dtype: str
+    use_orig_params: bool
+    strategy: str
+    ulysses_sequence_parallel_size: int
+    entropy_from_logits_with_chunking: bool
+    use_torch_compile: bool
+    entropy_checkpointing: bool
+    forward_only: bool
 
 
-@dataclass
-class OptimConfig:
+@dataclass(frozen=True)
+class OptimConfig(BaseConfig):
     """`actor.optim` and `critic.optim`."""
 
     lr: float
@@ -53,41 +74,74 @@ class OptimConfig:
     total_training_steps: int
     weight_decay: float
     betas: list[float]
+    optimizer: str
+    optimizer_impl: str
+    override_optimizer_config: dict[str, Any] | None
+    clip_grad: float
 
 
-@dataclass
-class CheckpointConfig:
+@dataclass(frozen=True)
+class CheckpointConfig(BaseConfig):
     """`critic.checkpoint`."""
 
     save_contents: list[str]
     load_contents: list[str]
+    async_save: bool
 
 
-@dataclass
+@dataclass(frozen=True)
 class ActorCheckpointConfig(CheckpointConfig):
     """`actor_rollout_ref.actor.checkpoint` (adds the deprecated `contents`)."""
 
     contents: list[str]
 
 
-@dataclass
-class ProfilerConfig:
+@dataclass(frozen=True)
+class ProfilerConfig(BaseConfig):
     """`actor.profiler` and `ref.profiler`."""
 
     discrete: bool
     all_ranks: bool
     ranks: list[int] | None
+    tool: str | None
+    enable: bool
+    save_path: str | None
+    tool_config: dict[str, Any]
 
 
-@dataclass
-class FusedKernelOptionsConfig:
+@dataclass(frozen=True)
+class RolloutProfilerConfig(BaseConfig):
+    """`actor_rollout_ref.rollout.profiler`."""
+
+    tool: str | None
+    enable: bool
+    all_ranks: bool
+    ranks: list[int] | None
+    save_path: str | None
+    tool_config: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class PolicyLossConfig(BaseConfig):
+    """`actor_rollout_ref.actor.policy_loss`."""
+
+    loss_mode: str
+    clip_cov_ratio: float
+    clip_cov_lb: float
+    clip_cov_ub: float
+    kl_cov_ratio: float
+    ppo_kl_coef: float
+
+
+@dataclass(frozen=True)
+class FusedKernelOptionsConfig(BaseConfig):
     """`actor_rollout_ref.model.fused_kernel_options`."""
 
     impl_backend: str
 
 
-@dataclass
-class ModelConfig:
+@dataclass(frozen=True)
+class ModelConfig(BaseConfig):
     """`actor_rollout_ref.model`."""
 
     path: str
@@ -102,10 +156,18 @@ class ModelConfig:
     use_fused_kernels: bool
     fused_kernel_options: FusedKernelOptionsConfig
     use_shm: bool
+    lora_rank: int
+    lora_alpha: int
+    target_modules: str | list[str]
+    exclude_modules: str | list[str] | None
+    lora_adapter_path: str | None
+    hf_config_path: str | None
+    tokenizer_path: str | None
+    custom_chat_template: str | None
 
 
-@dataclass
-class ActorConfig:
+@dataclass(frozen=True)
+class ActorConfig(BaseConfig):
     """`actor_rollout_ref.actor`."""
 
     strategy: str
@@ -119,6 +181,11 @@ class ActorConfig:
     clip_ratio_low: float
     clip_ratio_high: float
     clip_ratio_c: float
+    policy_loss: PolicyLossConfig
+    tau_pos: float
+    tau_neg: float
+    tis_imp_ratio_cap: float
+    freeze_vision_tower: bool
     loss_agg_mode: str
     entropy_coeff: float
     use_kl_loss: bool
@@ -135,10 +202,12 @@ class ActorConfig:
     optim: OptimConfig
     fsdp_config: FsdpConfig
     profiler: ProfilerConfig
+    use_fused_kernels: bool
+    use_remove_padding: bool
 
 
-@dataclass
-class RefConfig:
+@dataclass(frozen=True)
+class RefConfig(BaseConfig):
     """`actor_rollout_ref.ref`."""
 
     strategy: str
@@ -148,11 +217,15 @@ class RefConfig:
     log_prob_use_dynamic_bsz: bool
     log_prob_max_token_len_per_gpu: int
     ulysses_sequence_parallel_size: int
+    use_torch_compile: bool
+    entropy_from_logits_with_chunking: bool
+    entropy_checkpointing: bool
+    model: dict[str, Any] | None
     profiler: ProfilerConfig
 
 
-@dataclass
-class EngineKwargsConfig:
+@dataclass(frozen=True)
+class EngineKwargsConfig(BaseConfig):
     """`actor_rollout_ref.rollout.engine_kwargs`."""
 
     swap_space: int | None
@@ -160,8 +233,8 @@ class EngineKwargsConfig:
     sglang: dict[str, Any]
 
 
-@dataclass
-class ValKwargsConfig:
+@dataclass(frozen=True)
+class ValKwargsConfig(BaseConfig):
     """`actor_rollout_ref.rollout.val_kwargs`: sampling used for validation."""
 
     top_k: int
@@ -171,30 +244,74 @@ class ValKwargsConfig:
     do_sample: bool
 
 
-@dataclass
-class MultiTurnConfig:
+@dataclass(frozen=True)
+class MultiTurnConfig(BaseConfig):
     """`actor_rollout_ref.rollout.multi_turn`."""
 
     enable: bool
+    max_assistant_turns: int | None
     max_turns: int | None
+    max_user_turns: int | None
+    max_parallel_calls: int
+    max_tool_response_length: int
+    tool_response_truncate_side: str
     tool_config_path: str | None
+    interaction_config_path: str | None
     completion_callback: str | None
     use_inference_chat_template: bool
-    enable_tokenization_sanity_check: bool
+    tokenization_sanity_check_mode: str
+    enable_tokenization_sanity_check: bool | None
+    format: str
 
 
-@dataclass
-class ToolKwargsConfig:
+@dataclass(frozen=True)
+class CustomAsyncServerConfig(BaseConfig):
+    """`actor_rollout_ref.rollout.agent.custom_async_server`."""
+
+    path: str | None
+    name: str | None
+
+
+@dataclass(frozen=True)
+class AgentConfig(BaseConfig):
+    """`actor_rollout_ref.rollout.agent`: agent loops of the async rollout."""
+
+    num_workers: int
+    agent_loop_config_path: str | None
+    default_agent_loop: str | None
+    custom_async_server: CustomAsyncServerConfig
+
+
+@dataclass(frozen=True)
+class CheckpointEngineConfig(BaseConfig):
+    """`actor_rollout_ref.rollout.checkpoint_engine`: how weights reach the engine."""
+
+    backend: str
+    update_weights_bucket_megabytes: int
+    engine_kwargs: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class TraceConfig(BaseConfig):
+    """`actor_rollout_ref.rollout.trace`."""
+
+    backend: str | None
+    token2text: bool
+
+
+@dataclass(frozen=True)
+class ToolKwargsConfig(BaseConfig):
     """`actor_rollout_ref.rollout.tool_kwargs`."""
 
     tools_config_file: str | None
 
 
-@dataclass
-class RolloutConfig:
+@dataclass(frozen=True)
+class RolloutConfig(BaseConfig):
     """`actor_rollout_ref.rollout`."""
 
     name: str
+    mode: str
     temperature: float
     top_k: int
     top_p: float
@@ -207,6 +324,11 @@ class RolloutConfig:
     free_cache_engine: bool
     load_format: str
     tensor_model_parallel_size: int
+    data_parallel_size: int
+    expert_parallel_size: int
+    cudagraph_capture_sizes: list[int] | None
+    enable_prefix_caching: bool
+    quantization: str | None
     max_num_batched_tokens: int
     max_model_len: int | None
     max_num_seqs: int
@@ -222,16 +344,28 @@ class RolloutConfig:
     use_fire_sampling: bool
     engine_kwargs: EngineKwargsConfig
     val_kwargs: ValKwargsConfig
+    over_sample_rate: float
+    multi_stage_wake_up: bool
+    update_weights_bucket_megabytes: int
+    checkpoint_engine: CheckpointEngineConfig
+    trace: TraceConfig
+    skip_rollout: bool
+    skip_dump_dir: str
+    skip_tokenizer_init: bool
+    layered_summon: bool
     multi_turn: MultiTurnConfig
     tool_kwargs: ToolKwargsConfig
     interaction_config_file: str | None
+    agent: AgentConfig
+    profiler: RolloutProfilerConfig
 
 
-@dataclass
-class ActorRolloutRefConfig:
+@dataclass(frozen=True)
+class ActorRolloutRefConfig(BaseConfig):
     """`actor_rollout_ref`: the hybrid worker group."""
 
     hybrid_engine: bool
+    nccl_timeout: int
     model: ModelConfig
     actor: ActorConfig
     ref: RefConfig

@@ -1,0 +1,170 @@
+"""Off-policy rollout correction: truncated importance weights and rejection of outlier tokens / sequences.
+
+The rollout engine samples with pi_rollout (e.g. vLLM in bf16), the actor trains against pi_old (its
+own recomputed log-probs); the gap biases the gradient. With ratio rho = pi_old / pi_rollout:
+    IS  (`rollout_is`):  multiply each token loss by min(rho, threshold) (token) or by the clipped
+        product of the row's token ratios (sequence), optionally rescaled to mean 1.
+    RS  (`rollout_rs`):  drop tokens (token) or whole rows (sequence, geometric) whose ratio falls
+        outside [1 / threshold, threshold] from `response_mask`.
+Shapes: B = batch rows, R = response length. Option names and meanings follow verl's
+`algorithm.rollout_correction` (rollout_corr_helper).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from rlpost.algos.losses import (
+    agg_loss,
+    apply_is_weights,
+    cfg_value,
+    compute_policy_loss_vanilla,
+    register_policy_loss,
+)
+from rlpost.utils.masked import masked_mean
+
+IS_LEVELS = ("token", "sequence")
+RS_LEVELS = ("token", "sequence", "geometric")
+LOSS_TYPES = ("ppo_clip", "reinforce")
+_SAFETY_BOUND = 20.0  # |log-ratio| cap before exp(): exp(20) ~ 4.9e8 stays finite in float32
+
+
+def _check(cfg: Any) -> tuple[str | None, float, str | None, float, bool, str]:
+    """Reads and validates the config; returns (is_level, is_thr, rs_level, rs_thr, bypass, loss_type)."""
+    is_level, is_thr = cfg_value(cfg, "rollout_is"), float(cfg_value(cfg, "rollout_is_threshold"))
+    rs_level, loss_type = cfg_value(cfg, "rollout_rs"), cfg_value(cfg, "loss_type")
+    bypass, rs_thr = bool(cfg_value(cfg, "bypass_mode")), cfg_value(cfg, "rollout_rs_threshold")
+    rs_thr = float(rs_thr if rs_thr is not None else is_thr)
+    if is_level not in (None, *IS_LEVELS):
+        raise ValueError(f"rollout_correction.rollout_is={is_level!r} is invalid: must be null or one of {IS_LEVELS}")
+    if rs_level not in (None, *RS_LEVELS):
+        raise ValueError(f"rollout_correction.rollout_rs={rs_level!r} is invalid: must be null or one of {RS_LEVELS}")
+    if loss_type not in LOSS_TYPES:
+        raise ValueError(f"rollout_correction.loss_type={loss_type!r} is invalid: must be one of {LOSS_TYPES}")
+    if loss_type == "reinforce" and not bypass:
+        raise ValueError("rollout_correction.loss_type='reinforce' applies in bypass mode only: "
+                         "set bypass_mode=true or loss_type='ppo_clip'")
+    if is_level is not None and is_thr <= 0:
+        raise ValueError(f"rollout_correction.rollout_is_threshold={is_thr} is invalid: must be > 0 (e.g. 2.0)")
+    if rs_level is not None and rs_thr <= 1:
+        raise ValueError(f"rollout_correction.rollout_rs_threshold={rs_thr} is invalid: must be > 1, the "
+                         "accepted ratios being [1/threshold, threshold] (e.g. 2.0, or 1.001 for geometric)")
+    return is_level, is_thr, rs_level, rs_thr, bypass, loss_type
+
+
+def _row_log_ratio(log_ratio: torch.Tensor, mask: torch.Tensor, mean: bool) -> torch.Tensor:
+    """(B, 1) sum (or mean) of the token log-ratios over each row's valid tokens."""
+    total = (log_ratio * mask).sum(dim=-1, keepdim=True)
+    return total / mask.sum(dim=-1, keepdim=True).clamp_min(1) if mean else total
+
+
+def _rejection_mask(log_ratio: torch.Tensor, mask: torch.Tensor, level: str, thr: float) -> torch.Tensor:
+    """(B, R) 1 where the token's (or its row's) ratio lies in [1/thr, thr], else 0."""
+    lr = log_ratio if level == "token" else _row_log_ratio(log_ratio, mask, mean=level == "geometric")
+    bound = math.log(thr)
+    inside = (lr >= -bound) & (lr <= bound)
+    return inside.expand_as(log_ratio).to(mask.dtype)
+
+
+def compute_rollout_correction(
+    old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, response_mask: torch.Tensor, cfg: Any
+) -> tuple[torch.Tensor | None, torch.Tensor, dict[str, float]]:
+    """Importance weights and rejection mask for training on rollouts sampled by another policy.
+
+    log rho_t = old_log_prob - rollout_log_prob (clamped to +-20 before exp).
+    IS weights (cfg.rollout_is): token: w_t = min(rho_t, thr); sequence: w_t = min(exp(sum_t' log rho_t'),
+        thr) on every valid token of the row (thr = rollout_is_threshold). With
+        rollout_is_batch_normalize the truncated weights are divided by their mean over the kept
+        valid tokens (token) or kept sequences (sequence), so the weights that reach the loss
+        average 1. Weights are detached and 0 where the returned mask is 0.
+    Rejection (cfg.rollout_rs, threshold rollout_rs_threshold or else rollout_is_threshold): token:
+        drop tokens with rho_t outside [1/thr, thr]; sequence: drop rows whose product of ratios is
+        outside; geometric: drop rows whose geometric-mean ratio exp(mean_t log rho_t) is outside.
+    Bypass mode (old_log_prob are then the training policy's current log-probs): with loss_type
+        ppo_clip no weights are returned (the PPO ratio pi / pi_rollout already corrects), with
+        reinforce the weights are returned for -w * A * log pi.
+
+    Args:
+        old_log_prob: (B, R) training-policy log-probs. rollout_log_prob: (B, R) rollout-engine log-probs.
+        response_mask: (B, R) 1 on response tokens.
+        cfg: attributes rollout_is, rollout_is_threshold, rollout_is_batch_normalize, rollout_rs,
+            rollout_rs_threshold, bypass_mode, loss_type (verl's `algorithm.rollout_correction`).
+
+    Returns:
+        weights (B, R) or None (rollout_is null, or bypass ppo_clip), response mask after rejection
+        (B, R), metrics under rollout_corr/: log_ratio_mean, k3_kl, rejected_frac (valid tokens
+        dropped), rejected_seq_frac (rows losing a token); with IS also is_weight_mean/max/min (of
+        the truncated weights before normalisation, over kept valid tokens), truncated_frac (share of
+        those tokens whose weight hit the threshold) and is_batch_norm_factor when normalising.
+    """
+    is_level, is_thr, rs_level, rs_thr, bypass, loss_type = _check(cfg)
+    mask = response_mask.to(old_log_prob.dtype)
+    log_ratio = (old_log_prob - rollout_log_prob).detach().to(mask.dtype)
+    log_ratio = torch.where(mask.bool(), log_ratio, torch.zeros_like(log_ratio))  # padding may hold garbage
+    keep = mask if rs_level is None else mask * _rejection_mask(log_ratio, mask, rs_level, rs_thr)
+    valid_rows = mask.sum(-1) > 0
+    metrics = {
+        "rollout_corr/log_ratio_mean": float(masked_mean(log_ratio, mask)),
+        "rollout_corr/k3_kl": float(masked_mean(torch.expm1(log_ratio.clamp(max=_SAFETY_BOUND)) - log_ratio, mask)),
+        "rollout_corr/rejected_frac": float(masked_mean(1.0 - keep, mask)),
+        "rollout_corr/rejected_seq_frac": float(((keep.sum(-1) < mask.sum(-1)) & valid_rows).float().sum()
+                                                / valid_rows.sum().clamp_min(1)),
+    }
+    if is_level is None:
+        return None, keep, metrics
+    row_level = is_level == "sequence"
+    lr = _row_log_ratio(log_ratio, mask, mean=False) if row_level else log_ratio
+    raw = torch.exp(lr.clamp(-_SAFETY_BOUND, _SAFETY_BOUND)).expand_as(log_ratio)
+    weights = raw.clamp(max=is_thr) * keep
+    metrics.update({
+        "rollout_corr/is_weight_mean": float(masked_mean(weights, keep)),
+        "rollout_corr/is_weight_max": float(weights.masked_fill(keep == 0, float("-inf")).max()) if keep.any() else 0.0,
+        "rollout_corr/is_weight_min": float(weights.masked_fill(keep == 0, float("inf")).min()) if keep.any() else 0.0,
+        "rollout_corr/truncated_frac": float(masked_mean((raw > is_thr).to(mask.dtype), keep)),
+    })
+    if cfg_value(cfg, "rollout_is_batch_normalize"):
+        kept_rows = keep.sum(-1) > 0
+        per_row = weights.sum(-1) / keep.sum(-1).clamp_min(1)  # the row's weight in sequence mode
+        mean_w = per_row[kept_rows].mean() if row_level else masked_mean(weights, keep)
+        if kept_rows.any() and float(mean_w) > 1e-8:
+            weights = weights / mean_w
+        metrics["rollout_corr/is_batch_norm_factor"] = float(mean_w) if kept_rows.any() else 1.0
+    if bypass and loss_type == "ppo_clip":
+        return None, keep, metrics
+    return weights.detach(), keep, metrics
+
+
+@register_policy_loss("bypass_mode")
+def compute_policy_loss_bypass_mode(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """verl's bypass mode: `old_log_prob` are the rollout engine's log-probs (no actor recompute).
+
+    Weights and rejection come from `compute_rollout_correction(log_prob, old_log_prob, ...)` with
+    `config.policy_loss.rollout_correction`, i.e. against the current policy. loss_type ppo_clip: the
+    vanilla PPO loss on the kept tokens (its ratio is pi / pi_rollout). reinforce: -w * A * log_prob
+    aggregated over the kept tokens (w = 1 without IS). Correction metrics are not returned.
+
+    Returns:
+        pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower (zeros for the clip shares with reinforce).
+    """
+    if rollout_is_weights is not None:
+        raise ValueError("bypass_mode computes its own importance weights: the batch must not carry rollout_is_weights")
+    rc = cfg_value(cfg_value(config, "policy_loss"), "rollout_correction")
+    if not cfg_value(rc, "bypass_mode"):
+        raise ValueError("policy_loss.loss_mode='bypass_mode' needs rollout_correction.bypass_mode=true")
+    weights, keep, _ = compute_rollout_correction(log_prob.detach(), old_log_prob, response_mask, rc)
+    if cfg_value(rc, "loss_type") == "ppo_clip":
+        return compute_policy_loss_vanilla(old_log_prob, log_prob, advantages, keep, loss_agg_mode, config)
+    pg_loss = agg_loss(apply_is_weights(-advantages * log_prob, weights), keep, loss_agg_mode)
+    zero = torch.zeros_like(pg_loss).detach()
+    return pg_loss, zero, masked_mean(old_log_prob - log_prob, keep).detach(), zero

@@ -1,0 +1,66 @@
+"""Command-line overrides checked before Hydra sees them, so a typo gets rlpost's one-line message.
+
+Hydra answers `actor.clip_ratoi=0.3` with "Key 'clip_ratoi' is not in struct" and advises `+key`, which
+would only add a key nothing reads. An override of a key the default config does not have (and that
+is not inside a free-form mapping such as `engine_kwargs.vllm`) is reported here with the nearest key.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+from omegaconf import DictConfig, OmegaConf
+
+from rlpost.trainer.config.defaults import package_defaults
+from rlpost.trainer.config.errors import ConfigError
+
+
+def check_override_keys(overrides: list[str]) -> None:
+    """Raise `ConfigError` for the first `key=value` whose key is not in the default config.
+
+    Overrides with a `+`/`++`/`~` prefix, Hydra's own (`hydra.*`), group selections and keys under a
+    free-form mapping are left to Hydra, as is every override when a user config (`--config-name`) is used.
+    """
+    if any(a.startswith(("--config-name", "-cn", "--config-path", "-cp")) for a in overrides):
+        return  # a user YAML may define keys of its own: Hydra and the typed check judge those
+    defaults = package_defaults()
+    for arg in overrides:
+        if "=" not in arg or arg.startswith(("+", "~", "-", "hydra.", "hydra/")):
+            continue
+        key = arg.split("=", 1)[0].strip()
+        if _known(defaults, key):
+            continue
+        close = difflib.get_close_matches(key, _all_keys(defaults), n=1, cutoff=0.6)
+        value = arg.split("=", 1)[1]
+        hint = f"did you mean '{close[0]}'? use {close[0]}={value}" if close else "check the spelling against `--cfg job`"
+        raise ConfigError(f"unknown key '{key}' (command line: {arg}): it is not a config key; {hint}.")
+
+
+def _known(defaults: DictConfig, key: str) -> bool:
+    node: object = defaults
+    for part in key.split("."):
+        if not isinstance(node, DictConfig):
+            return False
+        if part not in node:
+            return _free_form(node)
+        node = node._get_node(part)  # unresolved: interpolations are fine here
+        if OmegaConf.is_config(node) and not isinstance(node, DictConfig):
+            return True  # a list: index overrides are Hydra's business
+    return True
+
+
+def _free_form(node: DictConfig) -> bool:
+    """True for an (initially) empty mapping or a mapping documented as free-form (engine kwargs)."""
+    return len(node) == 0 or node._key() in {"vllm", "sglang", "override_config", "reward_kwargs", "engine_kwargs",
+                                               "tool_config", "global_tool_config", "apply_chat_template_kwargs"}
+
+
+def _all_keys(node: DictConfig, prefix: str = "") -> list[str]:
+    keys = []
+    for name in node:
+        key = f"{prefix}{name}"
+        keys.append(key)
+        child = node._get_node(name)
+        if isinstance(child, DictConfig):
+            keys.extend(_all_keys(child, key + "."))
+    return keys

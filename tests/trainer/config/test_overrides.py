@@ -1,0 +1,43 @@
+"""Command-line keys checked before Hydra: a typo gets the nearest key, valid forms pass through."""
+
+import subprocess
+import sys
+
+import pytest
+
+from rlpost.trainer.config import ConfigError
+from rlpost.trainer.config.overrides import check_override_keys
+
+ARR = "actor_rollout_ref"
+
+
+def test_typo_names_the_nearest_key():
+    with pytest.raises(ConfigError) as err:
+        check_override_keys([f"{ARR}.actor.clip_ratoi=0.3"])
+    assert f"did you mean '{ARR}.actor.clip_ratio'? use {ARR}.actor.clip_ratio=0.3" in str(err.value)
+
+
+@pytest.mark.parametrize("arg", [
+    f"{ARR}.actor.clip_ratio=0.3",                          # a key of the default config
+    f"{ARR}.rollout.engine_kwargs.vllm.swap_space=4",        # a child of a free-form map: Hydra's business
+    f"+{ARR}.rollout.engine_kwargs.vllm.swap_space=4",       # explicit add
+    "algorithm.filter_groups.enable=true",                  # verl's newer keys exist
+    f"{ARR}.actor.checkpoint.save_contents=[model]",
+    "hydra.run.dir=/tmp/x",
+])
+def test_valid_forms_pass(arg):
+    check_override_keys([arg])
+
+
+def test_user_config_name_defers_to_hydra():
+    check_override_keys(["--config-name=my_exp", "my_recipe.key=1"])
+
+
+@pytest.mark.timeout(120)
+def test_main_ppo_typo_exits_2_with_one_line():
+    out = subprocess.run([sys.executable, "-m", "rlpost.trainer.main_ppo", "trainer.n_gpus_per_nodes=2"],
+                         capture_output=True, text=True, timeout=110)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [
+        "config error: unknown key 'trainer.n_gpus_per_nodes' (command line: trainer.n_gpus_per_nodes=2): it is not "
+        "a config key; did you mean 'trainer.n_gpus_per_node'? use trainer.n_gpus_per_node=2."]

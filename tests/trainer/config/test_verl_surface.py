@@ -1,0 +1,118 @@
+"""verl's current key surface: registry-driven choices, honoured keys, aliases, notices, `_target_`."""
+
+import pytest
+
+from rlpost.trainer.config import ConfigError, ConfigWarning, typed_config
+from rlpost.trainer.config.choices import (adv_estimators, kl_estimators, loss_agg_modes, policy_losses,
+                                           reward_managers, rollout_engines)
+
+ARR = "actor_rollout_ref"
+
+
+@pytest.mark.parametrize("key, names", [
+    ("algorithm.adv_estimator", adv_estimators()),
+    (f"{ARR}.actor.policy_loss.loss_mode", policy_losses()),
+    (f"{ARR}.actor.kl_loss_type", kl_estimators()),
+    ("algorithm.kl_penalty", kl_estimators()),
+    (f"{ARR}.actor.loss_agg_mode", loss_agg_modes()),
+    (f"{ARR}.rollout.name", rollout_engines()),
+    ("reward_model.reward_manager", reward_managers()),
+])
+def test_every_registered_name_validates(small_cfg, key, names):
+    # group estimators need n > 1; gae needs a critic whose micro-batch divides its mini-batch
+    group = {"algorithm.adv_estimator": "grpo", f"{ARR}.rollout.n": 2, "critic.ppo_micro_batch_size_per_gpu": 2}
+    for name in names:
+        extra = {"trainer.device": "cuda"} if name == "sglang" else {}
+        typed = typed_config(small_cfg({**group, **extra, key: name}))
+        node = typed
+        for part in key.split("."):
+            node = getattr(node, part)
+        assert node == name
+
+
+def test_verl_names_are_registered():
+    assert {"gspo", "gpg", "clip_cov", "kl_cov", "geo_mean", "cispo", "sapo", "vanilla"} <= set(policy_losses())
+    assert {"grpo_passk", "rloo_vectorized", "grpo_vectorized", "grpo", "gae"} <= set(adv_estimators())
+    assert {"low_var_kl+", "k1", "k2", "k3", "k3+"} <= set(kl_estimators())
+    assert "seq-mean-token-sum-norm" in loss_agg_modes()
+
+
+def test_user_registered_estimator_validates(small_cfg):
+    from rlpost.algos.advantages import ADV_ESTIMATORS, register_adv_est
+
+    @register_adv_est("my_test_estimator")
+    def _mine(**kwargs):
+        raise AssertionError("not called by validation")
+
+    try:
+        cfg = small_cfg({"algorithm.adv_estimator": "my_test_estimator"})
+        assert typed_config(cfg).algorithm.adv_estimator == "my_test_estimator"
+    finally:
+        ADV_ESTIMATORS._entries.pop("my_test_estimator")
+
+
+def test_unknown_loss_mode_names_the_nearest(small_cfg):
+    with pytest.raises(ConfigError, match="policy_loss.loss_mode=gspo"):
+        typed_config(small_cfg({f"{ARR}.actor.policy_loss.loss_mode": "gpso"}))
+
+
+def test_clip_ratio_sets_both_bounds_unless_they_are_set(compose_fn):
+    typed = typed_config(compose_fn(overrides=(f"{ARR}.actor.clip_ratio=0.3",)))
+    assert (typed.actor_rollout_ref.actor.clip_ratio_low, typed.actor_rollout_ref.actor.clip_ratio_high) == (0.3, 0.3)
+    typed = typed_config(compose_fn(overrides=(f"{ARR}.actor.clip_ratio=0.3", f"{ARR}.actor.clip_ratio_high=0.28")))
+    assert (typed.actor_rollout_ref.actor.clip_ratio_low, typed.actor_rollout_ref.actor.clip_ratio_high) == (0.3, 0.28)
+
+
+def test_typed_config_is_frozen_and_reads_like_a_dict(small_cfg):
+    actor = typed_config(small_cfg()).actor_rollout_ref.actor
+    assert actor.get("clip_ratio") == actor["clip_ratio"] == 0.2 and "policy_loss" in actor
+    assert actor.get("no_such_key", 7) == 7 and actor.select("policy_loss.loss_mode") == "vanilla"
+    with pytest.raises(Exception):
+        actor.clip_ratio = 0.5  # frozen: keys are never rewritten in place
+    with pytest.raises(KeyError, match="no key 'clip_ratoi'"):
+        actor["clip_ratoi"]
+
+
+@pytest.mark.parametrize("old, value, new, expected", [
+    (f"{ARR}.rollout.multi_turn.max_turns", 5, f"{ARR}.rollout.multi_turn.max_assistant_turns", 5),
+    (f"{ARR}.rollout.multi_turn.enable_tokenization_sanity_check", False,
+     f"{ARR}.rollout.multi_turn.tokenization_sanity_check_mode", "disable"),
+    (f"{ARR}.actor.tis_imp_ratio_cap", 2.5, "algorithm.rollout_correction.rollout_is_threshold", 2.5),
+    ("reward_model.micro_batch_size", 8, "reward_model.micro_batch_size_per_gpu", 4),
+    ("critic.forward_micro_batch_size", 8, "critic.forward_micro_batch_size_per_gpu", 4),
+])
+def test_deprecated_keys_map_with_a_warning(small_cfg, old, value, new, expected):
+    values = {old: value}
+    if "tis_imp" in old:
+        values[f"{ARR}.rollout.calculate_log_probs"] = True
+    cfg = small_cfg(values)
+    with pytest.warns(ConfigWarning, match="deprecated"):
+        typed = typed_config(cfg)
+    assert typed.select(new) == expected
+
+
+def test_moved_multi_turn_paths_are_refused_under_their_new_name(small_cfg):
+    cfg = small_cfg({f"{ARR}.rollout.tool_kwargs.tools_config_file": "/tools.yaml"})
+    with pytest.warns(ConfigWarning, match="tool_config_path"), pytest.raises(ConfigError) as err:
+        typed_config(cfg)
+    assert f"not supported yet: {ARR}.rollout.multi_turn.tool_config_path=/tools.yaml (multi-turn rollouts" in str(err.value)
+
+
+@pytest.mark.parametrize("synonym, value, key", [
+    (f"{ARR}.actor.optim.clip_grad", 0.5, f"{ARR}.actor.grad_clip"),
+    ("ray_kwargs.ray_init.num_cpus", 3, "ray_init.num_cpus"),
+])
+def test_synonyms_set_the_key(small_cfg, synonym, value, key):
+    typed = typed_config(small_cfg({synonym: value}))
+    assert typed.select(key) == value and typed.select(synonym) == value
+
+
+def test_notice_for_accepted_no_effect_keys(small_cfg):
+    with pytest.warns(ConfigWarning, match="update_weights_bucket_megabytes=2048 accepted: weights stream"):
+        typed_config(small_cfg({f"{ARR}.rollout.update_weights_bucket_megabytes": 2048}))
+
+
+def test_hydra_target_markers_are_accepted(small_cfg):
+    cfg = small_cfg({f"{ARR}.actor._target_": "verl.workers.config.FSDPActorConfig",
+                     "algorithm._target_": "verl.trainer.config.AlgoConfig"})
+    assert typed_config(cfg).actor_rollout_ref.actor.strategy == "fsdp2"
