@@ -161,6 +161,8 @@ class RewardRolloutConfig(BaseConfig):
     """`reward_model.rollout`: the engine of a generative reward model."""
 
     name: str | None
+    prompt_length: int
+    response_length: int
     tensor_model_parallel_size: int
     gpu_memory_utilization: float
     max_model_len: int | None

@@ -329,6 +329,7 @@ class RolloutConfig(BaseConfig):
     cudagraph_capture_sizes: list[int] | None
     enable_prefix_caching: bool
     quantization: str | None
+    quantization_config_file: str | None
     max_num_batched_tokens: int
     max_model_len: int | None
     max_num_seqs: int

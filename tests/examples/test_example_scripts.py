@@ -1,16 +1,18 @@
 """Example launch scripts stay in step with the config: every override list passes the dry run in-process.
 
-Each `examples/*_trainer/*.sh` is parsed (the lines after `python3 -m rlpost.trainer.main_ppo`), its
-`NAME=${NAME:-default}` variables resolved, then composed with Hydra, validated and planned exactly as
-`main_ppo` would with `trainer.dry_run=true`. Also: the verl import-path aliases import and score.
+Each `examples/*_trainer/*.sh` runs under bash with a stand-in `python3` first on PATH that records the
+arguments of `python3 -m rlpost.trainer.main_ppo` (the shell resolves `examples/common.sh`, variables,
+quotes and `"$@"` itself); the overrides are then composed with Hydra, validated and planned exactly
+as `main_ppo` would with `trainer.dry_run=true`. Also: the verl import-path aliases import and score.
 """
 
 from __future__ import annotations
 
-import re
-import shlex
+import os
+import subprocess
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
@@ -20,52 +22,39 @@ from rlpost.trainer.config.convert import to_typed
 from rlpost.trainer.config.plan import dry_run_plan
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-ENTRY = "-m rlpost.trainer.main_ppo"
 ESTIMATORS = {"grpo_trainer": "grpo", "ppo_trainer": "gae", "rloo_trainer": "rloo",
               "reinforce_plus_plus_trainer": "reinforce_plus_plus", "remax_trainer": "remax"}
 TINY = sorted(EXAMPLES.glob("*_trainer/run_tiny_cpu.sh"))
 GPU = sorted(EXAMPLES.glob("*_trainer/run_qwen2_5_0_5b_gpu.sh"))
-_ASSIGN = re.compile(r"^([A-Z_][A-Z0-9_]*)=\$\{\1:-(.*)\}$")
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+
+# Stands in for python3: records the main_ppo arguments NUL-separated; any other python3 call fails.
+FAKE_PYTHON = """#!/bin/sh
+[ "$1" = "-m" ] && [ "$2" = "rlpost.trainer.main_ppo" ] || { echo "unexpected: python3 $*" >&2; exit 3; }
+shift 2
+printf '%s\\0' "$@" > "$ARGV_FILE"
+"""
 
 
-def expand(text: str, env: dict[str, str]) -> str:
-    """`${NAME}`, `${NAME:-default}` and `$NAME` replaced from `env` (defaults expanded in turn)."""
-    def sub(m: re.Match) -> str:
-        name = m.group(1) or m.group(3)
-        if name in env:
-            return env[name]
-        if m.group(2) is not None:
-            return expand(m.group(2), env)
-        raise KeyError(f"unresolved shell variable ${name} in {text!r}")
-    return _VAR.sub(sub, text)
+def launch_args(script: Path, env: dict[str, str], tmp_path: Path, *extra: str) -> list[str]:
+    """The arguments `script` (run by bash with `extra` appended) passes to `python3 -m rlpost.trainer.main_ppo`."""
+    bin_dir, argv_file = tmp_path / "bin", tmp_path / "argv"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "python3").write_text(FAKE_PYTHON)
+    (bin_dir / "python3").chmod(0o755)
+    full_env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "ARGV_FILE": str(argv_file), **env}
+    proc = subprocess.run(["bash", str(script), *extra], env=full_env, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    return argv_file.read_text().split("\0")[:-1]
 
 
-def script_variables(lines: list[str], env: dict[str, str]) -> dict[str, str]:
-    """The script's `NAME=${NAME:-default}` lines, resolved in order; entries of `env` win."""
-    out = dict(env)
-    for line in lines:
-        m = _ASSIGN.match(line.strip())
-        if m and m.group(1) not in env:
-            out[m.group(1)] = expand(m.group(2), out)
-    return out
-
-
-def parse_overrides(script: Path, env: dict[str, str]) -> list[str]:
-    """Hydra overrides of the `main_ppo` call in `script`, as the shell would pass them (no `"$@"`)."""
-    lines = script.read_text().splitlines()
-    start = next(i for i, line in enumerate(lines) if ENTRY in line)
-    assert lines[start].rstrip().endswith("\\"), f"{script}: overrides must follow, one per line"
-    variables = script_variables(lines[:start], env)
-    overrides = []
-    for line in lines[start + 1:]:
-        words = shlex.split(expand(line.rstrip().removesuffix("\\").replace('"$@"', ""), variables))
-        assert len(words) <= 1, f"{script}: one override per line, got {line!r}"
-        overrides += words
-        if not line.rstrip().endswith("\\"):
-            break
-    assert lines[start + 1 + len(overrides)].strip() == '"$@"', f"{script}: must end with \"$@\""
-    return overrides
+def tiny_env(tmp_path: Path) -> dict[str, str]:
+    """HOME, MODEL_PATH and DATA_DIR in `tmp_path`, with the files the tiny scripts would otherwise build."""
+    model, data = tmp_path / "tiny", tmp_path / "arith"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    data.mkdir()
+    pd.DataFrame({"prompt": ["p"] * 64}).to_parquet(data / "train.parquet")
+    return {"HOME": str(tmp_path), "MODEL_PATH": str(model), "DATA_DIR": str(data)}
 
 
 def dry_run(overrides: list[str]) -> tuple[DictConfig, str]:
@@ -96,24 +85,27 @@ def test_every_algorithm_has_both_variants():
     assert {p.parent.name for p in TINY} == set(ESTIMATORS) == {p.parent.name for p in GPU}
 
 
-def test_parser_resolves_defaults_quotes_and_env(tmp_path):
-    script = tmp_path / "run.sh"
-    script.write_text('A=${A:-$HOME/x}\nB=${B:-2}\npython3 -m rlpost.trainer.main_ppo \\\n'
-                      '    k.path=$A/m \\\n    k.n=${B} \\\n    k.l=\'["console"]\' \\\n    "$@"\n')
-    assert parse_overrides(script, {"HOME": "/h"}) == ["k.path=/h/x/m", "k.n=2", 'k.l=["console"]']
-    assert parse_overrides(script, {"HOME": "/h", "B": "8"})[1] == "k.n=8"
-    with pytest.raises(KeyError, match=r"\$HOME"):
-        parse_overrides(script, {})
+def test_shared_overrides_come_first_and_callers_last(tmp_path):
+    env = tiny_env(tmp_path)
+    args = launch_args(EXAMPLES / "grpo_trainer" / "run_tiny_cpu.sh", env, tmp_path, "data.train_batch_size=8",
+                       "trainer.logger=[console,file]")
+    assert args[0] == f"data.train_files={env['DATA_DIR']}/train.parquet"  # from examples/common.sh
+    assert args[-2:] == ["data.train_batch_size=8", "trainer.logger=[console,file]"]  # "$@", after the script's own
+    assert 'trainer.logger=["console"]' in args  # the shell removed the quotes, kept the inner ones
+    assert "trainer.default_local_dir=/tmp/rlpost_examples/grpo_tiny_cpu" in args
+    assert len(keys_of(args[:-2])) == len(args) - 2  # the script repeats no shared key
 
 
 @pytest.mark.parametrize("script", TINY, ids=lambda p: p.parent.name)
 def test_tiny_cpu_script_dry_run(script, tmp_path):
-    env = {"HOME": str(tmp_path), "MODEL_PATH": "/m/tiny", "DATA_DIR": "/d/arith", "CKPT_DIR": str(tmp_path)}
-    overrides = parse_overrides(script, env)
-    assert REQUIRED <= keys_of(overrides)
+    env = tiny_env(tmp_path) | {"CKPT_DIR": str(tmp_path / "ckpt")}
+    overrides = launch_args(script, env, tmp_path)
+    assert REQUIRED <= keys_of(overrides) and len(keys_of(overrides)) == len(overrides)
     cfg, plan = dry_run(overrides)
     assert cfg.algorithm.adv_estimator == ESTIMATORS[script.parent.name]
-    assert cfg.actor_rollout_ref.model.path == "/m/tiny" and cfg.data.train_files == "/d/arith/train.parquet"
+    assert cfg.actor_rollout_ref.model.path == env["MODEL_PATH"]
+    assert cfg.data.train_files == f"{env['DATA_DIR']}/train.parquet"
+    assert cfg.trainer.default_local_dir == env["CKPT_DIR"]
     assert (cfg.trainer.device, cfg.trainer.n_gpus_per_node, cfg.trainer.nnodes) == ("cpu", 2, 1)
     assert cfg.actor_rollout_ref.rollout.tensor_model_parallel_size == 1
     assert cfg.actor_rollout_ref.rollout.name == "vllm" and list(cfg.trainer.logger) == ["console"]
@@ -128,8 +120,8 @@ def test_tiny_cpu_script_dry_run(script, tmp_path):
 @pytest.mark.parametrize("script", GPU, ids=lambda p: p.parent.name)
 def test_gpu_script_dry_run(script, n_gpus, tmp_path):
     env = {"HOME": str(tmp_path)} | ({"N_GPUS": n_gpus} if n_gpus else {})
-    overrides = parse_overrides(script, env)
-    assert REQUIRED <= keys_of(overrides)
+    overrides = launch_args(script, env, tmp_path)
+    assert REQUIRED <= keys_of(overrides) and len(keys_of(overrides)) == len(overrides)
     cfg, plan = dry_run(overrides)
     assert cfg.algorithm.adv_estimator == ESTIMATORS[script.parent.name]
     assert cfg.actor_rollout_ref.model.path == f"{tmp_path}/models/Qwen2.5-0.5B-Instruct"

@@ -16,9 +16,6 @@ ARR = "actor_rollout_ref"
 
 # (parent, old name, new name relative to parent): the old name is an interpolation of the new one.
 RENAMED: tuple[tuple[str, str, str], ...] = (
-    ("data", "shuffle", "train_shuffle"),
-    ("data", "validation_shuffle", "val_shuffle"),
-    (f"{ARR}.model", "external_lib", "external_libs"),
     (f"{ARR}.actor.checkpoint", "contents", "save_contents"),
     (f"{ARR}.actor.optim", "warmup_style", "lr_scheduler"),
     ("critic.optim", "warmup_style", "lr_scheduler"),
@@ -35,6 +32,9 @@ MOVED: tuple[tuple[str, str], ...] = (
 # (synonym, key): two spellings of one setting, both current in verl; the synonym defaults to an
 # interpolation of the key, and a value set on it is copied onto the key without a warning.
 SYNONYMS: tuple[tuple[str, str], ...] = (
+    ("data.shuffle", "data.train_shuffle"),
+    ("data.validation_shuffle", "data.val_shuffle"),
+    (f"{ARR}.model.external_lib", f"{ARR}.model.external_libs"),
     (f"{ARR}.actor.optim.clip_grad", f"{ARR}.actor.grad_clip"),
     ("critic.optim.clip_grad", "critic.grad_clip"),
     ("ray_kwargs.ray_init.num_cpus", "ray_init.num_cpus"),

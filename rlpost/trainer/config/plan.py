@@ -80,6 +80,8 @@ def _roles(c: PPOTrainerConfig) -> list[str]:
         roles.append("reward_model")
     fn = c.custom_reward_function
     reward = f"{fn.path}:{fn.name}" if fn.path else "built-in scorer per data_source"
+    if c.reward_model.enable:
+        reward = f"reward model {c.reward_model.model.path} (its scores replace the rule scorer's)"
     return [f"roles: {', '.join(roles)} (adv_estimator={c.algorithm.adv_estimator})",
             f"reward: {reward} via reward_manager={c.reward_model.reward_manager}"]
 
@@ -93,8 +95,9 @@ def _update_plan(role: str, mini: int, micro: Any, dynamic: bool, epochs: int, c
     if dynamic:
         return [head, f"{role} per device: {per_device} responses per mini-batch, micro-batches by token count "
                       f"(use_dynamic_bsz=true)"]
-    return [head, f"{role} per device: {per_device} responses per mini-batch = {per_device // micro} micro-batches "
-                  f"of {micro} (gradient accumulation {per_device // micro})"]
+    count = per_device // micro
+    return [head, f"{role} per device: {per_device} responses per mini-batch = {count} micro-batch"
+                  f"{'es' if count != 1 else ''} of {micro} (gradient accumulation {count})"]
 
 
 def _steps(c: PPOTrainerConfig) -> list[str]:

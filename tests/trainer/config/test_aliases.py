@@ -11,9 +11,6 @@ ARR = "actor_rollout_ref"
     (f"{ARR}.actor.checkpoint.contents", ["model"], f"{ARR}.actor.checkpoint.save_contents", ["model"]),
     (f"{ARR}.actor.optim.warmup_style", "cosine", f"{ARR}.actor.optim.lr_scheduler", "cosine"),
     ("critic.optim.warmup_style", "cosine", "critic.optim.lr_scheduler", "cosine"),
-    ("data.shuffle", False, "data.train_shuffle", False),
-    ("data.validation_shuffle", True, "data.val_shuffle", True),
-    (f"{ARR}.model.external_lib", "my_pkg", f"{ARR}.model.external_libs", "my_pkg"),
     ("reward_model.model.fsdp_config.min_num_params", 7, "reward_model.model.fsdp_config.wrap_policy.min_num_params", 7),
 ])
 def test_renamed_key(small_cfg, old, value, new, expected):

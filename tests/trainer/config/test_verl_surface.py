@@ -1,5 +1,7 @@
 """verl's current key surface: registry-driven choices, honoured keys, aliases, notices, `_target_`."""
 
+import warnings
+
 import pytest
 
 from rlpost.trainer.config import ConfigError, ConfigWarning, typed_config
@@ -101,9 +103,14 @@ def test_moved_multi_turn_paths_are_refused_under_their_new_name(small_cfg):
 @pytest.mark.parametrize("synonym, value, key", [
     (f"{ARR}.actor.optim.clip_grad", 0.5, f"{ARR}.actor.grad_clip"),
     ("ray_kwargs.ray_init.num_cpus", 3, "ray_init.num_cpus"),
+    ("data.shuffle", False, "data.train_shuffle"),                    # both names are current (verl / seeds)
+    ("data.validation_shuffle", True, "data.val_shuffle"),
+    (f"{ARR}.model.external_lib", "my_pkg", f"{ARR}.model.external_libs"),
 ])
 def test_synonyms_set_the_key(small_cfg, synonym, value, key):
-    typed = typed_config(small_cfg({synonym: value}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConfigWarning)  # no deprecation warning for either name
+        typed = typed_config(small_cfg({synonym: value}))
     assert typed.select(key) == value and typed.select(synonym) == value
 
 

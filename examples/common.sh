@@ -1,0 +1,89 @@
+# Settings shared by the scripts in examples/*_trainer/ (sourced, not run). A script calls one setup
+# function, then passes the shared overrides first, its own next and the caller's last (the last wins):
+#
+#   source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
+#   tiny_cpu_setup grpo_tiny_cpu
+#   python3 -m rlpost.trainer.main_ppo "${COMMON[@]}" algorithm.adv_estimator=grpo ... "$@"
+#
+# Environment: MODEL_PATH, DATA_DIR, CKPT_DIR (tiny CPU) and N_GPUS (GPU) replace the defaults below.
+
+REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+# The synthetic arithmetic task on a tiny Qwen2 model: 2 CPU worker processes, 2 steps. Builds the model
+# and the data on first use. $1: the experiment name, also the checkpoint folder's name.
+tiny_cpu_setup() {
+    export VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1}
+    MODEL_PATH=${MODEL_PATH:-$HOME/models/tiny-qwen2}
+    DATA_DIR=${DATA_DIR:-$HOME/data/arith_tiny}
+    CKPT_DIR=${CKPT_DIR:-/tmp/rlpost_examples/$1}
+    [ -f "$MODEL_PATH/config.json" ] || python3 "$REPO_ROOT/scripts/make_tiny_model.py" --out_dir "$MODEL_PATH"
+    [ -f "$DATA_DIR/train.parquet" ] || python3 "$REPO_ROOT/examples/data_preprocess/arith.py" \
+        --local_dir "$DATA_DIR" --train_size 64 --test_size 8
+    COMMON=(
+        data.train_files="$DATA_DIR/train.parquet"
+        data.val_files="$DATA_DIR/test.parquet"
+        data.max_prompt_length=64
+        data.max_response_length=16
+        actor_rollout_ref.model.path="$MODEL_PATH"
+        actor_rollout_ref.actor.optim.lr=1e-5
+        actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2
+        actor_rollout_ref.actor.entropy_coeff=0
+        actor_rollout_ref.rollout.name=vllm
+        actor_rollout_ref.rollout.gpu_memory_utilization=0.3
+        actor_rollout_ref.rollout.tensor_model_parallel_size=1
+        actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4
+        actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4
+        trainer.device=cpu
+        trainer.logger='["console"]'
+        trainer.project_name=rlpost_examples
+        trainer.experiment_name="$1"
+        trainer.default_local_dir="$CKPT_DIR"
+        trainer.n_gpus_per_node=2
+        trainer.nnodes=1
+        trainer.save_freq=-1
+        trainer.test_freq=2
+        trainer.total_epochs=1
+        trainer.total_training_steps=2
+    )
+}
+
+# GSM8K with Qwen2.5-0.5B-Instruct (or any model of that size) on one node of N_GPUS GPUs. Nothing is
+# downloaded: prepare the data with examples/data_preprocess/gsm8k.py. $1: the experiment name.
+gsm8k_gpu_setup() {
+    MODEL_PATH=${MODEL_PATH:-$HOME/models/Qwen2.5-0.5B-Instruct}
+    DATA_DIR=${DATA_DIR:-$HOME/data/gsm8k}
+    N_GPUS=${N_GPUS:-1}
+    COMMON=(
+        data.train_files="$DATA_DIR/train.parquet"
+        data.val_files="$DATA_DIR/test.parquet"
+        data.train_batch_size=256
+        data.max_prompt_length=512
+        data.max_response_length=1024
+        data.filter_overlong_prompts=true
+        data.truncation=error
+        actor_rollout_ref.model.path="$MODEL_PATH"
+        actor_rollout_ref.model.use_remove_padding=false
+        actor_rollout_ref.model.enable_gradient_checkpointing=true
+        actor_rollout_ref.actor.ppo_mini_batch_size=64
+        actor_rollout_ref.actor.entropy_coeff=0
+        actor_rollout_ref.actor.fsdp_config.param_offload=false
+        actor_rollout_ref.actor.fsdp_config.optimizer_offload=false
+        actor_rollout_ref.rollout.name=vllm
+        actor_rollout_ref.rollout.gpu_memory_utilization=0.6
+        actor_rollout_ref.rollout.enforce_eager=false
+        actor_rollout_ref.rollout.max_num_batched_tokens=16384
+        actor_rollout_ref.rollout.tensor_model_parallel_size=1
+        actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=32
+        actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=32
+        actor_rollout_ref.ref.fsdp_config.param_offload=true
+        trainer.critic_warmup=0
+        trainer.logger='["console","file"]'
+        trainer.project_name=rlpost_examples
+        trainer.experiment_name="$1"
+        trainer.n_gpus_per_node="$N_GPUS"
+        trainer.nnodes=1
+        trainer.save_freq=20
+        trainer.test_freq=5
+        trainer.total_epochs=15
+    )
+}
