@@ -9,7 +9,7 @@ Three kinds, all applied in place on the composed DictConfig before type checkin
 
 from omegaconf import DictConfig, OmegaConf
 
-from rlpost.trainer.config.defaults import package_defaults
+from rlpost.trainer.config.defaults import default_of, package_defaults
 from rlpost.trainer.config.errors import ConfigError, warn
 
 ARR = "actor_rollout_ref"
@@ -35,6 +35,8 @@ SYNONYMS: tuple[tuple[str, str], ...] = (
     ("data.shuffle", "data.train_shuffle"),
     ("data.validation_shuffle", "data.val_shuffle"),
     (f"{ARR}.model.external_lib", f"{ARR}.model.external_libs"),
+    (f"{ARR}.actor.use_remove_padding", f"{ARR}.model.use_remove_padding"),
+    (f"{ARR}.actor.use_fused_kernels", f"{ARR}.model.use_fused_kernels"),
     (f"{ARR}.actor.optim.clip_grad", f"{ARR}.actor.grad_clip"),
     ("critic.optim.clip_grad", "critic.grad_clip"),
     ("ray_kwargs.ray_init.num_cpus", "ray_init.num_cpus"),
@@ -76,6 +78,7 @@ def _renamed(cfg: DictConfig, parent: str, old: str, new: str) -> None:
     if not isinstance(node, DictConfig) or old not in node or OmegaConf.is_interpolation(node, old):
         return
     value = node[old]
+    _no_conflict(node, parent, old, value, new, value)
     warn(f"{parent}.{old} is deprecated; its value {value!r} was copied onto {parent}.{new} (use that key).")
     OmegaConf.update(node, new, value, merge=False)
     node[old] = "${." + new + "}"
@@ -134,12 +137,27 @@ def _global_micro_batch(cfg: DictConfig, parent: str, old: str, new: str) -> Non
             f"{parent}.{old}={value!r} (deprecated, global) must be a positive multiple of the "
             f"{devices} devices; use {parent}.{new}={max(1, valid // devices)} instead."
         )
+    _no_conflict(node, parent, old, value, new, value // devices)
     warn(
         f"{parent}.{old}={value} is deprecated (global); set {parent}.{new}={value // devices} "
         f"(= {value} / {devices} devices) instead. Mapped."
     )
     node[new] = value // devices
     node[old] = None
+
+
+def _no_conflict(node: DictConfig, parent: str, old: str, old_value: object, new: str, mapped: object) -> None:
+    """A deprecated key never overrides an explicitly set new key: both set to different values is an error."""
+    target = OmegaConf.select(node, new, default=None)
+    leaf_parent, _, leaf = f"{parent}.{new}".rpartition(".")
+    holder = OmegaConf.select(node._get_root(), leaf_parent) if "." in new else node
+    if OmegaConf.is_interpolation(holder, leaf) or target is None:
+        return
+    if target != default_of(f"{parent}.{new}") and target != mapped:
+        raise ConfigError(
+            f"{parent}.{old}={old_value!r} (deprecated) and {parent}.{new}={target!r} are both set and disagree; "
+            f"remove {parent}.{old} and keep {parent}.{new}={target!r}."
+        )
 
 
 def _devices(cfg: DictConfig) -> int:

@@ -64,3 +64,44 @@ def _all_keys(node: DictConfig, prefix: str = "") -> list[str]:
         if isinstance(child, DictConfig):
             keys.extend(_all_keys(child, key + "."))
     return keys
+
+
+def check_user_yaml(argv: list[str]) -> None:
+    """Raise `ConfigError` naming the file and line when the user's `--config-name` YAML does not parse."""
+    import os
+
+    import yaml
+
+    opts = _options(argv)
+    name, folder = opts.get("--config-name") or opts.get("-cn"), opts.get("--config-path") or opts.get("-cp")
+    if not name or not folder:
+        return
+    path = os.path.join(folder, name if name.endswith((".yaml", ".yml")) else f"{name}.yaml")
+    if not os.path.isfile(path):
+        raise ConfigError(f"--config-name={name}: no file {path}; put your YAML in --config-path={folder}.")
+    try:
+        with open(path, encoding="utf-8") as f:
+            yaml.safe_load(f)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError(f"{path}:{where}: YAML syntax error: {problem}; fix the file (indentation, a missing "
+                          "':' or an unclosed quote/bracket).") from None
+
+
+def _options(argv: list[str]) -> dict[str, str]:
+    out, i = {}, 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg.startswith(("--config-name", "--config-path", "-cn", "-cp")):
+            if "=" in arg:
+                key, value = arg.split("=", 1)
+            elif i + 1 < len(argv):
+                key, value = arg, argv[i + 1]
+                i += 1
+            else:
+                key, value = arg, ""
+            out[key] = value
+        i += 1
+    return out

@@ -68,3 +68,20 @@ def _get(cfg, key):
 
     value = OmegaConf.select(cfg, key)
     return OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+
+
+@pytest.mark.parametrize("values, message", [
+    ({f"{ARR}.actor.ppo_micro_batch_size": 8, f"{ARR}.actor.ppo_micro_batch_size_per_gpu": 1},
+     f"{ARR}.actor.ppo_micro_batch_size=8 (deprecated) and {ARR}.actor.ppo_micro_batch_size_per_gpu=1 are both set"),
+    ({f"{ARR}.actor.optim.warmup_style": "cosine", f"{ARR}.actor.optim.lr_scheduler": "constant_x"},
+     "warmup_style='cosine' (deprecated) and"),
+])
+def test_deprecated_key_never_overrides_an_explicit_new_one(small_cfg, values, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        validate_config(small_cfg(values))
+
+
+def test_deprecated_key_agreeing_with_the_new_one_is_fine(small_cfg):
+    cfg = small_cfg({f"{ARR}.actor.ppo_micro_batch_size": 4, f"{ARR}.actor.ppo_micro_batch_size_per_gpu": 2})
+    with pytest.warns(ConfigWarning, match="deprecated"):
+        validate_config(cfg)

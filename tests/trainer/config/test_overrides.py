@@ -41,3 +41,12 @@ def test_main_ppo_typo_exits_2_with_one_line():
     assert out.stderr.strip().splitlines() == [
         "config error: unknown key 'trainer.n_gpus_per_nodes' (command line: trainer.n_gpus_per_nodes=2): it is not "
         "a config key; did you mean 'trainer.n_gpus_per_node'? use trainer.n_gpus_per_node=2."]
+
+
+def test_user_yaml_syntax_error_names_file_and_line(tmp_path):
+    from rlpost.trainer.config.overrides import check_user_yaml
+
+    (tmp_path / "exp.yaml").write_text("defaults: [ppo_trainer, _self_]\ndata:\n  train_batch_size: 8\n bad: [1\n")
+    with pytest.raises(ConfigError) as err:
+        check_user_yaml([f"--config-path={tmp_path}", "--config-name", "exp"])
+    assert str(err.value).startswith(f"{tmp_path / 'exp.yaml'}: line ") and "YAML syntax error" in str(err.value)

@@ -106,6 +106,7 @@ def test_moved_multi_turn_paths_are_refused_under_their_new_name(small_cfg):
     ("data.shuffle", False, "data.train_shuffle"),                    # both names are current (verl / seeds)
     ("data.validation_shuffle", True, "data.val_shuffle"),
     (f"{ARR}.model.external_lib", "my_pkg", f"{ARR}.model.external_libs"),
+    (f"{ARR}.actor.use_remove_padding", True, f"{ARR}.model.use_remove_padding"),
 ])
 def test_synonyms_set_the_key(small_cfg, synonym, value, key):
     with warnings.catch_warnings():
