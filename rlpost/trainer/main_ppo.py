@@ -16,7 +16,9 @@ from omegaconf import DictConfig
 
 from rlpost.trainer.config import ConfigError, ConfigWarning, validate_config
 from rlpost.trainer.config.convert import to_typed
+from rlpost.trainer.config.overrides import check_override_keys, check_user_yaml
 from rlpost.trainer.config.plan import dry_run_plan
+from rlpost.trainer.ppo.launch import TaskRunner, run_ppo  # noqa: F401  verl's names in this module
 
 SEARCH_PATH = "pkg://rlpost.trainer.config"
 
@@ -64,6 +66,12 @@ def main() -> None:
     """Console entry point."""
     sys.argv = with_search_path(sys.argv)
     _plain_config_warnings()
+    try:
+        check_user_yaml(sys.argv[1:])
+        check_override_keys(sys.argv[1:])
+    except ConfigError as err:
+        print(f"config error: {err}", file=sys.stderr)
+        sys.exit(2)
     _hydra_main()
 
 

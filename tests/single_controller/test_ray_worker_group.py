@@ -14,7 +14,7 @@ from rlpost.protocol import DataProto, DataProtoFuture
 from rlpost.single_controller.base import Dispatch, Execute, Worker, register
 
 ray = pytest.importorskip("ray")
-pytestmark = pytest.mark.timeout(300)  # module start-up: Ray + 6 worker processes importing torch
+pytestmark = pytest.mark.timeout(300)  # module start-up: Ray + 8 worker processes importing torch
 
 from rlpost.single_controller.ray import (  # noqa: E402
     RayClassWithInitArgs,
@@ -99,6 +99,10 @@ class EchoWorker(Worker):
         return self.rank
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def getenv(self, name: str):
+        return os.environ.get(name)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def sleep(self, seconds: float):
         time.sleep(seconds)
         return seconds
@@ -130,7 +134,7 @@ class CriticLike(Worker):
 @pytest.fixture(scope="module")
 def ray_cfg(tmp_path_factory):
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import test modules
-    cfg = {"num_cpus": 6, "timeline_json_file": str(tmp_path_factory.mktemp("ray") / "timeline.json")}
+    cfg = {"num_cpus": 8, "timeline_json_file": str(tmp_path_factory.mktemp("ray") / "timeline.json")}
     init_ray(cfg)
     yield cfg
     ray.shutdown()
@@ -228,6 +232,47 @@ def test_colocated_roles_share_process_and_process_group(colocated):
     assert actor.double(_data(3)).batch[VALUES].flatten().tolist() == [0.5, 2.5, 4.5]  # init kwargs reached
 
 
+def _release(pool: RayResourcePool) -> None:
+    for pg in pool.get_placement_groups():
+        ray.util.remove_placement_group(pg)
+
+
+def test_ray_remote_actor_class_is_unwrapped(ray_cfg):
+    """verl passes `ray.remote(cls)`: the group builds `cls` with the arguments and keeps its runtime_env."""
+    remote_echo = ray.remote(runtime_env={"env_vars": {"RLPOST_TEST_FLAG": "on"}})(EchoWorker)
+    spec = RayClassWithInitArgs(cls=remote_echo, offset=1.5)
+    assert spec.cls is EchoWorker and spec.roles[""] == (EchoWorker, (), {"offset": 1.5})
+    pool = RayResourcePool([1], use_gpu=False)
+    wg = RayWorkerGroup(pool, spec)
+    try:
+        assert "EchoWorker" in wg.name
+        assert wg.double(_data(2)).batch[VALUES].flatten().tolist() == [1.5, 3.5]
+        assert wg.getenv("RLPOST_TEST_FLAG") == ["on"]
+    finally:
+        wg.shutdown()
+        _release(pool)
+
+
+def test_colocated_ray_remote_classes(ray_cfg):
+    cls = create_colocated_worker_cls(
+        {"actor_rollout": RayClassWithInitArgs(ray.remote(EchoWorker), offset=0.5), "critic": ray.remote(CriticLike)})
+    assert [spec[0] for spec in cls.roles.values()] == [EchoWorker, CriticLike]
+    pool = RayResourcePool([1], use_gpu=False)
+    wg = RayWorkerGroup(pool, cls)
+    try:
+        views = wg.spawn(prefix_set=["actor_rollout", "critic"])
+        doubled = views["actor_rollout"].double(_data(2))
+        assert views["critic"].plus_one(doubled).batch[VALUES].flatten().tolist() == [1.5, 3.5]
+    finally:
+        wg.shutdown()
+        _release(pool)
+
+
+def test_not_a_class_is_refused():
+    with pytest.raises(TypeError, match="expected a worker class or ray.remote"):
+        RayClassWithInitArgs(EchoWorker())
+
+
 def test_raising_worker_names_rank_and_traceback(group4):
     with pytest.raises(WorkerGroupError) as info:
         group4.fail_on(2)
@@ -257,6 +302,18 @@ def test_resource_pool_manager_checks_cluster(pools):
         manager.create_resource_pool()
     with pytest.raises(KeyError, match="not_a_pool"):
         ResourcePoolManager({"global_pool": [1]}, {Role.Actor: "not_a_pool"}, use_gpu=False)
+
+
+def test_resource_pool_manager_counts_free_cpus(group4):
+    """CPUs held by running actors (e.g. a driver running as verl's TaskRunner) are not available to pools."""
+    free = int(ray.available_resources().get("CPU", 0))
+    assert free < 8  # group4's workers hold bundles
+    fits = ResourcePoolManager({"global_pool": [free]}, {Role.Actor: "global_pool"})  # verl's call: no use_gpu
+    fits.create_resource_pool()
+    assert fits.use_gpu is False  # no GPU in this cluster
+    with pytest.raises(ValueError, match=rf"need {free + 1} CPUs; the Ray cluster has {free} free \(of 8\)"):
+        ResourcePoolManager({"global_pool": [free + 1]}, {Role.Actor: "global_pool"}, use_gpu=False
+                            ).create_resource_pool()
 
 
 def test_dataproto_round_trip_through_ray(ray_cfg):

@@ -72,22 +72,53 @@ class RayResourcePool:
         return self._pgs
 
 
-class RayClassWithInitArgs:
-    """A role class and its constructor arguments, built later inside each worker process."""
+def unwrap_actor_class(cls: Any) -> type:
+    """The plain class behind `cls`, which may be a class or a Ray actor class (`ray.remote(cls)`).
 
-    def __init__(self, cls: type, *args: Any, **kwargs: Any) -> None:
-        self.cls = cls
+    Roles are built inside a `WorkerHost` actor, never as Ray actors of their own, so only the user's
+    class is needed; Ray keeps it as `__ray_actor_class__` on the class `ray.remote` derived from it.
+    """
+    if isinstance(cls, type) and not isinstance(cls, ray.actor.ActorClass):
+        return cls
+    metadata = getattr(cls, "__ray_metadata__", None)
+    plain = getattr(getattr(metadata, "modified_class", None), "__ray_actor_class__", None)
+    if not isinstance(plain, type):
+        raise TypeError(f"expected a worker class or ray.remote(worker class), got {cls!r}")
+    return plain
+
+
+def _actor_class_options(cls: Any) -> dict[str, Any]:
+    """The `runtime_env` given to `ray.remote(...)`; resources come from the resource pool instead."""
+    metadata = getattr(cls, "__ray_metadata__", None)
+    runtime_env = getattr(metadata, "runtime_env", None)
+    return {"runtime_env": runtime_env} if runtime_env else {}
+
+
+class RayClassWithInitArgs:
+    """A role class and its constructor arguments, built later inside each worker process.
+
+    Args:
+        cls: the role class, or the Ray actor class `ray.remote(cls)` (verl's convention); the latter is
+            unwrapped to `cls`, keeping its `runtime_env` (num_cpus / num_gpus come from the pool).
+        *args, **kwargs: constructor arguments of `cls`.
+    """
+
+    def __init__(self, cls: Any, *args: Any, **kwargs: Any) -> None:
+        self.cls = unwrap_actor_class(cls)
         self.args, self.kwargs = args, kwargs
-        self.options: dict[str, Any] = {}
-        self.roles: dict[str, tuple[type, tuple, dict]] = {"": (cls, args, kwargs)}
+        self.options: dict[str, Any] = _actor_class_options(cls)
+        self.roles: dict[str, tuple[type, tuple, dict]] = {"": (self.cls, args, kwargs)}
 
     def update_options(self, options: dict[str, Any]) -> None:
         """Extra Ray actor options (e.g. runtime_env) for the worker processes."""
         self.options.update(options)
 
 
-def create_colocated_worker_cls(class_dict: dict[str, RayClassWithInitArgs | type]) -> RayClassWithInitArgs:
-    """One worker process per bundle holding all roles of `class_dict`; use `group.spawn(...)` for views."""
+def create_colocated_worker_cls(class_dict: dict[str, RayClassWithInitArgs | Any]) -> RayClassWithInitArgs:
+    """One worker process per bundle holding all roles of `class_dict`; use `group.spawn(...)` for views.
+
+    A value is a `RayClassWithInitArgs`, or a bare class / `ray.remote` class built without arguments.
+    """
     colocated = RayClassWithInitArgs(WorkerHost)
     colocated.cls = None
     colocated.roles = {}
@@ -208,7 +239,8 @@ def _start_hosts(pool: RayResourcePool, options: dict, timeout_s: float) -> list
 
 def _rank_envs(hosts: list, pool: RayResourcePool, timeout_s: float) -> list[dict[str, str]]:
     """RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR/PORT, RLPOST_DEVICE per rank."""
-    master = Gatherer("worker group", "node_ip_and_free_port", [0], timeout_s)([hosts[0].node_ip_and_free_port.remote()])
+    fetch = Gatherer("worker group", "node_ip_and_free_port", [0], timeout_s)
+    master = fetch([hosts[0].node_ip_and_free_port.remote()])
     addr, port = master[0]
     envs = []
     for node_size in pool.store:

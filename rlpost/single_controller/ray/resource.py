@@ -27,7 +27,9 @@ class ResourcePoolManager:
     Args:
         resource_pool_spec: {pool name: processes per node}, e.g. {"global_pool": [n_gpus_per_node] * nnodes}.
         mapping: {role: pool name}.
-        use_gpu: GPU bundles; False gives CPU-only bundles ({"CPU": 1}), one process each.
+        use_gpu: GPU bundles; False gives CPU-only bundles ({"CPU": 1}), one process each. None (verl's
+            call, which has no such argument): the trainer sets it from `trainer.device` before creating
+            the pools; otherwise GPU bundles when the Ray cluster has GPUs.
         max_colocate_count: worker groups (not colocated roles) that may share each bundle.
     """
 
@@ -35,7 +37,7 @@ class ResourcePoolManager:
         self,
         resource_pool_spec: dict[str, list[int]],
         mapping: dict[Role, str],
-        use_gpu: bool = True,
+        use_gpu: bool | None = None,
         max_colocate_count: int = 1,
     ) -> None:
         for role, pool in mapping.items():
@@ -49,6 +51,8 @@ class ResourcePoolManager:
 
     def create_resource_pool(self) -> None:
         """Check the cluster can hold every pool, then create them (placement groups come on first use)."""
+        if self.use_gpu is None:
+            self.use_gpu = ray.cluster_resources().get("GPU", 0) > 0
         self._check_resource_available()
         for name, process_on_nodes in self.resource_pool_spec.items():
             self.resource_pool_dict[name] = RayResourcePool(
@@ -65,11 +69,12 @@ class ResourcePoolManager:
         return sum(sum(nodes) for nodes in self.resource_pool_spec.values())
 
     def _check_resource_available(self) -> None:
+        # Free, not total: the driver may itself be a Ray actor holding a CPU (verl's TaskRunner).
         kind = "GPU" if self.use_gpu else "CPU"
         need = self.get_n_gpus()
-        have = ray.cluster_resources().get(kind, 0)
+        have, total = ray.available_resources().get(kind, 0), ray.cluster_resources().get(kind, 0)
         if need > have:
             raise ValueError(
-                f"resource pools {self.resource_pool_spec} need {need} {kind}s; the Ray cluster has {have:g}. "
-                f"Lower trainer.nnodes * trainer.n_gpus_per_node or raise ray_init.num_cpus"
+                f"resource pools {self.resource_pool_spec} need {need} {kind}s; the Ray cluster has {have:g} free "
+                f"(of {total:g}). Lower trainer.nnodes * trainer.n_gpus_per_node or raise ray_init.num_cpus"
             )

@@ -131,6 +131,11 @@ def _check_misc_ranges(c: PPOTrainerConfig) -> None:
             fail(f"{key}={value}", "must be two floats in [0, 1)", f"{key}=[0.9,0.999]")
 
 
+def groups_metric_after_kl(algo) -> bool:
+    """True when dynamic sampling asks for the KL-penalised reward, which does not exist yet at filter time."""
+    return algo.filter_groups.enable and algo.filter_groups.metric == "seq_final_reward" and algo.use_kl_in_reward
+
+
 def check_combinations(c: PPOTrainerConfig) -> None:
     """Cross-key rules: estimator vs rollout.n, validation sampling, KL placement, engine vs device."""
     algo, rollout = c.algorithm, c.actor_rollout_ref.rollout
@@ -159,6 +164,17 @@ def check_combinations(c: PPOTrainerConfig) -> None:
         fail(f"algorithm.filter_groups.enable=true, algorithm.adv_estimator={algo.adv_estimator}",
              "dynamic sampling filters groups of responses to one prompt; it needs a group estimator",
              "algorithm.adv_estimator=grpo (with rollout.n > 1)")
+    if c.data.gen_batch_size != c.data.train_batch_size and not algo.filter_groups.enable:
+        fail(f"data.gen_batch_size={c.data.gen_batch_size}, algorithm.filter_groups.enable=false",
+             "generation batches differ from training batches only with dynamic sampling",
+             f"algorithm.filter_groups.enable=true (or remove data.gen_batch_size)")
+    if corr.bypass_mode and corr.loss_type != "ppo_clip":
+        fail(f"not supported yet: algorithm.rollout_correction.loss_type={corr.loss_type} with bypass_mode=true",
+             "bypass mode trains with PPO clipping against the rollout log-probs",
+             "algorithm.rollout_correction.loss_type=ppo_clip")
+    if groups_metric_after_kl(algo):
+        warn("algorithm.filter_groups.metric=seq_final_reward with algorithm.use_kl_in_reward=true: groups are "
+             "filtered before the KL penalty is applied, so the metric equals seq_reward there.")
     if c.data.gen_batch_size < c.data.train_batch_size and algo.filter_groups.enable:
         fail(f"data.gen_batch_size={c.data.gen_batch_size}, data.train_batch_size={c.data.train_batch_size}",
              "a generation batch must hold at least one training batch of prompts",

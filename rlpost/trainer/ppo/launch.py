@@ -1,8 +1,9 @@
-"""Build everything a PPO run needs from a validated config, then train.
+"""Build a `RayPPOTrainer` from a config the verl way, then train: in this process (`run_ppo`) or inside a
+Ray actor (`TaskRunner`, as verl's `main_ppo` runs it).
 
-Order matters: data and the reward function are checked before Ray starts (a missing column or a
-raising reward function fails in seconds, not after the engines are up); the rollout-holding group is
-initialised last so the engine sizes its cache after the other models have allocated.
+Order matters: the tokenizer, data and reward function are checked, and the trainer built, before any
+worker starts (a missing column or a raising reward function fails in seconds, with one message);
+`run_ppo` starts Ray only after that.
 """
 
 from __future__ import annotations
@@ -10,50 +11,71 @@ from __future__ import annotations
 import logging
 import os
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 logger = logging.getLogger(__name__)
 
 
 class InputError(Exception):
-    """A data file, tokenizer or reward function that cannot be used; raised before Ray starts."""
+    """A data file, tokenizer or reward function that cannot be used; raised before any worker starts."""
 
 
 def run_ppo(config: DictConfig) -> dict[str, float]:
-    """Train with a validated `ppo_trainer` config; returns the last step's metrics."""
-    from rlpost.trainer.ppo.ray_trainer import RayPPOTrainer, inject_total_training_steps, total_training_steps
+    """Train with a `ppo_trainer` config in this process (the Ray driver); returns the last step's metrics."""
+    from rlpost.single_controller.ray.init import finish_ray, init_ray
 
+    trainer = build_trainer(config)
+    init_ray(config.ray_init)
+    try:
+        trainer.init_workers()
+        return trainer.fit()
+    finally:
+        finish_ray(config.ray_init)
+
+
+class TaskRunner:
+    """verl's driver task: `ray.get(ray.remote(num_cpus=1)(TaskRunner).remote().run.remote(config))`.
+
+    It runs wherever Ray puts it (the driver process or any Ray worker); Ray must be started already,
+    and is left running.
+    """
+
+    def run(self, config: DictConfig) -> dict[str, float]:
+        """Build the trainer, start the workers and train; returns the last step's metrics."""
+        trainer = build_trainer(config)
+        trainer.init_workers()
+        return trainer.fit()
+
+
+def build_trainer(config: DictConfig):
+    """Tokenizer, datasets, reward functions, roles and pools from `config`, then the `RayPPOTrainer`.
+
+    Raises:
+        InputError: the model folder, a data file or the reward function cannot be used.
+    """
+    from rlpost.data.rl_dataset import create_rl_dataset
     from rlpost.reward import RewardFunctionError
+    from rlpost.single_controller.ray import ResourcePoolManager
+    from rlpost.trainer.config import ConfigError
+    from rlpost.trainer.ppo.ray_trainer import RayPPOTrainer
+    from rlpost.trainer.ppo.roles import default_role_worker_mapping
 
-    try:  # bad input fails here, in seconds and with one message, before Ray and the models start
+    try:  # bad input fails here, in seconds and with one message, before the workers start
         tokenizer = load_tokenizer(config)
-        train_loader, val_loader = build_dataloaders(config, tokenizer)
-        reward_fn, val_reward_fn = build_reward_fns(config, tokenizer, val_loader)
+        data_cfg = config.data
+        train_ds = create_rl_dataset(data_cfg.train_files, data_cfg, tokenizer)
+        val_ds = create_rl_dataset(data_cfg.val_files, data_cfg, tokenizer) if data_cfg.val_files else None
+        reward_fn, val_reward_fn = build_reward_fns(config, tokenizer, val_ds)
+        role_worker_mapping, mapping = default_role_worker_mapping(config)
+        trainer_cfg = config.trainer
+        pools = ResourcePoolManager(
+            resource_pool_spec={"global_pool": [trainer_cfg.n_gpus_per_node] * trainer_cfg.nnodes}, mapping=mapping)
+        return RayPPOTrainer(config, tokenizer, role_worker_mapping, pools, reward_fn=reward_fn,
+                             val_reward_fn=val_reward_fn, train_dataset=train_ds, val_dataset=val_ds)
+    except ConfigError:
+        raise
     except (OSError, ValueError, KeyError, RewardFunctionError) as err:
         raise InputError(str(err)) from err
-    inject_total_training_steps(config, total_training_steps(config, len(train_loader)))
-
-    from rlpost.single_controller.ray.init import finish_ray, init_ray
-    from rlpost.trainer.ppo.roles import build_worker_groups
-    from rlpost.utils.tracking import Tracking
-
-    init_ray(config.ray_init)
-    tracker = None
-    try:
-        workers = build_worker_groups(config)
-        trainer = RayPPOTrainer(config, tokenizer, workers, reward_fn, val_reward_fn, train_loader, val_loader)
-        tracker = Tracking(
-            project_name=config.trainer.project_name,
-            experiment_name=config.trainer.experiment_name,
-            default_backend=list(config.trainer.logger),
-            config=OmegaConf.to_container(config, resolve=True),
-            log_dir=config.trainer.default_local_dir,
-        )
-        return trainer.fit(tracker)
-    finally:
-        if tracker is not None:
-            tracker.finish()
-        finish_ray(config.ray_init)
 
 
 def load_tokenizer(config: DictConfig):
@@ -72,33 +94,14 @@ def load_tokenizer(config: DictConfig):
     return tok
 
 
-def build_dataloaders(config: DictConfig, tokenizer):
-    """Train loader (resumable, `data.train_batch_size` prompts per batch) and the validation loader."""
-    from rlpost.data.loader import create_train_loader, create_val_loader
-    from rlpost.data.rl_dataset import collate_fn, create_rl_dataset
-
-    data_cfg = config.data
-    train_ds = create_rl_dataset(data_cfg.train_files, data_cfg, tokenizer)
-    train_loader = create_train_loader(data_cfg, train_ds, collate_fn)
-    if len(train_loader) == 0:
-        raise ValueError(
-            f"data.train_batch_size={data_cfg.train_batch_size} is larger than the training set "
-            f"({len(train_ds)} rows in {data_cfg.train_files}): lower data.train_batch_size to <= {len(train_ds)}")
-    val_loader = None
-    if data_cfg.get("val_files"):
-        val_loader = create_val_loader(data_cfg, create_rl_dataset(data_cfg.val_files, data_cfg, tokenizer),
-                                       collate_fn)
-    return train_loader, val_loader
-
-
-def build_reward_fns(config: DictConfig, tokenizer, val_loader):
+def build_reward_fns(config: DictConfig, tokenizer, val_dataset=None):
     """Reward managers for training and validation, checked on a few validation samples first."""
     from rlpost.reward import check_reward_fn, load_reward_manager, reward_fn_spec
 
     kwargs = dict(config.reward_model.get("reward_kwargs", {}) or {})
     reward_fn = load_reward_manager(config, tokenizer, num_examine=0, **kwargs)
     val_reward_fn = load_reward_manager(config, tokenizer, num_examine=1, **kwargs)
-    if val_loader is not None and not config.reward_model.enable:
-        check_reward_fn(reward_fn_spec(config).resolve(), val_loader.dataset,
+    if val_dataset is not None and not config.reward_model.enable:
+        check_reward_fn(reward_fn_spec(config).resolve(), val_dataset,
                         reward_fn_key=config.data.get("reward_fn_key", "data_source"))
     return reward_fn, val_reward_fn

@@ -1,14 +1,22 @@
-"""The PPO-family training loop, run by the single controller (the driver process).
+"""The PPO-family training loop, run by the single controller (the driver, or a Ray task such as `TaskRunner`).
 
-`RayPPOTrainer.fit()` reads top to bottom: for each batch of prompts it runs the phases of one step, each
-timed under the name it is logged as (`timing_s/<phase>`):
+Built the verl way:
 
-    gen -> reward -> old_log_prob -> ref -> values -> adv -> update_critic -> update_actor
+    trainer = RayPPOTrainer(config, tokenizer, role_worker_mapping, resource_pool_manager,
+                            reward_fn=reward_fn, val_reward_fn=val_reward_fn)
+    trainer.init_workers()
+    trainer.fit()
+
+`RayPPOTrainer.train_step()` reads top to bottom: for each batch of prompts it runs the phases of one step,
+each timed under the name it is logged as (`timing_s/<phase>`):
+
+    gen -> reward -> old_log_prob (-> rollout_correction) -> ref -> values -> adv -> update_critic -> update_actor
         (update_actor also syncs the new weights into the rollout engine: timing_s/update_weights)
     -> validation every `test_freq` -> checkpoint every `save_freq` -> metrics to every logger.
 
-Workers hold the models; this file only moves `DataProto` batches between worker groups and does the
-cheap per-token maths (advantages, KL-in-reward) on the driver.
+With `algorithm.filter_groups.enable` (DAPO dynamic sampling), gen + reward repeat over further batches of
+prompts until enough groups with varied outcomes are kept. Workers hold the models; this file only moves
+`DataProto` batches between worker groups and does the cheap per-token maths on the driver.
 """
 
 from __future__ import annotations
@@ -17,14 +25,17 @@ import logging
 import time
 import uuid
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from rlpost import keys as K
+from rlpost.algos.filter_groups import group_metric, kept_group_rows
+from rlpost.algos.rollout_correction import compute_rollout_correction
 from rlpost.protocol import DataProto
+from rlpost.single_controller.ray import RayWorkerGroup, ResourcePoolManager, Role
 from rlpost.trainer.ppo import core_algos
 from rlpost.trainer.ppo.checkpointing import TrainerCheckpointer
 from rlpost.trainer.ppo.metric_utils import (
@@ -32,8 +43,10 @@ from rlpost.trainer.ppo.metric_utils import (
     compute_throughout_metrics,
     compute_timing_metrics,
 )
-from rlpost.trainer.ppo.roles import WorkerGroups
+from rlpost.trainer.ppo.roles import WorkerGroups, build_worker_groups, plan_roles
 from rlpost.trainer.ppo.validation import Validator, dump_generations, generation_inputs
+
+__all__ = ["RayPPOTrainer", "ResourcePoolManager", "Role"]
 
 logger = logging.getLogger(__name__)
 
@@ -46,105 +59,205 @@ def _timer(name: str, timing: dict[str, float]):
     timing[name] = timing.get(name, 0.0) + time.perf_counter() - start
 
 
+class DataExhausted(Exception):
+    """Dynamic sampling needed another batch of prompts after the last epoch's last one."""
+
+
 class RayPPOTrainer:
-    """Drives PPO / GRPO / RLOO / REINFORCE++ / ReMax training over Ray worker groups.
+    """Drives PPO / GRPO / RLOO / REINFORCE++ / ReMax / DAPO training over Ray worker groups.
 
     Args:
-        config: the validated, composed `ppo_trainer` config.
+        config: the composed `ppo_trainer` config (validated here).
         tokenizer: the policy tokenizer (eos/pad ids for generation, decoding for dumps).
-        workers: the built worker groups (`WorkerGroups`): actor_rollout (+ref), optional critic and reward model.
+        role_worker_mapping: {Role: worker class or `ray.remote(worker class)`}; needs Role.ActorRollout
+            (or Role.ActorRolloutRef), plus Role.RefPolicy / Role.Critic / Role.RewardModel when the
+            config uses a reference policy / critic / reward model.
+        resource_pool_manager: {pool name: processes per node} and {Role: pool name}.
+        ray_worker_group_cls: worker group class (`RayWorkerGroup` or a subclass).
+        processor: multimodal processor handed to the datasets built here.
         reward_fn / val_reward_fn: reward managers, `fn(data, return_dict=True)`.
-        train_dataloader / val_dataloader: loaders yielding collated dicts of prompts.
+        train_dataset / val_dataset / collate_fn / train_sampler: built from `data.*` when None.
+        device_name: `cuda` or `cpu` (default `trainer.device`); CPU gives CPU-only pools.
     """
 
-    def __init__(self, config: DictConfig, tokenizer, workers: WorkerGroups, reward_fn, val_reward_fn,
-                 train_dataloader, val_dataloader):
-        self.config = config
-        self.tokenizer = tokenizer
-        self.workers = workers
-        self.reward_fn = reward_fn
-        self.train_dataloader = train_dataloader
+    def __init__(self, config: DictConfig, tokenizer, role_worker_mapping: dict[Role, Any],
+                 resource_pool_manager: ResourcePoolManager, ray_worker_group_cls: type = RayWorkerGroup,
+                 processor=None, reward_fn=None, val_reward_fn=None, train_dataset=None, val_dataset=None,
+                 collate_fn=None, train_sampler=None, device_name: str | None = None):
+        from rlpost.trainer.config import validate_config
+
+        validate_config(config)
+        self.config, self.tokenizer, self.processor = config, tokenizer, processor
+        self.reward_fn, self.val_reward_fn = reward_fn, val_reward_fn
+        self.role_worker_mapping = role_worker_mapping
+        self.resource_pool_manager = resource_pool_manager
+        self.ray_worker_group_cls = ray_worker_group_cls
+        self.device_name = device_name or config.trainer.device
+        self.hybrid_engine = config.actor_rollout_ref.hybrid_engine
+        self.plan = plan_roles(config, role_worker_mapping, resource_pool_manager)
+        self.use_critic, self.use_rm = self.plan.use_critic, self.plan.use_rm
+        self.use_reference_policy, self.ref_in_actor = self.plan.use_reference_policy, self.plan.ref_in_actor
         self.algo = config.algorithm
-        self.use_critic = workers.critic is not None
-        self.use_ref = workers.has_ref
-        self.kl_ctrl = core_algos.get_kl_controller(self.algo.kl_ctrl) if self.algo.use_kl_in_reward else None
-        self.total_training_steps = total_training_steps(config, len(train_dataloader))
-        self.validator = Validator(config, tokenizer, workers.actor_rollout, val_reward_fn, val_dataloader)
-        self.checkpointer = TrainerCheckpointer(config, workers, train_dataloader)
-        self.global_steps = 0
+        self.kl_ctrl_in_reward = (core_algos.get_kl_controller(self.algo.kl_ctrl) if self.algo.use_kl_in_reward
+                                  else None)
+        rc = self.algo.rollout_correction  # bypass mode corrects inside the actor's loss instead
+        self.use_rollout_correction = bool(rc.rollout_is or rc.rollout_rs) and not rc.bypass_mode
+        self.workers: WorkerGroups | None = None
+        self.global_steps, self.epoch, self.tracker = 0, 0, None
+        self._create_dataloader(train_dataset, val_dataset, collate_fn, train_sampler)
+
+    def _create_dataloader(self, train_dataset, val_dataset, collate_fn, train_sampler) -> None:
+        """Loaders (built from `data.*` where not given), then the step count the LR schedules need."""
+        from rlpost.trainer.ppo.dataloaders import create_dataloaders
+
+        self.train_dataloader, self.val_dataloader = create_dataloaders(
+            self.config, self.tokenizer, self.processor, train_dataset, val_dataset, collate_fn, train_sampler)
+        self.train_dataset = self.train_dataloader.dataset
+        self.val_dataset = self.val_dataloader.dataset if self.val_dataloader is not None else None
+        self.total_training_steps = total_training_steps(self.config, len(self.train_dataloader))
+        inject_total_training_steps(self.config, self.total_training_steps)
+
+    def init_workers(self) -> None:
+        """Create the resource pools and worker groups and initialise every role's models."""
+        if self.resource_pool_manager.use_gpu is None:
+            self.resource_pool_manager.use_gpu = self.device_name == "cuda"
+        self.workers = build_worker_groups(self.config, self.plan, self.role_worker_mapping,
+                                           self.resource_pool_manager, self.ray_worker_group_cls)
+        self.validator = Validator(self.config, self.tokenizer, self.actor_rollout_wg, self.val_reward_fn,
+                                   self.val_dataloader)
+        self.checkpointer = TrainerCheckpointer(self.config, self.workers, self.train_dataloader)
+
+    # verl's names of the worker groups
+    @property
+    def actor_rollout_wg(self):
+        return self.workers.actor_rollout
+
+    @property
+    def critic_wg(self):
+        return self.workers.critic
+
+    @property
+    def rm_wg(self):
+        return self.workers.reward_model
+
+    @property
+    def ref_policy_wg(self):
+        return self.workers.ref_policy
 
     # ------------------------------------------------------------------------------------------------
-    def fit(self, tracker) -> dict[str, float]:
-        """Train until `total_training_steps`; returns the last step's metrics."""
+    def fit(self) -> dict[str, float]:
+        """Train until `total_training_steps`, logging to `trainer.logger`; returns the last step's metrics."""
+        from rlpost.utils.tracking import Tracking
+
+        if self.workers is None:
+            raise RuntimeError("call trainer.init_workers() before trainer.fit()")
+        self.tracker = Tracking(
+            project_name=self.config.trainer.project_name, experiment_name=self.config.trainer.experiment_name,
+            default_backend=list(self.config.trainer.logger), config=OmegaConf.to_container(self.config, resolve=True),
+            log_dir=self.config.trainer.default_local_dir)
+        try:
+            return self._train_loop()
+        finally:
+            self.tracker.finish()
+
+    def _train_loop(self) -> dict[str, float]:
+        from rlpost.utils.tracking import StepProgress
+
         trainer_cfg = self.config.trainer
-        self.global_steps = self.checkpointer.maybe_resume()
+        self.global_steps = self._load_checkpoint()
         if self.global_steps >= self.total_training_steps:
             print(f"[rlpost] training already complete: checkpoint at step {self.global_steps} of "
                   f"{self.total_training_steps}; nothing to do.")
             return {}
         if self.validator.enabled and (trainer_cfg.val_before_train or trainer_cfg.val_only):
-            val_metrics = self.validator.validate(self.global_steps, tracker)
-            tracker.log(val_metrics, step=self.global_steps)
+            val_metrics = self._validate()
+            self.tracker.log(val_metrics, step=self.global_steps)
             if trainer_cfg.val_only:
                 return val_metrics
-        from rlpost.utils.tracking import StepProgress
-
         progress = StepProgress(self.total_training_steps, initial_step=self.global_steps)
         metrics: dict[str, float] = {}
-        for epoch in range(self.checkpointer.start_epoch, trainer_cfg.total_epochs):
-            for batch_dict in self.train_dataloader:
-                self.global_steps += 1
-                is_last = self.global_steps >= self.total_training_steps
-                metrics = self.train_step(DataProto.from_single_dict(batch_dict))
-                metrics["training/epoch"] = epoch
-                if self._due(trainer_cfg.test_freq, is_last) and self.validator.enabled:
-                    metrics.update(self.validator.validate(self.global_steps, tracker))
-                if self._due(trainer_cfg.save_freq, is_last):
-                    with _timer("save_checkpoint", timing := {}):
-                        self.checkpointer.save(self.global_steps, epoch)
-                    metrics["timing_s/save_checkpoint"] = timing["save_checkpoint"]
-                tracker.log(metrics, step=self.global_steps)
-                progress.update(1, metrics)
-                if is_last:
-                    progress.close()
-                    return metrics
+        batches = self._train_batches()
+        for batch_dict in batches:
+            self.global_steps += 1
+            is_last = self.global_steps >= self.total_training_steps
+            try:
+                metrics = self.train_step(DataProto.from_single_dict(batch_dict), batches)
+            except DataExhausted as err:
+                self.global_steps -= 1  # the step never ran
+                print(f"[rlpost] stopping at step {self.global_steps}: {err}")
+                break
+            metrics["training/epoch"] = self.epoch
+            if self._due(trainer_cfg.test_freq, is_last) and self.validator.enabled:
+                metrics.update(self._validate())
+            if self._due(trainer_cfg.save_freq, is_last):
+                with _timer("save_checkpoint", timing := {}):
+                    self._save_checkpoint()
+                metrics["timing_s/save_checkpoint"] = timing["save_checkpoint"]
+            self.tracker.log(metrics, step=self.global_steps)
+            progress.update(1, metrics)
+            if is_last:
+                break
         progress.close()
         return metrics
+
+    def _train_batches(self) -> Iterator[dict]:
+        """Batches of prompts from the resume point to the end of the last epoch; keeps `self.epoch`."""
+        for epoch in range(self.checkpointer.start_epoch, self.config.trainer.total_epochs):
+            self.epoch = epoch
+            yield from self.train_dataloader
 
     def _due(self, freq: int, is_last: bool) -> bool:
         return freq is not None and freq > 0 and (is_last or self.global_steps % freq == 0)
 
+    # verl's hooks, overridable by recipes
+    def _validate(self) -> dict[str, float]:
+        return self.validator.validate(self.global_steps, self.tracker)
+
+    def _save_checkpoint(self) -> str:
+        return self.checkpointer.save(self.global_steps, self.epoch)
+
+    def _load_checkpoint(self) -> int:
+        """Resume per `trainer.resume_mode`; returns the checkpoint's step (0 when starting fresh)."""
+        return self.checkpointer.maybe_resume()
+
     # ------------------------------------------------------------------------------------------------
-    def train_step(self, batch: DataProto) -> dict[str, Any]:
-        """One PPO step over a batch of prompts; returns every metric of the step."""
+    def train_step(self, batch: DataProto, more_batches: Iterator[dict] | None = None) -> dict[str, Any]:
+        """One PPO step over a batch of prompts; returns every metric of the step.
+
+        `more_batches` supplies further batches of prompts to dynamic sampling (algorithm.filter_groups).
+        """
         timing: dict[str, float] = {}
         metrics: dict[str, Any] = {}
         with _timer("step", timing):
-            batch = self._generate(batch, timing)
+            if self.algo.filter_groups.enable:
+                batch, reward_keys = self._generate_filtered(batch, more_batches, timing, metrics)
+            else:
+                batch, reward_keys = self._generate_and_score(batch, timing)
             if self.config.trainer.balance_batch:
                 self._balance_batch(batch, metrics)
-            with _timer("reward", timing):
-                reward_extra = self._compute_reward(batch)
             with _timer("old_log_prob", timing):
                 self._compute_old_log_prob(batch, metrics)
-            if self.use_ref:
+            if self.use_rollout_correction:
+                with _timer("rollout_correction", timing):
+                    self._apply_rollout_correction(batch, metrics)
+            if self.use_reference_policy:
                 with _timer("ref", timing):
-                    batch = batch.union(self.workers.actor_rollout.compute_ref_log_prob(batch))
+                    batch = batch.union(self.ref_policy_wg.compute_ref_log_prob(batch))
             if self.use_critic:
                 with _timer("values", timing):
-                    batch = batch.union(self.workers.critic.compute_values(batch))
+                    batch = batch.union(self.critic_wg.compute_values(batch))
             with _timer("adv", timing):
                 self._compute_advantage(batch, metrics)
             if self.use_critic:
                 with _timer("update_critic", timing):
-                    out = self.workers.critic.update_critic(batch)
+                    out = self.critic_wg.update_critic(batch)
                 metrics.update(_reduce(out.meta_info[K.META_METRICS]))
             if self.config.trainer.critic_warmup <= self.global_steps:
                 with _timer("update_actor", timing):
-                    out = self.workers.actor_rollout.update_actor(batch)
+                    out = self.actor_rollout_wg.update_actor(batch)
                 metrics.update(_reduce(out.meta_info[K.META_METRICS]))
         timing.update({k.removeprefix("timing_s/"): metrics.pop(k) for k in list(metrics) if k.startswith("timing_s/")})
-        self._dump_rollouts(batch, reward_extra)
+        self._dump_rollouts(batch, reward_keys)
         n_devices = self.config.trainer.n_gpus_per_node * self.config.trainer.nnodes
         metrics.update(compute_data_metrics(batch, use_critic=self.use_critic))
         metrics.update(compute_timing_metrics(batch, timing))
@@ -153,6 +266,44 @@ class RayPPOTrainer:
         return metrics
 
     # --- phases ------------------------------------------------------------------------------------
+    def _generate_and_score(self, batch: DataProto, timing: dict[str, float]) -> tuple[DataProto, list[str]]:
+        """gen + reward: the scored rollouts and the names of the reward's extra per-row fields."""
+        batch = self._generate(batch, timing)
+        with _timer("reward", timing):
+            extra = self._compute_reward(batch)
+        return batch, list(extra)
+
+    def _generate_filtered(self, batch: DataProto, more_batches: Iterator[dict] | None, timing: dict[str, float],
+                           metrics: dict[str, Any]) -> tuple[DataProto, list[str]]:
+        """DAPO dynamic sampling: keep the prompt groups whose `filter_groups.metric` varies across their
+        responses (the others have zero group advantage), drawing further batches from `more_batches` until
+        `data.train_batch_size` groups are kept; then trim to exactly that many."""
+        fg, want = self.algo.filter_groups, self.config.data.train_batch_size
+        kept, n_kept, n_seen, n_gen = [], 0, 0, 0
+        while True:
+            n_gen += 1
+            batch, reward_keys = self._generate_and_score(batch, timing)
+            scores, uids = batch.batch[K.TOKEN_LEVEL_SCORES], batch.non_tensor_batch[K.UID]
+            # The in-reward KL penalty comes later (it needs the reference): rewards == scores here.
+            values = group_metric(fg.metric, scores, scores, {k: batch.non_tensor_batch[k] for k in reward_keys})
+            rows = np.asarray(kept_group_rows(uids, values), dtype=np.int64)
+            kept.append(batch.select_idxs(rows))
+            n_kept += len(set(uids[rows]))
+            n_seen += len(set(uids))
+            if n_kept >= want:
+                break
+            if 0 < fg.max_num_gen_batches <= n_gen:
+                raise RuntimeError(
+                    f"algorithm.filter_groups: {n_gen} generation batches (algorithm.filter_groups.max_num_gen_batches="
+                    f"{fg.max_num_gen_batches}) of data.gen_batch_size={self.config.data.gen_batch_size} prompts kept "
+                    f"{n_kept} groups whose {fg.metric!r} varies, fewer than data.train_batch_size={want}: raise "
+                    f"max_num_gen_batches (0 = no limit) or data.gen_batch_size, or pick another "
+                    f"algorithm.filter_groups.metric")
+            batch = DataProto.from_single_dict(_next_batch(more_batches))
+        metrics["training/num_gen_batches"] = n_gen
+        metrics["training/filter_groups_kept_fraction"] = n_kept / n_seen
+        return first_groups(DataProto.concat(kept), want), reward_keys
+
     def _generate(self, batch: DataProto, timing: dict[str, float]) -> DataProto:
         """Give each prompt a uid, repeat it `rollout.n` times and generate one response per row."""
         rollout_cfg = self.config.actor_rollout_ref.rollout
@@ -160,13 +311,13 @@ class RayPPOTrainer:
         batch = batch.repeat(rollout_cfg.n, interleave=True)
         gen_batch = self._gen_inputs(batch)
         with _timer("gen", timing):
-            out = self.workers.actor_rollout.generate_sequences(gen_batch)
+            out = self.actor_rollout_wg.generate_sequences(gen_batch)
         timing_out = out.meta_info.pop(K.META_METRICS, {}) or {}
         if self.algo.adv_estimator == "remax":
             with _timer("gen_max", timing):
                 greedy = self._gen_inputs(batch)
                 greedy.meta_info[K.META_DO_SAMPLE] = False
-                greedy_out = self.workers.actor_rollout.generate_sequences(greedy)
+                greedy_out = self.actor_rollout_wg.generate_sequences(greedy)
                 greedy_out.meta_info.pop(K.META_METRICS, None)
                 batch.batch[K.REWARD_BASELINES] = self._score_only(batch, greedy_out)
         for k in (K.INPUT_IDS, K.ATTENTION_MASK, K.POSITION_IDS):
@@ -192,13 +343,14 @@ class RayPPOTrainer:
         """Reorder rows so every data-parallel rank gets a similar number of tokens."""
         from rlpost.utils.seqlen_balancing import balanced_partition_order
 
-        world = self.workers.actor_rollout.world_size
+        world = self.actor_rollout_wg.world_size
         seqlens = batch.batch[K.ATTENTION_MASK].sum(dim=-1)
         order, spread = balanced_partition_order(seqlens.tolist(), world)
         batch.reorder(torch.tensor(order))
         metrics["training/balance_token_spread"] = spread
 
     def _compute_reward(self, batch: DataProto) -> dict[str, list]:
+        """`token_level_scores` (B, R) from the reward model and/or reward function; extra fields per row."""
         if self.workers.reward_model is not None:
             batch.union(self.workers.reward_model.compute_rm_score(batch))
         result = self.reward_fn(batch, return_dict=True)
@@ -209,7 +361,11 @@ class RayPPOTrainer:
         return extra
 
     def _compute_old_log_prob(self, batch: DataProto, metrics: dict[str, Any]) -> None:
-        out = self.workers.actor_rollout.compute_log_prob(batch)
+        """`old_log_probs` from the actor; in rollout_correction.bypass_mode, the rollout's own log-probs."""
+        if self.algo.rollout_correction.bypass_mode:
+            batch.batch[K.OLD_LOG_PROBS] = _rollout_log_probs(batch).clone()
+            return
+        out = self.actor_rollout_wg.compute_log_prob(batch)
         entropys = out.batch.pop(K.ENTROPYS, None)
         if entropys is not None:
             metrics["actor/entropy"] = core_algos.agg_loss(
@@ -227,12 +383,24 @@ class RayPPOTrainer:
                                "dtype / sampling settings", drift["training/rollout_probs_diff_max"],
                                self.global_steps)
 
+    def _apply_rollout_correction(self, batch: DataProto, metrics: dict[str, Any]) -> None:
+        """Importance weights `rollout_is_weights` (B, R) and/or rejection (a narrower `response_mask`) from
+        the actor's and the engine's log-probs (algorithm.rollout_correction)."""
+        weights, mask, rc_metrics = compute_rollout_correction(
+            batch.batch[K.OLD_LOG_PROBS], _rollout_log_probs(batch), batch.batch[K.RESPONSE_MASK],
+            self.algo.rollout_correction)
+        if weights is not None:
+            batch.batch[K.ROLLOUT_IS_WEIGHTS] = weights
+        batch.batch[K.RESPONSE_MASK] = mask
+        metrics.update(rc_metrics)
+
     def _compute_advantage(self, batch: DataProto, metrics: dict[str, Any]) -> None:
+        """`token_level_rewards` (scores minus the in-reward KL), `advantages` and `returns` (B, R)."""
         mask = batch.batch[K.RESPONSE_MASK]
         scores = batch.batch[K.TOKEN_LEVEL_SCORES]
-        if self.kl_ctrl is not None:
+        if self.kl_ctrl_in_reward is not None:
             rewards, kl_metrics = core_algos.apply_kl_penalty(
-                scores, batch.batch[K.OLD_LOG_PROBS], batch.batch[K.REF_LOG_PROB], mask, self.kl_ctrl,
+                scores, batch.batch[K.OLD_LOG_PROBS], batch.batch[K.REF_LOG_PROB], mask, self.kl_ctrl_in_reward,
                 self.algo.kl_penalty)
             metrics.update(kl_metrics)
         else:
@@ -250,10 +418,34 @@ class RayPPOTrainer:
                 scores.sum(-1), self.algo.pf_ppo.reweight_method, self.algo.pf_ppo.weight_pow)
             batch.reorder(idx)
 
-    def _dump_rollouts(self, batch: DataProto, reward_extra: dict[str, list]) -> None:
+    def _dump_rollouts(self, batch: DataProto, reward_keys: list[str]) -> None:
         out_dir = self.config.trainer.rollout_data_dir
         if out_dir:
-            dump_generations(self.tokenizer, batch, out_dir, self.global_steps, reward_extra)
+            extra = {k: list(batch.non_tensor_batch[k]) for k in reward_keys}
+            dump_generations(self.tokenizer, batch, out_dir, self.global_steps, extra)
+
+
+def _rollout_log_probs(batch: DataProto) -> torch.Tensor:
+    if K.ROLLOUT_LOG_PROBS not in batch.batch:
+        raise RuntimeError(f"algorithm.rollout_correction needs the rollout engine's log-probs (batch key "
+                           f"{K.ROLLOUT_LOG_PROBS!r}): set actor_rollout_ref.rollout.calculate_log_probs=true")
+    return batch.batch[K.ROLLOUT_LOG_PROBS]
+
+
+def _next_batch(more_batches: Iterator[dict] | None) -> dict:
+    if more_batches is None:
+        raise ValueError("algorithm.filter_groups needs more batches of prompts: pass train_step(batch, more_batches)")
+    try:
+        return next(more_batches)
+    except StopIteration:
+        raise DataExhausted("dynamic sampling (algorithm.filter_groups) ran out of prompts in the last epoch") from None
+
+
+def first_groups(batch: DataProto, n_groups: int) -> DataProto:
+    """The rows of the first `n_groups` distinct uids of `batch`, in batch order."""
+    uids = batch.non_tensor_batch[K.UID]
+    keep = set(list(dict.fromkeys(uids.tolist()))[:n_groups])  # dict keeps first-seen order
+    return batch.select_idxs(np.flatnonzero([u in keep for u in uids]))
 
 
 def _reduce(metrics: dict[str, Any]) -> dict[str, float]:

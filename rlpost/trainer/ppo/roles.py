@@ -1,8 +1,10 @@
-"""Which worker groups a run needs, and how they are placed (the hybrid engine: all roles colocated).
+"""Which worker roles a run creates, and how they are placed (the hybrid engine: roles colocated per pool).
 
-Every role lives in the same worker processes, one per device: the actor (+ rollout engine + reference
-model), the critic when the estimator needs values, and the reward model when enabled. They share each
-process's device and its torch.distributed group.
+verl's vocabulary: `role_worker_mapping` {Role: worker class or `ray.remote(worker class)`} and a
+`ResourcePoolManager` {Role: pool name}. Every pool gets one worker process per device holding all the
+roles mapped to it (`create_colocated_worker_cls`), so they share the device and torch.distributed group.
+The reference policy mapped to the same class and pool as the actor lives inside the actor worker
+(`role="actor_rollout_ref"`); mapped elsewhere it is a role of its own (`role="ref"`).
 """
 
 from __future__ import annotations
@@ -12,56 +14,138 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from rlpost.single_controller.ray import RayClassWithInitArgs, ResourcePoolManager, Role
+from rlpost.single_controller.ray.base import unwrap_actor_class
 from rlpost.trainer.config.roles import need_critic, need_reference_policy
 
 
 @dataclass
 class WorkerGroups:
-    """The groups the trainer calls; `critic` / `reward_model` are None when the run has none."""
+    """The groups the trainer calls; `critic` / `reward_model` / `ref_policy` are None when not created.
+
+    `ref_policy` is the group whose `compute_ref_log_prob` the trainer calls: the actor group itself when
+    the reference lives in the actor worker.
+    """
 
     actor_rollout: Any
     critic: Any | None
     reward_model: Any | None
-    has_ref: bool
+    ref_policy: Any | None
 
 
-def actor_role_name(config: DictConfig) -> str:
-    """`actor_rollout_ref` when a reference policy is needed, else `actor_rollout`."""
-    return "actor_rollout_ref" if need_reference_policy(config) else "actor_rollout"
+@dataclass(frozen=True)
+class RolePlan:
+    """Which roles a trainer creates, checked against the config.
+
+    Attributes:
+        actor_role: `Role.ActorRollout` or `Role.ActorRolloutRef` (the key used in the mapping).
+        use_critic / use_reference_policy / use_rm: verl's flags of the same names.
+        ref_in_actor: the reference policy is computed by the actor worker group.
+    """
+
+    actor_role: Role
+    use_critic: bool
+    use_reference_policy: bool
+    use_rm: bool
+    ref_in_actor: bool
 
 
-def build_worker_groups(config: DictConfig) -> WorkerGroups:
-    """Start the colocated worker processes and initialise every role's models (rollout last)."""
-    from rlpost.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
-    from rlpost.single_controller.ray import create_colocated_worker_cls
+def default_role_worker_mapping(config: DictConfig) -> tuple[dict[Role, type], dict[Role, str]]:
+    """The roles `config` needs, all on `global_pool`: (role_worker_mapping, role -> pool name)."""
     from rlpost.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker
 
-    trainer = config.trainer
-    if not config.actor_rollout_ref.hybrid_engine:
-        raise ValueError("not supported yet: actor_rollout_ref.hybrid_engine=false (rollout on separate devices); "
-                         "use actor_rollout_ref.hybrid_engine=true")
-    pool = RayResourcePool(
-        process_on_nodes=[trainer.n_gpus_per_node] * trainer.nnodes,
-        use_gpu=trainer.device == "cuda",
-        name_prefix="global_pool",
-    )
-    class_dict = {"actor_rollout": RayClassWithInitArgs(
-        ActorRolloutRefWorker, config=config.actor_rollout_ref, role=actor_role_name(config))}
+    workers: dict[Role, type] = {Role.ActorRollout: ActorRolloutRefWorker}
+    if need_reference_policy(config):
+        workers[Role.RefPolicy] = ActorRolloutRefWorker
     if need_critic(config):
-        class_dict["critic"] = RayClassWithInitArgs(CriticWorker, config=config.critic)
+        workers[Role.Critic] = CriticWorker
     if config.reward_model.enable:
         from rlpost.workers.reward_model import RewardModelWorker
 
-        class_dict["rm"] = RayClassWithInitArgs(RewardModelWorker, config=config.reward_model)
-    group = RayWorkerGroup(
-        pool, create_colocated_worker_cls(class_dict), name_prefix="workers",
-        call_timeout_s=trainer.ray_call_timeout,
-        startup_timeout_s=trainer.ray_wait_register_center_timeout,
-    )
-    views = group.spawn(prefix_set=list(class_dict))
-    critic, rm = views.get("critic"), views.get("rm")
-    for wg in (critic, rm):
-        if wg is not None:
-            wg.init_model()
-    views["actor_rollout"].init_model()  # last: the engine sizes its cache after the others allocated
-    return WorkerGroups(views["actor_rollout"], critic, rm, has_ref=need_reference_policy(config))
+        workers[Role.RewardModel] = RewardModelWorker
+    return workers, {role: "global_pool" for role in workers}
+
+
+def plan_roles(config: DictConfig, role_worker_mapping: dict[Role, Any], pools: ResourcePoolManager) -> RolePlan:
+    """Check the mapping holds every role the config needs; decide where the reference policy lives.
+
+    Raises:
+        ValueError: a role the config needs is missing, or a mapped role has no pool.
+    """
+    have = sorted(r.name for r in role_worker_mapping)
+    if not config.actor_rollout_ref.hybrid_engine:
+        raise ValueError("not supported yet: actor_rollout_ref.hybrid_engine=false (rollout on separate devices); "
+                         "use actor_rollout_ref.hybrid_engine=true")
+    actor_role = Role.ActorRolloutRef if Role.ActorRolloutRef in role_worker_mapping else Role.ActorRollout
+    if actor_role not in role_worker_mapping:
+        raise ValueError(f"role_worker_mapping has roles {have}; the hybrid engine needs Role.ActorRollout "
+                         f"(actor + rollout in one worker), e.g. {{Role.ActorRollout: ActorRolloutRefWorker}}")
+    for role in role_worker_mapping:
+        if role not in pools.mapping:
+            raise ValueError(f"Role.{role.name} is in role_worker_mapping but not in the resource pool manager's "
+                             f"mapping {sorted(r.name for r in pools.mapping)}: map it to a pool, e.g. 'global_pool'")
+    separate_ref = Role.RefPolicy in role_worker_mapping and not _same_worker(
+        role_worker_mapping, pools, Role.RefPolicy, actor_role)
+    use_ref = actor_role == Role.ActorRolloutRef or Role.RefPolicy in role_worker_mapping
+    if need_reference_policy(config) and not use_ref:
+        raise ValueError(f"actor_rollout_ref.actor.use_kl_loss / algorithm.use_kl_in_reward need a reference policy; "
+                         f"role_worker_mapping has roles {have}: add Role.RefPolicy (e.g. the actor's worker class)")
+    use_critic = need_critic(config)
+    if use_critic and Role.Critic not in role_worker_mapping:
+        raise ValueError(f"algorithm.adv_estimator={config.algorithm.adv_estimator} / critic.enable="
+                         f"{config.critic.enable} need a critic; role_worker_mapping has roles {have}: add Role.Critic")
+    use_rm = bool(config.reward_model.enable)
+    if use_rm != (Role.RewardModel in role_worker_mapping):
+        raise ValueError(f"reward_model.enable={config.reward_model.enable} but role_worker_mapping has roles {have}: "
+                         f"Role.RewardModel must be mapped exactly when reward_model.enable=true")
+    return RolePlan(actor_role, use_critic, use_ref, use_rm, ref_in_actor=use_ref and not separate_ref)
+
+
+def _same_worker(mapping: dict[Role, Any], pools: ResourcePoolManager, a: Role, b: Role) -> bool:
+    return (unwrap_actor_class(mapping[a]) is unwrap_actor_class(mapping[b])
+            and pools.mapping[a] == pools.mapping[b])
+
+
+def build_worker_groups(config: DictConfig, plan: RolePlan, role_worker_mapping: dict[Role, Any],
+                        pools: ResourcePoolManager, ray_worker_group_cls: type) -> WorkerGroups:
+    """Create the pools, start one colocated worker group per pool, then initialise every role's models.
+
+    The rollout-holding actor is initialised last so the engine sizes its cache after the others allocated.
+    """
+    from rlpost.single_controller.ray import create_colocated_worker_cls
+
+    specs = _role_specs(config, plan, role_worker_mapping)
+    pools.create_resource_pool()
+    by_pool: dict[Any, dict[str, RayClassWithInitArgs]] = {}
+    for role, (prefix, spec) in specs.items():
+        by_pool.setdefault(pools.get_resource_pool(role), {})[prefix] = spec
+    views: dict[str, Any] = {}
+    for pool, class_dict in by_pool.items():
+        group = ray_worker_group_cls(
+            resource_pool=pool, ray_cls_with_init=create_colocated_worker_cls(class_dict),
+            name_prefix=pool.name_prefix or "workers", call_timeout_s=config.trainer.ray_call_timeout,
+            startup_timeout_s=config.trainer.ray_wait_register_center_timeout,
+        )
+        views.update(group.spawn(prefix_set=list(class_dict)))
+    for prefix in ("critic", "ref", "rm"):
+        if prefix in views:
+            views[prefix].init_model()
+    actor = views["actor_rollout"]
+    actor.init_model()
+    ref = actor if plan.ref_in_actor else views.get("ref")
+    return WorkerGroups(actor, views.get("critic"), views.get("rm"), ref)
+
+
+def _role_specs(config: DictConfig, plan: RolePlan, mapping: dict[Role, Any]) -> dict[Role, tuple[str, Any]]:
+    """{role: (colocated prefix, class + constructor arguments)} for every role the plan creates."""
+    actor_kind = "actor_rollout_ref" if plan.ref_in_actor else "actor_rollout"
+    specs = {plan.actor_role: ("actor_rollout", RayClassWithInitArgs(
+        mapping[plan.actor_role], config=config.actor_rollout_ref, role=actor_kind))}
+    if plan.use_reference_policy and not plan.ref_in_actor:
+        specs[Role.RefPolicy] = ("ref", RayClassWithInitArgs(
+            mapping[Role.RefPolicy], config=config.actor_rollout_ref, role="ref"))
+    if plan.use_critic:
+        specs[Role.Critic] = ("critic", RayClassWithInitArgs(mapping[Role.Critic], config=config.critic))
+    if plan.use_rm:
+        specs[Role.RewardModel] = ("rm", RayClassWithInitArgs(mapping[Role.RewardModel], config=config.reward_model))
+    return specs

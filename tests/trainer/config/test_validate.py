@@ -63,6 +63,9 @@ RULES = [
     ({f"{ARR}.rollout.tensor_model_parallel_size": 2}, ["trainer.device=cpu", "tensor_model_parallel_size=1"]),
     ({"algorithm.rollout_correction.rollout_is": "token"}, ["calculate_log_probs=true"]),
     ({"algorithm.filter_groups.enable": True, "algorithm.adv_estimator": "gae"}, ["adv_estimator=grpo"]),
+    ({"data.gen_batch_size": 16}, ["data.gen_batch_size=16", "algorithm.filter_groups.enable=true"]),
+    ({"algorithm.rollout_correction.bypass_mode": True, "algorithm.rollout_correction.loss_type": "reinforce",
+      f"{ARR}.rollout.calculate_log_probs": True}, ["not supported yet", "loss_type=ppo_clip"]),
     # zero / negative sizes
     ({"data.train_batch_size": 0}, ["data.train_batch_size=0", "must be an integer >= 1", "data.train_batch_size=1"]),
     ({f"{ARR}.actor.ppo_epochs": -1}, [f"{ARR}.actor.ppo_epochs=-1", f"{ARR}.actor.ppo_epochs=1"]),
