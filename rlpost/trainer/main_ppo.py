@@ -18,7 +18,9 @@ from rlpost.trainer.config import ConfigError, ConfigWarning, validate_config
 from rlpost.trainer.config.convert import to_typed
 from rlpost.trainer.config.overrides import check_override_keys, check_user_yaml
 from rlpost.trainer.config.plan import dry_run_plan
-from rlpost.trainer.ppo.launch import TaskRunner, run_ppo  # noqa: F401  verl's names in this module
+from rlpost.data.loader import create_rl_sampler  # noqa: F401  verl's names in this module
+from rlpost.data.rl_dataset import create_rl_dataset  # noqa: F401
+from rlpost.trainer.ppo.launch import TaskRunner, run_ppo  # noqa: F401
 
 SEARCH_PATH = "pkg://rlpost.trainer.config"
 

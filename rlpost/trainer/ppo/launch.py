@@ -79,18 +79,25 @@ def build_trainer(config: DictConfig):
 
 
 def load_tokenizer(config: DictConfig):
-    """The policy tokenizer (`data.tokenizer` overrides the model path), left padding for generation."""
-    from transformers import AutoTokenizer
+    """The policy tokenizer, left padding for generation.
 
-    key = "data.tokenizer" if config.data.get("tokenizer") else "actor_rollout_ref.model.path"
-    path = os.path.expanduser(config.data.get("tokenizer") or config.actor_rollout_ref.model.path)
+    Its folder is `data.tokenizer`, else `actor_rollout_ref.model.tokenizer_path`, else the model path;
+    `actor_rollout_ref.model.custom_chat_template` replaces its chat template when set.
+    """
+    from rlpost.utils.tokenizer import hf_tokenizer
+
+    model = config.actor_rollout_ref.model
+    key, path = next((k, v) for k, v in (("data.tokenizer", config.data.tokenizer),
+                                          ("actor_rollout_ref.model.tokenizer_path", model.tokenizer_path),
+                                          ("actor_rollout_ref.model.path", model.path)) if v)
+    path = os.path.expanduser(path)
     if not os.path.isdir(path):
         raise InputError(f"{key}={path!r} is not a local folder; no model hub is used at run time: point it at a "
                          f"HF model folder (config.json + tokenizer), e.g. one made by scripts/make_tiny_model.py")
-    tok = AutoTokenizer.from_pretrained(path, trust_remote_code=config.data.get("trust_remote_code", False))
+    tok = hf_tokenizer(path, trust_remote_code=config.data.trust_remote_code)
     tok.padding_side = "left"
-    if tok.pad_token_id is None:
-        tok.pad_token = tok.eos_token
+    if model.custom_chat_template is not None:
+        tok.chat_template = model.custom_chat_template
     return tok
 
 

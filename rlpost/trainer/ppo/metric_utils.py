@@ -160,3 +160,10 @@ def process_validation_metrics(
             for metric, value in _group_metrics(groups, n).items():
                 metrics[f"{section}/{source}/{name}/{metric}"] = value
     return metrics
+
+
+def reduce_metrics(metrics: dict[str, Any]) -> dict[str, float]:
+    """Mean of each metric's list of values (one per rank or micro-batch); scalars pass through."""
+    import numpy as np
+
+    return {k: float(np.mean(v)) if isinstance(v, (list, tuple, np.ndarray)) else v for k, v in metrics.items()}

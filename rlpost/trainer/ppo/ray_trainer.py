@@ -38,15 +38,18 @@ from rlpost.protocol import DataProto
 from rlpost.single_controller.ray import RayWorkerGroup, ResourcePoolManager, Role
 from rlpost.trainer.ppo import core_algos
 from rlpost.trainer.ppo.checkpointing import TrainerCheckpointer
+from rlpost.trainer.ppo.core_algos import AdvantageEstimator, apply_kl_penalty, compute_advantage
 from rlpost.trainer.ppo.metric_utils import (
     compute_data_metrics,
     compute_throughout_metrics,
     compute_timing_metrics,
+    reduce_metrics,
 )
 from rlpost.trainer.ppo.roles import WorkerGroups, build_worker_groups, plan_roles
 from rlpost.trainer.ppo.validation import Validator, dump_generations, generation_inputs
 
-__all__ = ["RayPPOTrainer", "ResourcePoolManager", "Role"]
+__all__ = ["AdvantageEstimator", "RayPPOTrainer", "ResourcePoolManager", "Role", "apply_kl_penalty",
+           "compute_advantage", "compute_response_mask"]
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +60,12 @@ def _timer(name: str, timing: dict[str, float]):
     start = time.perf_counter()
     yield
     timing[name] = timing.get(name, 0.0) + time.perf_counter() - start
+
+
+def compute_response_mask(data: DataProto) -> torch.Tensor:
+    """(B, R) attention mask of the response tokens (verl's helper for recipes)."""
+    response_length = data.batch[K.RESPONSES].shape[1]
+    return data.batch[K.ATTENTION_MASK][:, -response_length:]
 
 
 class DataExhausted(Exception):
@@ -251,11 +260,11 @@ class RayPPOTrainer:
             if self.use_critic:
                 with _timer("update_critic", timing):
                     out = self.critic_wg.update_critic(batch)
-                metrics.update(_reduce(out.meta_info[K.META_METRICS]))
+                metrics.update(reduce_metrics(out.meta_info[K.META_METRICS]))
             if self.config.trainer.critic_warmup <= self.global_steps:
                 with _timer("update_actor", timing):
                     out = self.actor_rollout_wg.update_actor(batch)
-                metrics.update(_reduce(out.meta_info[K.META_METRICS]))
+                metrics.update(reduce_metrics(out.meta_info[K.META_METRICS]))
         timing.update({k.removeprefix("timing_s/"): metrics.pop(k) for k in list(metrics) if k.startswith("timing_s/")})
         self._dump_rollouts(batch, reward_keys)
         n_devices = self.config.trainer.n_gpus_per_node * self.config.trainer.nnodes
@@ -446,11 +455,6 @@ def first_groups(batch: DataProto, n_groups: int) -> DataProto:
     uids = batch.non_tensor_batch[K.UID]
     keep = set(list(dict.fromkeys(uids.tolist()))[:n_groups])  # dict keeps first-seen order
     return batch.select_idxs(np.flatnonzero([u in keep for u in uids]))
-
-
-def _reduce(metrics: dict[str, Any]) -> dict[str, float]:
-    """Mean of every list-valued metric gathered from several ranks or micro-batches."""
-    return {k: float(np.mean(v)) if isinstance(v, (list, tuple, np.ndarray)) else v for k, v in metrics.items()}
 
 
 def total_training_steps(config: DictConfig, batches_per_epoch: int) -> int:

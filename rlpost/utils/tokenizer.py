@@ -1,0 +1,40 @@
+"""verl's `hf_tokenizer` / `hf_processor`: load a tokenizer (pad token set) or a multimodal processor."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any
+
+
+def hf_tokenizer(name_or_path: str, correct_pad_token: bool = True, correct_gemma2: bool = True,
+                 **kwargs: Any) -> Any:
+    """`AutoTokenizer.from_pretrained(name_or_path, **kwargs)` with a pad token (the EOS token when missing).
+
+    Args:
+        name_or_path: a local HF folder (no hub at run time).
+        correct_pad_token: set `pad_token = eos_token` when the tokenizer has none.
+        correct_gemma2: Gemma-2 tokenizers end turns with `<end_of_turn>`; use it as EOS, as verl does.
+    """
+    from transformers import AutoTokenizer
+
+    path = os.path.expanduser(name_or_path)
+    if correct_gemma2 and "gemma-2" in path.lower():
+        warnings.warn("Gemma-2 tokenizer: using <end_of_turn> (id 107) as the EOS token", stacklevel=2)
+        kwargs.setdefault("eos_token", "<end_of_turn>")
+    tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
+    if correct_pad_token and tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def hf_processor(name_or_path: str, **kwargs: Any) -> Any:
+    """The model's multimodal processor, or None for a text-only model (as verl returns)."""
+    from transformers import AutoProcessor
+
+    try:
+        processor = AutoProcessor.from_pretrained(os.path.expanduser(name_or_path), **kwargs)
+    except (OSError, ValueError, TypeError):
+        return None
+    # A text model's AutoProcessor is its tokenizer: verl treats that as "no processor".
+    return None if "Processor" not in type(processor).__name__ else processor
