@@ -1,0 +1,78 @@
+"""Per-trajectory counters of the agent loops, and their per-step summary (`multi_turn/*`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:
+    from rlpost.agent.base import AgentLoopOutput
+
+
+@dataclass
+class TrajectoryStats:
+    """Counters of one trajectory.
+
+    Attributes:
+        assistant_turns: model turns.
+        user_turns: turns answering the model (a round of tool results, or an interaction's reply).
+        tool_calls: calls run (failed ones included; bad and dropped ones not).
+        tool_errors: calls that raised, timed out or named an unknown tool.
+        bad_tool_calls: tool-call blocks that could not be decoded (kept as text).
+        interaction_turns: replies the interaction gave (the final, terminating one included).
+        truncated: the response budget cut a turn or stopped the conversation.
+        tokenization_mismatch: the tokenization sanity check found a difference.
+    """
+
+    assistant_turns: int = 0
+    user_turns: int = 0
+    tool_calls: int = 0
+    tool_errors: int = 0
+    bad_tool_calls: int = 0
+    interaction_turns: int = 0
+    truncated: bool = False
+    tokenization_mismatch: bool = False
+
+    @property
+    def num_turns(self) -> int:
+        """verl's count: the prompt, each model turn and each answering turn."""
+        return 1 + self.assistant_turns + self.user_turns
+
+    def as_metrics(self) -> dict[str, float]:
+        return {
+            "assistant_turns": float(self.assistant_turns),
+            "tool_calls": float(self.tool_calls),
+            "tool_errors": float(self.tool_errors),
+            "bad_tool_calls": float(self.bad_tool_calls),
+            "interaction_turns": float(self.interaction_turns),
+            "truncated": float(self.truncated),
+            "tokenization_mismatch": float(self.tokenization_mismatch),
+        }
+
+
+def aggregate_metrics(outputs: Sequence[AgentLoopOutput]) -> dict[str, float]:
+    """Step metrics over a batch of trajectories.
+
+    Returns:
+        `multi_turn/num_turns/{mean,max}`, `multi_turn/tool_calls/mean`, `multi_turn/interaction_turns/mean`
+        (per trajectory), `multi_turn/tool_errors` and `multi_turn/bad_tool_calls` (totals of the batch),
+        `multi_turn/truncated_frac` and `multi_turn/tokenization_mismatch_frac`; {} for no outputs.
+    """
+    if not outputs:
+        return {}
+    n = len(outputs)
+
+    def values(key: str) -> list[float]:
+        return [float(o.metrics.get(key, 0.0)) for o in outputs]
+
+    turns = [float(o.num_turns) for o in outputs]
+    return {
+        "multi_turn/num_turns/mean": sum(turns) / n,
+        "multi_turn/num_turns/max": max(turns),
+        "multi_turn/tool_calls/mean": sum(values("tool_calls")) / n,
+        "multi_turn/interaction_turns/mean": sum(values("interaction_turns")) / n,
+        "multi_turn/tool_errors": sum(values("tool_errors")),
+        "multi_turn/bad_tool_calls": sum(values("bad_tool_calls")),
+        "multi_turn/truncated_frac": sum(values("truncated")) / n,
+        "multi_turn/tokenization_mismatch_frac": sum(values("tokenization_mismatch")) / n,
+    }

@@ -1,0 +1,1 @@
+"""Helpers of the interactions package: the interaction-YAML loader."""
