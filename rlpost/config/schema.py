@@ -112,6 +112,7 @@ class CriticConfig(BaseConfig):
     forward_max_token_len_per_gpu: int
     ppo_epochs: int
     shuffle: bool
+    data_loader_seed: int | None
     grad_clip: float
     cliprange_value: float
     loss_agg_mode: str

@@ -19,6 +19,15 @@ class WrapPolicyConfig(BaseConfig):
 
 
 @dataclass(frozen=True)
+class MixedPrecisionConfig(BaseConfig):
+    """`*.fsdp_config.mixed_precision`."""
+
+    param_dtype: str | None
+    reduce_dtype: str
+    buffer_dtype: str
+
+
+@dataclass(frozen=True)
 class FsdpConfig(BaseConfig):
     """`actor.fsdp_config` and `critic.model.fsdp_config`."""
 
@@ -37,6 +46,7 @@ class FsdpConfig(BaseConfig):
     use_torch_compile: bool
     entropy_checkpointing: bool
     forward_only: bool
+    mixed_precision: MixedPrecisionConfig
 
 
 @dataclass(frozen=True)
@@ -58,6 +68,7 @@ class RefFsdpConfig(BaseConfig):
     use_torch_compile: bool
     entropy_checkpointing: bool
     forward_only: bool
+    mixed_precision: MixedPrecisionConfig
 
 
 @dataclass(frozen=True)

@@ -3,10 +3,12 @@
 A row: `prompt` (list of chat messages), `data_source`, `reward_model: {style, ground_truth}`,
 `extra_info` (dict). Everything that can be wrong with the files (missing file, missing column,
 unsupported column, overlong prompt with `truncation=error`) fails at construction, before Ray starts.
+Config: the `data` group, read by attribute (the composed DictConfig or the typed `DataConfig`).
 """
 
 from __future__ import annotations
 
+import importlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -18,11 +20,6 @@ from torch.utils.data import Dataset
 from rlpost import keys
 
 TRUNCATIONS = ("left", "right", "middle", "error")
-
-
-def _cfg(config: Any, key: str, default: Any) -> Any:
-    value = config.get(key, default) if config is not None else default
-    return default if value is None else value
 
 
 def _plain(value: Any) -> Any:
@@ -78,32 +75,37 @@ class RLHFDataset(Dataset):
     Args:
         data_files: one parquet path or a list of them.
         tokenizer: a HF tokenizer with a chat template.
-        config: the `data` config group (prompt_key, max_prompt_length, truncation, ...).
+        config: the `data` config group (prompt_key, max_prompt_length, truncation, apply_chat_template_kwargs,
+            ...). `return_multi_modal_inputs` has no effect: text rows carry no multi-modal inputs.
         processor: multimodal processor; not supported yet (must be None).
+        max_samples: keep only the first `max_samples` rows of the files (before any filtering); -1: all.
     """
 
-    def __init__(self, data_files: str | list[str], tokenizer: Any, config: Any, processor: Any = None):
+    def __init__(self, data_files: str | list[str], tokenizer: Any, config: Any, processor: Any = None,
+                 max_samples: int = -1):
         if processor is not None:
             raise ValueError("not supported yet: multimodal processor for RLHFDataset")
         self.tokenizer = tokenizer
-        self.prompt_key = _cfg(config, "prompt_key", "prompt")
-        self.reward_fn_key = _cfg(config, "reward_fn_key", keys.DATA_SOURCE)
-        self.max_prompt_length = int(_cfg(config, "max_prompt_length", 512))
-        self.truncation = _cfg(config, "truncation", "error")
-        self.return_raw_chat = bool(_cfg(config, "return_raw_chat", False))
-        self.return_raw_input_ids = bool(_cfg(config, "return_raw_input_ids", False))
-        self.return_full_prompt = bool(_cfg(config, "return_full_prompt", False))
+        self.prompt_key = config.prompt_key
+        self.reward_fn_key = config.reward_fn_key
+        self.max_prompt_length = int(config.max_prompt_length)
+        self.truncation = config.truncation
+        self.return_raw_chat = bool(config.return_raw_chat)
+        self.return_raw_input_ids = bool(config.return_raw_input_ids)
+        self.return_full_prompt = bool(config.return_full_prompt)
+        # e.g. {enable_thinking: false}: passed to every apply_chat_template call on the prompts
+        self.chat_template_kwargs = _plain_mapping(config.apply_chat_template_kwargs)
         if self.truncation not in TRUNCATIONS:
             raise ValueError(f"data.truncation={self.truncation!r} must be one of {TRUNCATIONS}")
-        if _cfg(config, "use_shm", False):
-            raise ValueError("not supported yet: data.use_shm")
         self.data_files = data_files
         frame = read_parquet_files(data_files)
+        if max_samples > 0:
+            frame = frame.iloc[:max_samples]
         self._check_columns(frame, config)
         self.rows = frame.to_dict("records")
         self.texts = [self._template(self._messages(r)) for r in self.rows]
-        if _cfg(config, "filter_overlong_prompts", False):
-            self._filter_overlong(int(_cfg(config, "filter_overlong_prompts_workers", 1)))
+        if config.filter_overlong_prompts:
+            self._filter_overlong(int(config.filter_overlong_prompts_workers))
 
     def _check_columns(self, frame: Any, config: Any) -> None:
         columns = list(frame.columns)
@@ -112,8 +114,7 @@ class RLHFDataset(Dataset):
                 raise KeyError(
                     f"{key_name}: column {column!r} not found in {self.data_files}; available columns: {columns}"
                 )
-        for key_name, default in (("image_key", "images"), ("video_key", "videos")):
-            column = _cfg(config, key_name, default)
+        for key_name, column in (("image_key", config.image_key), ("video_key", config.video_key)):
             if column in columns and frame[column].notna().any():
                 raise ValueError(f"not supported yet: data.{key_name} (column {column!r} has data)")
 
@@ -122,7 +123,8 @@ class RLHFDataset(Dataset):
         return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
 
     def _template(self, messages: list[dict]) -> str:
-        return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False,
+                                                  **self.chat_template_kwargs)
 
     def _filter_overlong(self, workers: int) -> None:
         """Drop rows whose templated prompt is longer than max_prompt_length (token count)."""
@@ -189,27 +191,54 @@ def collate_fn(samples: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def load_dataset_class(path: str, name: str) -> type:
-    """The user `Dataset` subclass `name` defined in the file `path` (data.custom_cls)."""
+def _plain_mapping(value: Any) -> dict[str, Any]:
+    """A free-form mapping of the config (DictConfig or dict) as a plain dict."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else dict(value)
+
+
+def load_extern_class(class_path: str, class_name: str, config_key: str, path_field: str = "path",
+                      name_field: str = "name") -> type:
+    """The class `class_name` of a user file or module, read as verl's `load_extern_type` reads a path:
+    `pkg://a.b.c` (or `pkg://a/b/c`) imports the module a.b.c; `file:///abs/x.py` or a plain path loads
+    the file. Errors name `{config_key}.{path_field}` / `{config_key}.{name_field}`."""
     from rlpost.reward.custom import load_function_from_file
 
-    cls = load_function_from_file(path, name, config_key="data.custom_cls")
+    if str(class_path).startswith("pkg://"):
+        module_name = str(class_path)[len("pkg://"):].replace("/", ".")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise ImportError(f"{config_key}.{path_field}: cannot import module {module_name!r}: {exc}") from exc
+        cls = getattr(module, class_name, None)
+        if not isinstance(cls, type):
+            raise AttributeError(f"{config_key}.{name_field}: class {class_name!r} not found in {module_name}")
+        return cls
+    path = str(class_path)[len("file://"):] if str(class_path).startswith("file://") else str(class_path)
+    return load_function_from_file(path, class_name, config_key, path_field, name_field)
+
+
+def load_dataset_class(path: str, name: str) -> type:
+    """The user `Dataset` subclass `name` defined in `path` (data.custom_cls; a file, or `pkg://module`)."""
+    cls = load_extern_class(path, name, "data.custom_cls")
     if not (isinstance(cls, type) and issubclass(cls, Dataset)):
         raise TypeError(f"data.custom_cls: {name} in {path} must be a subclass of torch.utils.data.Dataset")
     return cls
 
 
-def create_rl_dataset(data_files: str | list[str], data_config: Any, tokenizer: Any, processor: Any = None) -> Dataset:
-    """Build the dataset: `data.custom_cls` if set (same constructor signature), else `RLHFDataset`.
-    `data.tokenizer` (a path) replaces `tokenizer` when set."""
-    tokenizer_path = _cfg(data_config, "tokenizer", None)
-    if tokenizer_path:
+def create_rl_dataset(data_files: str | list[str], data_config: Any, tokenizer: Any, processor: Any = None,
+                      is_train: bool = True) -> Dataset:
+    """Build the dataset: `data.custom_cls` if set, else `RLHFDataset`; both are called as
+    `cls(data_files, tokenizer, data_config, processor, max_samples=...)` (verl's signature), with
+    `data.train_max_samples` (is_train) or `data.val_max_samples`. `data.tokenizer` (a path) replaces
+    `tokenizer` when set."""
+    if data_config.tokenizer:
         from transformers import AutoTokenizer
 
-        trust = bool(_cfg(data_config, "trust_remote_code", False))
-        tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_path), trust_remote_code=trust)
-    custom = _cfg(data_config, "custom_cls", None)
-    cls = RLHFDataset
-    if custom is not None and custom.get("path"):
-        cls = load_dataset_class(custom.get("path"), custom.get("name") or "")
-    return cls(data_files, tokenizer, data_config, processor)
+        tokenizer = AutoTokenizer.from_pretrained(str(data_config.tokenizer),
+                                                  trust_remote_code=bool(data_config.trust_remote_code))
+    custom = data_config.custom_cls
+    cls = load_dataset_class(custom.path, custom.name) if custom.path else RLHFDataset
+    max_samples = data_config.train_max_samples if is_train else data_config.val_max_samples
+    return cls(data_files, tokenizer, data_config, processor, max_samples=int(max_samples))

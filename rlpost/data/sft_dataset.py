@@ -59,7 +59,7 @@ class SFTDataset(Dataset):
     def __init__(self, parquet_files: str | Sequence[str], tokenizer, config) -> None:
         self.tokenizer = tokenizer
         self.max_length = int(config.max_length)
-        self.truncation = config.get("truncation", "error")
+        self.truncation = config.truncation
         if self.truncation not in TRUNCATION_MODES:
             raise ValueError(
                 f"data.truncation={self.truncation!r} is not valid: use one of {TRUNCATION_MODES}"
@@ -70,8 +70,8 @@ class SFTDataset(Dataset):
         for key in (config.prompt_key, config.response_key):
             if key not in frame.columns:
                 raise KeyError(f"column {key!r} not in {list(frame.columns)} (data.prompt_key/response_key)")
-        self.prompts = [_dig(p, config.get("prompt_dict_keys")) for p in frame[config.prompt_key]]
-        self.responses = [_dig(r, config.get("response_dict_keys")) for r in frame[config.response_key]]
+        self.prompts = [_dig(p, config.prompt_dict_keys) for p in frame[config.prompt_key]]
+        self.responses = [_dig(r, config.response_dict_keys) for r in frame[config.response_key]]
 
     def __len__(self) -> int:
         return len(self.prompts)

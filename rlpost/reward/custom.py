@@ -20,10 +20,10 @@ DEFAULT_FUNCTION_NAME = "compute_score"
 
 
 @functools.lru_cache(maxsize=32)
-def _load_module(path: str, config_key: str):
+def _load_module(path: str, path_key: str):
     file = Path(path)
     if not file.is_file():
-        raise FileNotFoundError(f"{config_key}.path: file not found: {path}")
+        raise FileNotFoundError(f"{path_key}: file not found: {path}")
     # A stable, path-derived module name: two files called `reward.py` must not clash.
     mod_name = "rlpost_custom_reward_" + hashlib.md5(str(file.resolve()).encode()).hexdigest()[:12]
     spec = importlib.util.spec_from_file_location(mod_name, str(file))
@@ -33,25 +33,26 @@ def _load_module(path: str, config_key: str):
         spec.loader.exec_module(module)
     except Exception as exc:
         del sys.modules[mod_name]
-        raise RuntimeError(f"{config_key}.path: error while importing {path}: {exc!r}") from exc
+        raise RuntimeError(f"{path_key}: error while importing {path}: {exc!r}") from exc
     return module
 
 
-def load_function_from_file(path: str, name: str, config_key: str = "custom_reward_function") -> Callable[..., Any]:
+def load_function_from_file(path: str, name: str, config_key: str = "custom_reward_function",
+                            path_field: str = "path", name_field: str = "name") -> Callable[..., Any]:
     """Import `path` as a module and return its attribute `name` (a function or a class).
 
-    `config_key` is the config group named in error messages.
+    Error messages name `{config_key}.{path_field}` and `{config_key}.{name_field}`.
 
     Raises:
         FileNotFoundError: `path` does not exist.
         AttributeError: the file has no callable `name` (the message lists the callables it has).
     """
-    module = _load_module(str(path), config_key)
+    module = _load_module(str(path), f"{config_key}.{path_field}")
     fn = getattr(module, name, None)
     if not callable(fn):
         available = sorted(k for k, v in vars(module).items() if callable(v) and not k.startswith("_"))
         raise AttributeError(
-            f"{config_key}.name: {name!r} not found in {path}; callables there: {available}"
+            f"{config_key}.{name_field}: {name!r} not found in {path}; callables there: {available}"
         )
     return fn
 
@@ -75,12 +76,11 @@ class RewardFnSpec:
 
 
 def reward_fn_spec(config: Any) -> RewardFnSpec:
-    """Build the spec from the full config's `custom_reward_function` group (missing group -> built-in)."""
-    group = _get(config, "custom_reward_function", None) or {}
-    path = _get(group, "path", None)
-    name = _get(group, "name", None) or DEFAULT_FUNCTION_NAME
+    """Build the spec from the full config's `custom_reward_function` group (path null: the built-in scorer)."""
+    group = config.custom_reward_function
+    path, name = group.path, group.name
     # ppo_trainer.yaml lists example kwargs as null: a null entry means "not passed".
-    kwargs = {k: v for k, v in _to_plain(_get(group, "reward_kwargs", None) or {}).items() if v is not None}
+    kwargs = {k: v for k, v in to_plain(group.reward_kwargs).items() if v is not None}
     if path is None and name != DEFAULT_FUNCTION_NAME:
         raise ValueError(
             f"custom_reward_function.name={name!r} is set but custom_reward_function.path is null; "
@@ -95,20 +95,8 @@ def get_custom_reward_fn(config: Any) -> Callable[..., Any] | None:
     return spec.resolve() if spec.path else None
 
 
-def _get(obj: Any, key: str, default: Any) -> Any:
-    if obj is None:
-        return default
-    if isinstance(obj, dict):
-        return obj.get(key, default)
-    return obj.get(key, default) if hasattr(obj, "get") else getattr(obj, key, default)
+def to_plain(obj: Any) -> dict[str, Any]:
+    """A free-form mapping of the config (DictConfig or dict) as a plain dict."""
+    from omegaconf import OmegaConf
 
-
-def _to_plain(obj: Any) -> Any:
-    try:
-        from omegaconf import DictConfig, ListConfig, OmegaConf
-
-        if isinstance(obj, (DictConfig, ListConfig)):
-            return OmegaConf.to_container(obj, resolve=True)
-    except ImportError:  # pragma: no cover - omegaconf is a hard dependency
-        pass
-    return dict(obj)
+    return OmegaConf.to_container(obj, resolve=True) if OmegaConf.is_config(obj) else dict(obj)

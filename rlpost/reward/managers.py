@@ -82,11 +82,11 @@ class DAPORewardManager(NaiveRewardManager):
         super().__init__(tokenizer, num_examine, spec, reward_fn_key)
         self.max_resp_len = max_resp_len
         self.buffer = overlong_buffer_cfg
-        if self.buffer is not None and self.buffer.get("enable", False):
+        if self.buffer is not None and self.buffer.enable:
             if max_resp_len is None:
                 raise ValueError("reward_model.overlong_buffer.enable=True needs data.max_response_length")
-            if not 0 < int(self.buffer.get("len")) <= int(max_resp_len):
-                raise ValueError(f"reward_model.overlong_buffer.len={self.buffer.get('len')} must be in "
+            if not 0 < int(self.buffer.len) <= int(max_resp_len):
+                raise ValueError(f"reward_model.overlong_buffer.len={self.buffer.len} must be in "
                                  f"(0, data.max_response_length={max_resp_len}]")
 
     def __call__(self, data: Any, return_dict: bool = False):
@@ -94,24 +94,24 @@ class DAPORewardManager(NaiveRewardManager):
             return base.rm_scores_passthrough(data, return_dict)
         samples = base.decode_batch(data, self.tokenizer, self.reward_fn_key)
         results = self.score_samples(samples)
-        if self.buffer is not None and self.buffer.get("enable", False):
+        if self.buffer is not None and self.buffer.enable:
             results = [self._penalise(r, s) for r, s in zip(results, samples)]
         return base.finish(data, samples, results, self.num_examine, return_dict)
 
     def _penalise(self, result: Any, sample: base.Sample) -> dict[str, Any]:
         score, extra = base.split_result(result, sample)
-        buffer_len = int(self.buffer.get("len"))
+        buffer_len = int(self.buffer.len)
         expected = self.max_resp_len - buffer_len
         exceed = sample.valid_response_length - expected
-        penalty = min(-exceed / buffer_len * float(self.buffer.get("penalty_factor", 1.0)), 0.0)
+        penalty = min(-exceed / buffer_len * float(self.buffer.penalty_factor), 0.0)
         out = {"score": score + penalty, **extra}
-        if self.buffer.get("log", False):
+        if self.buffer.log:
             out.update(overlong_reward=penalty, overlong=penalty < 0)
         return out
 
 
 def load_reward_manager(config: Any, tokenizer: Any, num_examine: int = 0, **kwargs: Any) -> Callable:
-    """Build the manager named by `config.reward_model.reward_manager` (default `naive`).
+    """Build the manager named by `config.reward_model.reward_manager`.
 
     Args:
         config: the full trainer config (`reward_model`, `custom_reward_function`, `data` groups).
@@ -119,21 +119,16 @@ def load_reward_manager(config: Any, tokenizer: Any, num_examine: int = 0, **kwa
         num_examine: samples per data source to print on each call.
         **kwargs: extra manager arguments (added to `reward_model.reward_kwargs`).
     """
-    from rlpost.reward.custom import _get, _to_plain, reward_fn_spec
+    from rlpost.reward.custom import reward_fn_spec, to_plain
 
-    rm_cfg = _get(config, "reward_model", None) or {}
-    name = _get(rm_cfg, "reward_manager", None) or "naive"
-    if _get(rm_cfg, "launch_reward_fn_async", False):
-        raise ValueError("not supported yet: reward_model.launch_reward_fn_async")
-    manager_kwargs = {**_to_plain(_get(rm_cfg, "reward_kwargs", None) or {}), **kwargs}
-    data_cfg = _get(config, "data", None) or {}
-    manager_kwargs["reward_fn_key"] = _get(data_cfg, "reward_fn_key", None) or keys.DATA_SOURCE
-    buffer = _get(rm_cfg, "overlong_buffer", None)
-    if name != "dapo" and buffer is not None and _get(buffer, "enable", False):
+    rm_cfg, data_cfg = config.reward_model, config.data
+    name = rm_cfg.reward_manager
+    manager_kwargs = {**to_plain(rm_cfg.reward_kwargs), **kwargs, "reward_fn_key": data_cfg.reward_fn_key}
+    if name != "dapo" and rm_cfg.overlong_buffer.enable:
         raise ValueError(f"reward_model.overlong_buffer.enable=True needs reward_model.reward_manager=dapo, "
                          f"got {name!r}")
     if name == "dapo":
-        manager_kwargs.setdefault("max_resp_len", _get(data_cfg, "max_response_length", None))
-        manager_kwargs.setdefault("overlong_buffer_cfg", _get(rm_cfg, "overlong_buffer", None))
+        manager_kwargs.setdefault("max_resp_len", data_cfg.max_response_length)
+        manager_kwargs.setdefault("overlong_buffer_cfg", rm_cfg.overlong_buffer)
     cls = REWARD_MANAGERS.get(name)
     return cls(tokenizer=tokenizer, num_examine=num_examine, spec=reward_fn_spec(config), **manager_kwargs)

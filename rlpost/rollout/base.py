@@ -18,42 +18,6 @@ if TYPE_CHECKING:
 
     from rlpost.protocol import DataProto
 
-_MISSING = object()
-
-
-def cfg_get(cfg: Any, dotted: str, default: Any = None) -> Any:
-    """Read `a.b.c` from a DictConfig, dict or attribute object; `default` when absent or None."""
-    node = cfg
-    for part in dotted.split("."):
-        if node is None:
-            return default
-        if hasattr(node, "get") and not isinstance(node, type):
-            try:
-                node = node.get(part, _MISSING)
-            except Exception:  # noqa: BLE001 - structured configs raise on unknown keys
-                node = getattr(node, part, _MISSING)
-        else:
-            node = getattr(node, part, _MISSING)
-        if node is _MISSING:
-            return default
-    return default if node is None else node
-
-
-def check_unsupported(config: Any) -> None:
-    """Refuse rollout options that are in scope but not built yet, instead of ignoring them.
-
-    Raises:
-        NotImplementedError: naming the key, when it is set away from its default.
-    """
-    if cfg_get(config, "use_fire_sampling", False):
-        raise NotImplementedError(
-            "not supported yet: actor_rollout_ref.rollout.use_fire_sampling=True (set it to False)"
-        )
-    if cfg_get(config, "multi_turn.enable", False):
-        raise NotImplementedError(
-            "not supported yet: actor_rollout_ref.rollout.multi_turn.enable=True (set it to False)"
-        )
-
 
 @dataclass(frozen=True)
 class SamplingSpec:
@@ -73,34 +37,27 @@ class SamplingSpec:
 
 
 def resolve_sampling(config: Any, meta_info: dict) -> SamplingSpec:
-    """Merge rollout config, `val_kwargs` (when meta_info["validate"]) and meta_info overrides.
+    """Merge the rollout config, `val_kwargs` (when meta_info["validate"]) and meta_info overrides.
 
     meta_info `do_sample=False` forces greedy; meta_info `temperature` overrides the config value.
     """
-    validate = bool(meta_info.get(keys.META_VALIDATE, False))
-    if validate:  # validation defaults are greedy, as in verl's val_kwargs
-        do_sample = bool(cfg_get(config, "val_kwargs.do_sample", False))
-        temperature = float(cfg_get(config, "val_kwargs.temperature", 0.0))
-        top_k = int(cfg_get(config, "val_kwargs.top_k", -1))
-        top_p = float(cfg_get(config, "val_kwargs.top_p", 1.0))
+    if meta_info.get(keys.META_VALIDATE, False):
+        val = config.val_kwargs
+        do_sample, temperature, top_k, top_p = bool(val.do_sample), float(val.temperature), val.top_k, val.top_p
     else:
-        do_sample = bool(cfg_get(config, "do_sample", True))
-        temperature = float(meta_info.get(keys.META_TEMPERATURE, cfg_get(config, "temperature", 1.0)))
-        top_k = int(cfg_get(config, "top_k", -1))
-        top_p = float(cfg_get(config, "top_p", 1.0))
+        do_sample = bool(config.do_sample)
+        temperature = float(meta_info.get(keys.META_TEMPERATURE, config.temperature))
+        top_k, top_p = config.top_k, config.top_p
     if keys.META_DO_SAMPLE in meta_info:  # the caller may only turn sampling off, never on
         do_sample = do_sample and bool(meta_info[keys.META_DO_SAMPLE])
-    response_length = cfg_get(config, "response_length")
-    if response_length is None:
-        raise ValueError("actor_rollout_ref.rollout.response_length must be set (defaults to data.max_response_length)")
     return SamplingSpec(
         greedy=(not do_sample) or temperature <= 0.0,
         temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        max_tokens=int(response_length),
-        ignore_eos=bool(cfg_get(config, "ignore_eos", False)),
-        logprobs=bool(cfg_get(config, "calculate_log_probs", False)),
+        top_k=int(top_k),
+        top_p=float(top_p),
+        max_tokens=int(config.response_length),
+        ignore_eos=bool(config.ignore_eos),
+        logprobs=bool(config.calculate_log_probs),
     )
 
 

@@ -14,7 +14,7 @@ import torch
 from rlpost import keys
 from rlpost.protocol import DataProto
 from rlpost.rollout import ROLLOUT_REGISTRY
-from rlpost.rollout.base import BaseRollout, SamplingSpec, check_unsupported, resolve_sampling
+from rlpost.rollout.base import BaseRollout, SamplingSpec, resolve_sampling
 from rlpost.rollout.utils import assemble_output, eos_id_set
 
 logger = logging.getLogger(__name__)
@@ -54,7 +54,6 @@ class HFRollout(BaseRollout):
     def __init__(
         self, config: Any, model_path: str, tokenizer: Any, device: str, module: torch.nn.Module | None = None
     ) -> None:
-        check_unsupported(config)
         self.config, self.tokenizer, self.device = config, tokenizer, device
         if module is None:
             from transformers import AutoModelForCausalLM

@@ -21,7 +21,7 @@ import torch
 from rlpost import keys
 from rlpost.protocol import DataProto
 from rlpost.rollout import ROLLOUT_REGISTRY
-from rlpost.rollout.base import BaseRollout, SamplingSpec, cfg_get, check_unsupported, resolve_sampling
+from rlpost.rollout.base import BaseRollout, SamplingSpec, resolve_sampling
 from rlpost.rollout.utils import assemble_output, eos_id_set, prompt_token_lists
 
 logger = logging.getLogger(__name__)
@@ -48,26 +48,24 @@ def _import_sglang(device: str) -> Any:
 
 def engine_kwargs(config: Any, model_path: str) -> dict[str, Any]:
     """rollout config -> `sglang.Engine(...)` arguments; gpu_memory_utilization -> mem_fraction_static
-    unless engine_kwargs.sglang.mem_fraction_static is given."""
-    extra = {k: v for k, v in dict(cfg_get(config, "engine_kwargs.sglang", {}) or {}).items() if v is not None}
+    unless engine_kwargs.sglang.mem_fraction_static is given (null entries of engine_kwargs.sglang are
+    dropped, the others passed last and win); `max_model_len: null` means prompt + response length."""
+    extra = {k: v for k, v in dict(config.engine_kwargs.sglang).items() if v is not None}
     rank = int(os.environ.get("RANK", "0"))
-    tp = int(cfg_get(config, "tensor_model_parallel_size", 1))
-    if tp != 1:
-        raise NotImplementedError(
-            f"not supported yet: actor_rollout_ref.rollout.tensor_model_parallel_size={tp} with sglang (use 1)"
-        )
-    prompt_len = int(cfg_get(config, "prompt_length", 512))
-    response_len = int(cfg_get(config, "response_length", 512))
+    tp = int(config.tensor_model_parallel_size)
+    context_length = config.max_model_len
+    if context_length is None:
+        context_length = int(config.prompt_length) + int(config.response_length)
     kwargs: dict[str, Any] = {
         "model_path": model_path,
-        "dtype": str(cfg_get(config, "dtype", "bfloat16")),
-        "mem_fraction_static": float(cfg_get(config, "gpu_memory_utilization", 0.5)),
-        "context_length": int(cfg_get(config, "max_model_len", prompt_len + response_len)),
-        "load_format": "dummy" if str(cfg_get(config, "load_format", "dummy")).startswith("dummy") else "auto",
+        "dtype": str(config.dtype),
+        "mem_fraction_static": float(config.gpu_memory_utilization),
+        "context_length": int(context_length),
+        "load_format": "dummy" if str(config.load_format).startswith("dummy") else "auto",
         "tp_size": 1,
         "base_gpu_id": int(os.environ.get("LOCAL_RANK", "0")),
         "random_seed": rank,
-        "enable_memory_saver": bool(cfg_get(config, "free_cache_engine", True)),
+        "enable_memory_saver": bool(config.free_cache_engine),
         "skip_tokenizer_init": True,
         "log_level": "error",
     }
@@ -95,10 +93,9 @@ class SGLangRollout(BaseRollout):
     """`sglang.Engine` per worker process (TP 1)."""
 
     def __init__(self, config: Any, model_path: str, tokenizer: Any, device: str, module: Any = None) -> None:
-        check_unsupported(config)
         sglang = _import_sglang(device)
         self.config, self.tokenizer = config, tokenizer
-        self.free_cache_engine = bool(cfg_get(config, "free_cache_engine", True))
+        self.free_cache_engine = bool(config.free_cache_engine)
         start = time.perf_counter()
         self.engine = sglang.Engine(**engine_kwargs(config, model_path))
         logger.info("SGLang engine started in %.1f s", time.perf_counter() - start)

@@ -27,7 +27,7 @@ from vllm import LLM, SamplingParams  # noqa: E402
 from rlpost import keys  # noqa: E402
 from rlpost.protocol import DataProto  # noqa: E402
 from rlpost.rollout import ROLLOUT_REGISTRY  # noqa: E402
-from rlpost.rollout.base import BaseRollout, SamplingSpec, cfg_get, check_unsupported, resolve_sampling  # noqa: E402
+from rlpost.rollout.base import BaseRollout, SamplingSpec, resolve_sampling  # noqa: E402
 from rlpost.rollout.utils import assemble_output, eos_id_set, prompt_token_lists  # noqa: E402
 
 logger = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ def _parallel_kwargs(config: Any, device: str) -> dict[str, Any]:
     consecutive ranks holds one engine, one shard per rank (`external_launcher`); the blocks generate
     independently (vLLM's "external data parallel": no lock-step between them). The worker hands the
     peers of a block the same prompts (`ActorRolloutRefWorker._generate_with_tp_peers`)."""
-    tp = int(cfg_get(config, "tensor_model_parallel_size", 1))
+    tp = int(config.tensor_model_parallel_size)
     _, world = _rank_world()
     if device != "cuda" and tp != 1:
         raise ValueError(
@@ -76,30 +76,38 @@ def _parallel_kwargs(config: Any, device: str) -> dict[str, Any]:
 
 
 def engine_kwargs(config: Any, model_path: str, device: str) -> dict[str, Any]:
-    """Translate the rollout config into `vllm.LLM(...)` keyword arguments (pure; tested directly)."""
-    prompt_len = int(cfg_get(config, "prompt_length", 512))
-    response_len = int(cfg_get(config, "response_length", 512))
-    tp = int(cfg_get(config, "tensor_model_parallel_size", 1))
+    """Translate the rollout config into `vllm.LLM(...)` keyword arguments (pure; tested directly).
+
+    `max_model_len: null` means prompt_length + response_length; `engine_kwargs.vllm` entries (null ones
+    dropped) are passed last and win; its `seed` is the base of the per-replica seed.
+    """
+    tp = int(config.tensor_model_parallel_size)
     rank, _ = _rank_world()
-    extra = {k: v for k, v in dict(cfg_get(config, "engine_kwargs.vllm", {}) or {}).items() if v is not None}
+    extra = {k: v for k, v in dict(config.engine_kwargs.vllm).items() if v is not None}
+    max_model_len = config.max_model_len
+    if max_model_len is None:
+        max_model_len = int(config.prompt_length) + int(config.response_length)
     kwargs: dict[str, Any] = {
         "model": model_path,
-        "dtype": str(cfg_get(config, "dtype", "bfloat16")),
-        "load_format": _load_format(str(cfg_get(config, "load_format", "dummy_dtensor"))),
-        "max_model_len": int(cfg_get(config, "max_model_len", prompt_len + response_len)),
-        "max_num_batched_tokens": int(cfg_get(config, "max_num_batched_tokens", 8192)),
-        "max_num_seqs": int(cfg_get(config, "max_num_seqs", 1024)),
-        "enforce_eager": bool(cfg_get(config, "enforce_eager", True)),
-        "enable_chunked_prefill": bool(cfg_get(config, "enable_chunked_prefill", True)),
-        "disable_log_stats": bool(cfg_get(config, "disable_log_stats", True)),
-        "gpu_memory_utilization": float(cfg_get(config, "gpu_memory_utilization", 0.5)),
+        "dtype": str(config.dtype),
+        "load_format": _load_format(str(config.load_format)),
+        "max_model_len": int(max_model_len),
+        "max_num_batched_tokens": int(config.max_num_batched_tokens),
+        "max_num_seqs": int(config.max_num_seqs),
+        "enforce_eager": bool(config.enforce_eager),
+        "enable_chunked_prefill": bool(config.enable_chunked_prefill),
+        "enable_prefix_caching": bool(config.enable_prefix_caching),
+        "disable_log_stats": bool(config.disable_log_stats),
+        "gpu_memory_utilization": float(config.gpu_memory_utilization),
         # one seed per data-parallel replica: TP peers must sample identically, replicas must not
         "seed": int(extra.pop("seed", 0)) + rank // tp,
         "logprobs_mode": "processed_logprobs",
-        "enable_sleep_mode": device == "cuda" and bool(cfg_get(config, "free_cache_engine", True)),
+        "enable_sleep_mode": device == "cuda" and bool(config.free_cache_engine),
         **_parallel_kwargs(config, device),
     }
-    swap_space = cfg_get(config, "engine_kwargs.swap_space")
+    if config.cudagraph_capture_sizes is not None:
+        kwargs["compilation_config"] = {"cudagraph_capture_sizes": [int(n) for n in config.cudagraph_capture_sizes]}
+    swap_space = config.engine_kwargs.swap_space
     if swap_space is not None:
         if "swap_space" not in {f.name for f in fields(vllm.EngineArgs)}:
             raise NotImplementedError(
@@ -159,9 +167,8 @@ class VLLMRollout(BaseRollout):
         module: torch.nn.Module | None = None,
         name_map: Callable[[str], str] | None = None,
     ) -> None:
-        check_unsupported(config)
         self.config, self.tokenizer, self.device, self.name_map = config, tokenizer, device, name_map
-        self.free_cache_engine = bool(cfg_get(config, "free_cache_engine", True))
+        self.free_cache_engine = bool(config.free_cache_engine)
         # With an actor in this process every generation can be preceded by a weight sync, so sleep drops
         # the weights (level 2) instead of copying them to host memory and back only to overwrite them.
         self.sleep_level = 2 if module is not None else 1

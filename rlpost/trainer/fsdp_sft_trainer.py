@@ -32,7 +32,7 @@ from rlpost.keys import ATTENTION_MASK, INPUT_IDS, POSITION_IDS
 from rlpost.utils.distributed import init_distributed
 from rlpost.utils.fsdp import apply_fsdp2, clip_grad_norm, iter_full_params
 from rlpost.utils.tracking import StepProgress, Tracking
-from rlpost.utils.optim import build_lr_scheduler, build_optimizer
+from rlpost.utils.optim import lr_schedule, build_optimizer
 
 LR_SCHEDULERS = ("cosine", "wsd")
 
@@ -156,8 +156,9 @@ class FSDPSFTTrainer:
         )
         if model_cfg.get("enable_gradient_checkpointing", False):
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        # compute dtype: fsdp_config.model_dtype if set, else fp32 on CPU and bf16 on CUDA
-        return apply_fsdp2(model, model_cfg.get("fsdp_config"), self.device)
+        # compute dtype: fp32 on CPU, bf16 on CUDA (rlpost.utils.fsdp.compute_dtype); fp32 masters
+        return apply_fsdp2(model, self.device, fsdp_size=-1, reshard_after_forward=True, offload_policy=False,
+                           min_num_params=0)
 
     def _build_optimizer(self):
         optim = self.config.optim
@@ -165,9 +166,7 @@ class FSDPSFTTrainer:
         warmup = int(float(optim.get("warmup_steps_ratio", 0.0)) * self.total_steps)
         if optim.get("lr_scheduler", "cosine") == "wsd":
             return optimizer, _wsd_scheduler(optimizer, warmup, self.total_steps)
-        sched_cfg = {"lr_scheduler": "cosine", "lr_warmup_steps": warmup,
-                     "total_training_steps": self.total_steps, "min_lr_ratio": optim.get("min_lr_ratio", 0.0)}
-        return optimizer, build_lr_scheduler(optimizer, sched_cfg)
+        return optimizer, lr_schedule(optimizer, "cosine", warmup, self.total_steps, float(optim.min_lr_ratio), 0.5)
 
     def _loss_sum(self, micro: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """Summed next-token NLL over response tokens of a micro batch (b, L); returns (sum, n_tokens)."""

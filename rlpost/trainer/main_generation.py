@@ -73,8 +73,7 @@ def build_engine(config: DictConfig, tokenizer, device: str):
     from rlpost.workers.fsdp_workers import ActorRolloutRefWorker
 
     init_ray(config.get("ray_init"))
-    worker_cfg = OmegaConf.create({"model": OmegaConf.to_container(config.model, resolve=True),
-                                   "rollout": rollout_config(config)})
+    worker_cfg = OmegaConf.create({"model": model_config(config), "rollout": rollout_config(config)})
     pool = RayResourcePool([int(config.trainer.n_gpus_per_node)] * int(config.trainer.nnodes),
                            use_gpu=device == "cuda", name_prefix="generation")
     group = RayWorkerGroup(pool, RayClassWithInitArgs(ActorRolloutRefWorker, config=worker_cfg, role="rollout"))
@@ -88,10 +87,23 @@ def rollout_config(config: DictConfig) -> DictConfig:
     `dummy_*` load formats mean "weights arrive from the trainer"; with no trainer here they come
     from the checkpoint on disk instead, which is what such a config asks for in the end.
     """
-    rollout = OmegaConf.to_container(config.rollout, resolve=True)
-    if str(rollout.get("load_format", "auto")).startswith("dummy"):
+    rollout = _over_defaults("actor_rollout_ref.rollout", config.rollout)
+    if str(rollout["load_format"]).startswith("dummy"):
         rollout["load_format"] = "auto"
     return OmegaConf.create(rollout)
+
+
+def model_config(config: DictConfig) -> DictConfig:
+    """The model group: generation.yaml's `model` keys over the policy-model defaults of ppo_trainer."""
+    return OmegaConf.create(_over_defaults("actor_rollout_ref.model", config.model))
+
+
+def _over_defaults(group: str, values: DictConfig) -> dict:
+    """`values` merged over the packaged default of `group` (generation.yaml holds only what it changes)."""
+    from rlpost.trainer.config.defaults import default_of
+
+    merged = OmegaConf.merge(OmegaConf.create(default_of(group)), OmegaConf.to_container(values, resolve=True))
+    return OmegaConf.to_container(merged, resolve=True)
 
 
 def build_prompt_batch(chats: Sequence[Any], tokenizer, max_prompt_length: int) -> DataProto:

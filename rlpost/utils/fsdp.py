@@ -1,8 +1,8 @@
 """FSDP2 (`torch.distributed.fsdp.fully_shard`), applied from outside the model. The only module that shards.
 
-Config keys read (verl's `fsdp_config` group): fsdp_size, param_offload, optimizer_offload, offload_policy,
-reshard_after_forward, wrap_policy.min_num_params, and optionally model_dtype / mixed_precision.{param_dtype,
-reduce_dtype}. strategy `fsdp` takes the same FSDP2 path as `fsdp2` (there is one implementation).
+Takes plain values, not a config group: each worker reads its own `fsdp_config` (fsdp_size,
+reshard_after_forward, offload_policy, wrap_policy.min_num_params) and passes them in. strategy `fsdp`
+and `fsdp2` both run this one FSDP2 implementation.
 """
 
 from __future__ import annotations
@@ -17,23 +17,8 @@ from torch.distributed.tensor import DTensor
 
 from rlpost.utils.model import decoder_layer_classes
 
-STRATEGIES = ("fsdp", "fsdp2")
 _DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
            "fp16": torch.float16, "float16": torch.float16}
-
-
-def _get(cfg: Any, key: str, default: Any = None) -> Any:
-    if cfg is None:
-        return default
-    val = cfg.get(key, default) if hasattr(cfg, "get") else getattr(cfg, key, default)
-    return default if val is None else val
-
-
-def check_strategy(strategy: str, prefix: str) -> None:
-    """Accept `fsdp` and `fsdp2` (`fsdp` takes the same FSDP2 path; there is no FSDP1 code); else raise."""
-    if strategy not in STRATEGIES:
-        raise NotImplementedError(f"not supported yet: {prefix}.strategy={strategy!r}; use 'fsdp2'")
-    # forward_prefetch is an FSDP1 knob; FSDP2 prefetches the next layer's all-gather by itself.
 
 
 def to_dtype(name: Any) -> torch.dtype:
@@ -45,16 +30,16 @@ def to_dtype(name: Any) -> torch.dtype:
     return _DTYPES[str(name)]
 
 
-def param_dtype(fsdp_cfg: Any, device: str) -> torch.dtype:
-    """Compute dtype of the sharded params: `model_dtype` or `mixed_precision.param_dtype` if set, else
-    float32 on CPU (bf16 matmuls are slow there) and bfloat16 on CUDA."""
-    name = _get(fsdp_cfg, "model_dtype") or _get(_get(fsdp_cfg, "mixed_precision"), "param_dtype")
-    if name is not None:
-        return to_dtype(name)
+def compute_dtype(device: str, param_dtype: Any = None) -> torch.dtype:
+    """Dtype the sharded params compute in (FSDP2 mixed precision): `param_dtype`
+    (`fsdp_config.mixed_precision.param_dtype`) when set, else bfloat16 on CUDA and float32 on CPU, where
+    bf16 matmuls are slow. Master weights of trained models stay float32 (`fsdp_config.model_dtype: fp32`)."""
+    if param_dtype is not None:
+        return to_dtype(param_dtype)
     return torch.float32 if device == "cpu" else torch.bfloat16
 
 
-def build_device_mesh(device: str, fsdp_size: int = -1) -> DeviceMesh:
+def build_device_mesh(device: str, fsdp_size: int) -> DeviceMesh:
     """1-D mesh ("fsdp",) over all ranks, or 2-D ("ddp", "fsdp") for HSDP when 0 < fsdp_size < world."""
     world = dist.get_world_size()
     if fsdp_size <= 0 or fsdp_size >= world:
@@ -96,22 +81,28 @@ def units_to_wrap(model: torch.nn.Module, min_num_params: int = 0) -> list[torch
     return units + [model]
 
 
-def apply_fsdp2(model: torch.nn.Module, fsdp_cfg: Any, device: str, mesh: DeviceMesh | None = None,
-                trainable: bool = True) -> torch.nn.Module:
+def apply_fsdp2(model: torch.nn.Module, device: str, *, fsdp_size: int, reshard_after_forward: bool,
+                offload_policy: bool, min_num_params: int, mesh: DeviceMesh | None = None,
+                trainable: bool = True, param_dtype: Any = None) -> torch.nn.Module:
     """Shard `model` in place with FSDP2 and move it to `device`.
 
-    Mixed precision: params compute in `param_dtype(fsdp_cfg, device)`, gradients reduce in float32.
-    offload_policy=True keeps params/grads/optimizer on CPU (CPUOffloadPolicy). The model must be on CPU.
+    Args:
+        model: on CPU. device: "cpu" or "cuda".
+        fsdp_size: devices per sharding group (`build_device_mesh`). reshard_after_forward: free gathered
+            params after forward. offload_policy: keep params/grads/optimizer state on CPU (CPUOffloadPolicy).
+        min_num_params: size-based wrapping unit (`units_to_wrap`); 0: one unit per decoder layer.
+        trainable: False freezes the parameters (reference, reward model).
+        param_dtype: compute dtype override (`fsdp_config.mixed_precision.param_dtype`); None: by device.
+
+    Mixed precision: params compute in `compute_dtype(device, param_dtype)`, gradients reduce in float32.
     """
-    mesh = mesh or build_device_mesh(device, int(_get(fsdp_cfg, "fsdp_size", -1)))
-    mp = MixedPrecisionPolicy(param_dtype=param_dtype(fsdp_cfg, device), reduce_dtype=torch.float32,
+    mesh = mesh or build_device_mesh(device, int(fsdp_size))
+    mp = MixedPrecisionPolicy(param_dtype=compute_dtype(device, param_dtype), reduce_dtype=torch.float32,
                               cast_forward_inputs=True)
-    kwargs: dict[str, Any] = {"mesh": mesh, "mp_policy": mp,
-                              "reshard_after_forward": bool(_get(fsdp_cfg, "reshard_after_forward", True))}
-    if _get(fsdp_cfg, "offload_policy", False):
+    kwargs: dict[str, Any] = {"mesh": mesh, "mp_policy": mp, "reshard_after_forward": bool(reshard_after_forward)}
+    if offload_policy:
         kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=device != "cpu")
-    min_params = int(_get(_get(fsdp_cfg, "wrap_policy"), "min_num_params", 0))
-    for unit in units_to_wrap(model, min_params):
+    for unit in units_to_wrap(model, int(min_num_params)):
         fully_shard(unit, **kwargs)
     if "offload_policy" not in kwargs:
         model.to(device)

@@ -1,7 +1,8 @@
 """AdamW and the learning-rate schedules (constant / cosine, both with linear warmup).
 
 Config keys read (verl's `*.optim` group): lr, weight_decay, betas, lr_warmup_steps, lr_warmup_steps_ratio,
-warmup_style (or lr_scheduler), min_lr_ratio, num_cycles, total_training_steps.
+lr_scheduler, min_lr_ratio, num_cycles, total_training_steps. The number of training steps is an explicit
+argument (the trainer knows it); `optim.total_training_steps` is only its fallback when > 0.
 """
 
 from __future__ import annotations
@@ -15,33 +16,28 @@ from torch.optim.lr_scheduler import LambdaLR
 SCHEDULES = ("constant", "cosine")
 
 
-def _get(cfg: Any, key: str, default: Any) -> Any:
-    """Read `key` from a DictConfig / dict / object, `default` when missing or None."""
-    if cfg is None:
-        return default
-    val = cfg.get(key, default) if hasattr(cfg, "get") else getattr(cfg, key, default)
-    return default if val is None else val
-
-
 def build_optimizer(params: Iterable[torch.nn.Parameter], optim_cfg: Any) -> torch.optim.AdamW:
-    """AdamW from `optim.lr`, `optim.weight_decay` (default 0.01) and `optim.betas` (default (0.9, 0.999))."""
-    betas = tuple(_get(optim_cfg, "betas", (0.9, 0.999)))
+    """AdamW from `optim.lr`, `optim.weight_decay` and `optim.betas`."""
+    betas = tuple(optim_cfg.betas)
     if len(betas) != 2:
-        raise ValueError(f"optim.betas must have 2 values, got {betas}")
-    return torch.optim.AdamW(
-        params,
-        lr=float(_get(optim_cfg, "lr", 1e-6)),
-        betas=(float(betas[0]), float(betas[1])),
-        weight_decay=float(_get(optim_cfg, "weight_decay", 0.01)),
-    )
+        raise ValueError(f"optim.betas must have 2 values, got {list(betas)}; e.g. [0.9, 0.999]")
+    return torch.optim.AdamW(params, lr=float(optim_cfg.lr), betas=(float(betas[0]), float(betas[1])),
+                             weight_decay=float(optim_cfg.weight_decay))
 
 
-def num_warmup_steps(optim_cfg: Any, total_steps: int) -> int:
+def resolve_total_steps(optim_cfg: Any, total_training_steps: int | None) -> int:
+    """Optimiser steps the schedule spans: `total_training_steps` when given, else `optim.total_training_steps`
+    when > 0, else 0 (unknown: fine for a constant schedule, refused by cosine)."""
+    if total_training_steps is not None:
+        return int(total_training_steps)
+    return max(int(optim_cfg.total_training_steps), 0)
+
+
+def num_warmup_steps(lr_warmup_steps: int, lr_warmup_steps_ratio: float, total_steps: int) -> int:
     """`lr_warmup_steps` when >= 0, else `int(lr_warmup_steps_ratio * total_steps)` (verl's rule)."""
-    steps = int(_get(optim_cfg, "lr_warmup_steps", -1))
-    if steps < 0:
-        steps = int(float(_get(optim_cfg, "lr_warmup_steps_ratio", 0.0)) * total_steps)
-    return steps
+    if lr_warmup_steps >= 0:
+        return int(lr_warmup_steps)
+    return int(float(lr_warmup_steps_ratio) * total_steps)
 
 
 def constant_lr_lambda(step: int, warmup: int) -> float:
@@ -60,22 +56,27 @@ def cosine_lr_lambda(step: int, warmup: int, total: int, min_lr_ratio: float, nu
     return max(0.0, wave * (1.0 - min_lr_ratio) + min_lr_ratio)
 
 
-def build_lr_scheduler(optimizer: torch.optim.Optimizer, optim_cfg: Any) -> LambdaLR:
-    """LambdaLR for `warmup_style` / `lr_scheduler` in {constant, cosine}.
-
-    `total_training_steps` is injected by the trainer before the worker builds its model; cosine needs it.
-    """
-    style = _get(optim_cfg, "lr_scheduler", None) or _get(optim_cfg, "warmup_style", "constant")
-    if style not in SCHEDULES:
-        raise ValueError(f"optim.warmup_style={style!r} is not one of {SCHEDULES}; nearest valid: 'constant'")
-    total = int(_get(optim_cfg, "total_training_steps", 0))
-    if style == "cosine" and total <= 0:
-        raise ValueError("optim.total_training_steps must be > 0 for the cosine schedule (the trainer sets it)")
-    warmup = num_warmup_steps(optim_cfg, max(total, 0))
+def lr_schedule(optimizer: torch.optim.Optimizer, style: str, warmup: int, total: int, min_lr_ratio: float,
+                num_cycles: float) -> LambdaLR:
+    """LambdaLR for `style` in SCHEDULES from plain values (`total` > 0 for cosine)."""
     if style == "constant":
         return LambdaLR(optimizer, lambda s: constant_lr_lambda(s, warmup))
-    min_ratio = float(_get(optim_cfg, "min_lr_ratio", 0.0))
-    cycles = float(_get(optim_cfg, "num_cycles", 0.5))
-    if not 0.0 <= min_ratio <= 1.0:
-        raise ValueError(f"optim.min_lr_ratio={min_ratio} must be in [0, 1]; nearest valid: {min(max(min_ratio, 0), 1)}")
-    return LambdaLR(optimizer, lambda s: cosine_lr_lambda(s, warmup, total, min_ratio, cycles))
+    if style != "cosine":
+        raise ValueError(f"optim.lr_scheduler={style!r} is not one of {SCHEDULES}; nearest valid: 'constant'")
+    if total <= 0:
+        raise ValueError("the cosine schedule needs the number of training steps: pass total_training_steps to "
+                         "the worker's init_model, or set optim.total_training_steps > 0")
+    return LambdaLR(optimizer, lambda s: cosine_lr_lambda(s, warmup, total, min_lr_ratio, num_cycles))
+
+
+def build_lr_scheduler(optimizer: torch.optim.Optimizer, optim_cfg: Any, total_training_steps: int | None
+                       ) -> LambdaLR:
+    """The `optim.lr_scheduler` schedule over `resolve_total_steps(optim_cfg, total_training_steps)` steps.
+
+    `min_lr_ratio: null` is a floor of 0 (as documented in the YAML).
+    """
+    total = resolve_total_steps(optim_cfg, total_training_steps)
+    warmup = num_warmup_steps(optim_cfg.lr_warmup_steps, optim_cfg.lr_warmup_steps_ratio, total)
+    min_lr_ratio = 0.0 if optim_cfg.min_lr_ratio is None else float(optim_cfg.min_lr_ratio)
+    return lr_schedule(optimizer, str(optim_cfg.lr_scheduler), warmup, total, min_lr_ratio,
+                       float(optim_cfg.num_cycles))

@@ -1,8 +1,8 @@
 """The per-process PPO actor: log-probs of response tokens and the policy update, on one model shard.
 
 Works on a `DataProto` (or anything with `.batch` and `.meta_info`) holding this rank's rows; the worker
-(`fsdp_workers.py`) owns FSDP, offload and the engine. Config: the `actor_rollout_ref.actor` group, with
-`ppo_mini_batch_size` already normalised to rows per rank by the worker.
+(`fsdp_workers.py`) owns FSDP, offload and the engine. Config: the `actor_rollout_ref.actor` group (read only);
+the mini-batch in rows per rank comes from the worker (`mini_batch_rows`).
 """
 
 from __future__ import annotations
@@ -122,12 +122,13 @@ class DataParallelPPOActor:
     """PPO actor maths on an (FSDP-sharded) causal LM.
 
     Args:
-        config: actor config (`ppo_mini_batch_size` in rows per rank, `ppo_micro_batch_size_per_gpu`,
+        config: actor config (`ppo_micro_batch_size_per_gpu`,
             `use_dynamic_bsz`, `ppo_max_token_len_per_gpu`, `ppo_epochs`, `shuffle`, `data_loader_seed`,
             `clip_ratio*`, `entropy_coeff`, `use_kl_loss`, `kl_loss_coef`, `kl_loss_type`, `loss_agg_mode`,
             `grad_clip`, `policy_loss.loss_mode` and the keys that loss reads, see `rlpost.algos.losses`).
         module: the causal LM. optimizer: None for a frozen (reference) model.
         use_remove_padding: pack real tokens instead of running pad tokens.
+        mini_batch_rows: rows per PPO mini-batch on this rank (ppo_mini_batch_size x rollout.n / ranks).
     """
 
     def __init__(self, config: Any, module: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,

@@ -13,12 +13,17 @@ from rlpost.utils.seqlen_balancing import rearrange_micro_batches, reverse_indic
 TensorDict = dict[str, torch.Tensor]
 
 
-def cfg_get(cfg: Any, key: str, default: Any = None) -> Any:
-    """`cfg.key` for DictConfig / dict / dataclass, `default` when missing or None."""
-    if cfg is None:
-        return default
-    val = cfg.get(key, default) if hasattr(cfg, "get") else getattr(cfg, key, default)
-    return default if val is None else val
+def rows_per_rank(prompts: int, n: int, dp: int, key: str) -> int:
+    """A global batch size counted in prompts -> rows on each data-parallel rank: `prompts * n // dp`.
+
+    Raises:
+        ValueError: naming `key` when the rows do not split into a positive whole number per rank.
+    """
+    rows = int(prompts) * int(n)
+    if rows % dp != 0 or rows // dp == 0:
+        raise ValueError(f"{key}={prompts} x rollout.n={n} = {rows} rows must be a positive multiple of the "
+                         f"data-parallel size {dp}")
+    return rows // dp
 
 
 def take(tensors: TensorDict, idx: list[int] | torch.Tensor) -> TensorDict:
@@ -27,13 +32,13 @@ def take(tensors: TensorDict, idx: list[int] | torch.Tensor) -> TensorDict:
     return {k: v[index] for k, v in tensors.items()}
 
 
-def micro_batches(tensors: TensorDict, micro_size: int, use_dynamic_bsz: bool,
+def micro_batches(tensors: TensorDict, micro_size: int | None, use_dynamic_bsz: bool,
                   max_token_len: int) -> tuple[list[TensorDict], torch.Tensor | None]:
     """Split rows into micro-batches.
 
     Args:
         tensors: (B, ...) tensors; `attention_mask` (B, T) is used for token counts.
-        micro_size: rows per micro-batch (fixed mode).
+        micro_size: rows per micro-batch (fixed mode; may be None with use_dynamic_bsz).
         use_dynamic_bsz: pack by real-token count instead, at most `max_token_len` tokens per micro-batch.
 
     Returns:
@@ -44,19 +49,24 @@ def micro_batches(tensors: TensorDict, micro_size: int, use_dynamic_bsz: bool,
     if use_dynamic_bsz:
         groups = rearrange_micro_batches(tensors[keys.ATTENTION_MASK], int(max_token_len))
         return [take(tensors, g) for g in groups], reverse_indices(groups)
-    if micro_size <= 0:
-        raise ValueError(f"micro batch size must be > 0, got {micro_size}")
+    if micro_size is None or micro_size <= 0:
+        raise ValueError(f"micro batch size must be > 0 without dynamic batch size, got {micro_size}")
     return [{k: v[i:i + micro_size] for k, v in tensors.items()} for i in range(0, n, micro_size)], None
 
 
-def mini_batches(tensors: TensorDict, mini_size: int, shuffle: bool, seed: int, epoch: int) -> list[TensorDict]:
-    """Split the rank's rows into mini-batches of `mini_size` rows (one optimiser step each)."""
+def mini_batches(tensors: TensorDict, mini_size: int, shuffle: bool, seed: int | None, epoch: int
+                 ) -> list[TensorDict]:
+    """Split the rank's rows into mini-batches of `mini_size` rows (one optimiser step each).
+
+    With `shuffle` the rows are permuted first, by a generator seeded with `seed + epoch`, or by torch's
+    global generator when `seed` is None (its state is part of every checkpoint).
+    """
     n = next(iter(tensors.values())).shape[0]
     if mini_size <= 0 or n % mini_size != 0:
         raise ValueError(f"{n} rows on this rank are not divisible into mini-batches of {mini_size} rows "
                          "(ppo_mini_batch_size * rollout.n / dp_size)")
     if shuffle:
-        gen = torch.Generator().manual_seed(int(seed) + epoch)
+        gen = None if seed is None else torch.Generator().manual_seed(int(seed) + epoch)
         tensors = take(tensors, torch.randperm(n, generator=gen))
     return [{k: v[i:i + mini_size] for k, v in tensors.items()} for i in range(0, n, mini_size)]
 
@@ -121,29 +131,28 @@ def _as_floats(values: dict[str, Any]) -> dict[str, float]:
 
 
 def train_epochs(module: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg: Any, tensors: TensorDict,
-                 micro_loss: Any, prefix: str) -> dict[str, list[float]]:
+                 micro_loss: Any, prefix: str, mini_batch_rows: int, shuffle_seed: int | None
+                 ) -> dict[str, list[float]]:
     """`ppo_epochs` x mini-batches of accumulated micro-batch losses, one optimiser step per mini-batch.
 
     Args:
-        cfg: actor or critic config (ppo_mini_batch_size in rows per rank, ppo_micro_batch_size_per_gpu,
-            use_dynamic_bsz, ppo_max_token_len_per_gpu, ppo_epochs, shuffle, data_loader_seed,
-            loss_agg_mode, grad_clip).
+        cfg: actor or critic config (ppo_micro_batch_size_per_gpu, use_dynamic_bsz, ppo_max_token_len_per_gpu,
+            ppo_epochs, shuffle, loss_agg_mode, grad_clip).
         tensors: this rank's rows.
         micro_loss: maps a micro-batch to (scalar loss, {metric: float or 0-dim tensor}).
+        mini_batch_rows: rows per mini-batch on this rank (`rows_per_rank(ppo_mini_batch_size, n, dp)`).
+        shuffle_seed: seed of the mini-batch shuffle (`mini_batches`); None: torch's global generator.
 
     Returns:
         metric name -> one value per mini-batch (micro values weighted by their share).
     """
-    mode = str(cfg_get(cfg, "loss_agg_mode", "token-mean"))
+    mode = str(cfg.loss_agg_mode)
     metrics: dict[str, list[float]] = {}
     module.train()
-    for epoch in range(int(cfg_get(cfg, "ppo_epochs", 1))):
-        minis = mini_batches(tensors, int(cfg.ppo_mini_batch_size), bool(cfg_get(cfg, "shuffle", False)),
-                             int(cfg_get(cfg, "data_loader_seed", 0)), epoch)
-        for mini in minis:
-            micros, _ = micro_batches(mini, int(cfg_get(cfg, "ppo_micro_batch_size_per_gpu", 1)),
-                                      bool(cfg_get(cfg, "use_dynamic_bsz", False)),
-                                      int(cfg_get(cfg, "ppo_max_token_len_per_gpu", 0)))
+    for epoch in range(int(cfg.ppo_epochs)):
+        for mini in mini_batches(tensors, mini_batch_rows, bool(cfg.shuffle), shuffle_seed, epoch):
+            micros, _ = micro_batches(mini, cfg.ppo_micro_batch_size_per_gpu, bool(cfg.use_dynamic_bsz),
+                                      int(cfg.ppo_max_token_len_per_gpu))
             grad_w, metric_w = loss_weights(micros, mode)
             optimizer.zero_grad(set_to_none=True)
             step: dict[str, Any] = {}
@@ -153,7 +162,7 @@ def train_epochs(module: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg:
                 for k, v in m.items():
                     step[k] = step.get(k, 0.0) + v * mw
             step = _as_floats(step)
-            step.update(optimizer_step(module, optimizer, float(cfg_get(cfg, "grad_clip", 1.0)), prefix))
+            step.update(optimizer_step(module, optimizer, float(cfg.grad_clip), prefix))
             for k, v in step.items():
                 metrics.setdefault(k, []).append(v)
     optimizer.zero_grad(set_to_none=True)

@@ -55,8 +55,8 @@ class DataParallelPPOCritic:
         meta_info `micro_batch_size`, `use_dynamic_bsz`, `max_token_len`."""
         meta = data.meta_info
         tensors = {k: data.batch[k] for k in _MODEL_INPUTS}
-        micros, rev = micro_batches(tensors, int(meta.get("micro_batch_size") or 1),
-                                    bool(meta.get("use_dynamic_bsz", False)), int(meta.get("max_token_len") or 0))
+        micros, rev = micro_batches(tensors, meta["micro_batch_size"], bool(meta["use_dynamic_bsz"]),
+                                    int(meta["max_token_len"]))
         values = torch.cat([self._values(mb) for mb in micros])
         return values[rev] if rev is not None else values
 
@@ -78,6 +78,5 @@ class DataParallelPPOCritic:
         cfg = self.config
         wanted = [*_MODEL_INPUTS, keys.RESPONSE_MASK, keys.VALUES, keys.RETURNS]
         tensors = {k: data.batch[k] for k in wanted}
-        # The critic group has no data_loader_seed: a shuffle (critic.shuffle) draws from torch's global generator.
         return train_epochs(self.module, self.optimizer, cfg, tensors, self._micro_loss, "critic",
-                            self.mini_batch_rows, shuffle_seed=None)
+                            self.mini_batch_rows, shuffle_seed=self.config.data_loader_seed)

@@ -1,57 +1,36 @@
 """FSDP2 role workers: `ActorRolloutRefWorker` (actor / rollout / ref in one process) and `CriticWorker`.
 
 Each method is registered for the worker group (`DP_COMPUTE_PROTO` for data, `ONE_TO_ALL` for init and
-checkpoints) and stays directly callable on a plain instance. Batch sizes in the config are global and
-counted in prompts; `__init__` turns them into rows per rank.
+checkpoints) and stays directly callable on a plain instance. The config (the composed group, DictConfig or
+its typed dataclass) is only read, never rewritten: its batch sizes are global and counted in prompts, and
+`__init__` derives the rows per rank under their own name (`mini_batch_rows`). Unsupported options are
+refused at start-up (`rlpost/trainer/config/unsupported.py`), not here.
 """
 
 from __future__ import annotations
 
-import copy
 import os
 import shutil
 import time
 from typing import Any
 
 import torch
-from omegaconf import DictConfig, open_dict
 
 from rlpost import keys
 from rlpost.protocol import DataProto
 from rlpost.single_controller.base import Dispatch, Worker, register
 from rlpost.utils.distributed import consecutive_groups, gather_in_group, init_distributed
-from rlpost.utils.fsdp import (apply_fsdp2, check_strategy, iter_full_params, load_model_to, move_optimizer,
-                               offload_model, param_dtype, to_dtype)
+from rlpost.utils.fsdp import (apply_fsdp2, compute_dtype, iter_full_params, load_model_to, move_optimizer,
+                               offload_model, to_dtype)
 from rlpost.utils.model import load_model
 from rlpost.utils.optim import build_lr_scheduler, build_optimizer
 from rlpost.workers.actor import DataParallelPPOActor
-from rlpost.workers.batching import cfg_get
+from rlpost.workers.batching import rows_per_rank
 from rlpost.workers.critic import DataParallelPPOCritic
 from rlpost.workers.fsdp_checkpoint import load_fsdp_checkpoint, save_fsdp_checkpoint
 
 ROLES = ("actor", "rollout", "ref", "actor_rollout", "actor_rollout_ref")
 DEFAULT_CONTENTS = ("model", "optimizer", "extra")
-
-
-def _reject(cfg: Any, prefix: str, key: str, default: Any) -> None:
-    """'not supported yet' when `key` is set away from its default."""
-    val = cfg_get(cfg, key, default)
-    if val != default:
-        raise NotImplementedError(f"not supported yet: {prefix}.{key}={val} (only {default})")
-
-
-def _normalise(cfg: DictConfig, prefix: str, n: int, dp: int, mini_key: str | None, micro_key: str) -> None:
-    """Global prompt counts -> rows per rank: mini *= n // dp; legacy global micro -> per-gpu micro."""
-    with open_dict(cfg):
-        if mini_key is not None and cfg_get(cfg, mini_key) is not None:
-            rows = int(cfg[mini_key]) * n
-            if rows % dp != 0 or rows // dp == 0:
-                raise ValueError(f"{prefix}.{mini_key}={cfg[mini_key]} x rollout.n={n} must be a positive "
-                                 f"multiple of the data-parallel size {dp}")
-            cfg[mini_key] = rows // dp
-        legacy = cfg_get(cfg, micro_key)
-        if legacy is not None and cfg_get(cfg, micro_key + "_per_gpu") is None:
-            cfg[micro_key + "_per_gpu"] = max(1, int(legacy) // dp)
 
 
 def _on_device(data: DataProto, device: str) -> DataProto:
@@ -99,24 +78,32 @@ class _FSDPRole(Worker):
         self._saved: list[str] = []
 
     def _offload(self, module: torch.nn.Module, optimizer: Any, fsdp_cfg: Any) -> None:
-        if cfg_get(fsdp_cfg, "param_offload", False) and not cfg_get(fsdp_cfg, "offload_policy", False):
+        if fsdp_cfg.param_offload and not fsdp_cfg.offload_policy:
             offload_model(module)
-        if optimizer is not None and cfg_get(fsdp_cfg, "optimizer_offload", False):
+        if optimizer is not None and fsdp_cfg.optimizer_offload:
             move_optimizer(optimizer, "cpu")
 
     def _onload(self, module: torch.nn.Module, optimizer: Any, fsdp_cfg: Any) -> None:
-        if cfg_get(fsdp_cfg, "param_offload", False) and not cfg_get(fsdp_cfg, "offload_policy", False):
+        if fsdp_cfg.param_offload and not fsdp_cfg.offload_policy:
             load_model_to(module, self.device)
-        if optimizer is not None and cfg_get(fsdp_cfg, "optimizer_offload", False):
-            move_optimizer(optimizer, "cpu" if cfg_get(fsdp_cfg, "offload_policy", False) else self.device)
+        if optimizer is not None and fsdp_cfg.optimizer_offload:
+            move_optimizer(optimizer, "cpu" if fsdp_cfg.offload_policy else self.device)
 
-    def _build_trainable(self, model_cfg: Any, role_cfg: Any, fsdp_cfg: Any, value_model: bool,
-                         path: str | None = None):
-        """Load (fp32 master weights), shard, then AdamW + LR schedule from `role_cfg.optim`."""
-        module = load_model(model_cfg, torch.float32, value_model=value_model, path=path)
-        apply_fsdp2(module, fsdp_cfg, self.device)
-        optimizer = build_optimizer(module.parameters(), role_cfg.optim)
-        return module, optimizer, build_lr_scheduler(optimizer, role_cfg.optim)
+    def _shard(self, module: torch.nn.Module, fsdp_cfg: Any, trainable: bool) -> None:
+        """FSDP2 over all ranks with this role's `fsdp_config`."""
+        apply_fsdp2(module, self.device, fsdp_size=fsdp_cfg.fsdp_size,
+                    reshard_after_forward=fsdp_cfg.reshard_after_forward, offload_policy=fsdp_cfg.offload_policy,
+                    min_num_params=fsdp_cfg.wrap_policy.min_num_params, trainable=trainable,
+                    param_dtype=fsdp_cfg.mixed_precision.param_dtype)
+
+    def _build_trainable(self, model_cfg: Any, optim_cfg: Any, fsdp_cfg: Any, value_model: bool,
+                         total_training_steps: int | None):
+        """Load (fp32 master weights), shard, then AdamW + an LR schedule over `total_training_steps`
+        (None: `optim.total_training_steps`, see `rlpost.utils.optim.resolve_total_steps`)."""
+        module = load_model(model_cfg, torch.float32, value_model=value_model)
+        self._shard(module, fsdp_cfg, trainable=True)
+        optimizer = build_optimizer(module.parameters(), optim_cfg)
+        return module, optimizer, build_lr_scheduler(optimizer, optim_cfg, total_training_steps)
 
     def _save(self, local_path: str, module, optimizer, scheduler, fsdp_cfg, global_step: int,
               max_ckpt_to_keep: int | None, save_contents) -> None:
@@ -144,15 +131,19 @@ class ActorRolloutRefWorker(_FSDPRole):
     """Actor (trainable FSDP2 policy), rollout engine (optional) and reference policy (frozen FSDP2 copy).
 
     Args:
-        config: `actor_rollout_ref` group (model, actor, rollout, ref).
+        config: `actor_rollout_ref` group (model, actor, rollout, ref); role `rollout` reads only model and rollout.
         role: one of ROLES.
+
+    Attributes:
+        mini_batch_rows: rows per PPO mini-batch on this rank (actor.ppo_mini_batch_size x rollout.n / ranks);
+            None without an actor.
     """
 
-    def __init__(self, config: DictConfig, role: str) -> None:
+    def __init__(self, config: Any, role: str) -> None:
         if role not in ROLES:
             raise ValueError(f"role={role!r} is not one of {ROLES}")
         super().__init__()
-        self.config = copy.deepcopy(config)
+        self.config = config
         self.role = role
         self._is_actor = role in ("actor", "actor_rollout", "actor_rollout_ref")
         self._is_rollout = role in ("rollout", "actor_rollout", "actor_rollout_ref")
@@ -160,55 +151,50 @@ class ActorRolloutRefWorker(_FSDPRole):
         self.actor = self.ref_policy = self.rollout = None
         self._tp_group, self._tp_rank = None, 0  # rollout tensor-parallel peers, set in init_model
         self.actor_module = self.actor_optimizer = self.actor_lr_scheduler = None
-        self._check_options()
-        n = int(cfg_get(self.config.rollout, "n", 1)) if "rollout" in self.config else 1
-        dp = self.world_size
+        self.mini_batch_rows = None
         if self._is_actor:
-            _normalise(self.config.actor, "actor", n, dp, "ppo_mini_batch_size", "ppo_micro_batch_size")
-        if self._is_rollout and "rollout" in self.config:
-            _normalise(self.config.rollout, "rollout", n, dp, None, "log_prob_micro_batch_size")
-        if self._is_ref and "ref" in self.config:
-            _normalise(self.config.ref, "ref", n, dp, None, "log_prob_micro_batch_size")
-
-    def _check_options(self) -> None:
-        cfg = self.config
-        for part in ("actor", "ref"):
-            if part in cfg and (part == "actor" and self._is_actor or part == "ref" and self._is_ref):
-                check_strategy(str(cfg_get(cfg[part], "strategy", "fsdp2")), part)
-                _reject(cfg[part], part, "ulysses_sequence_parallel_size", 1)
-                _reject(cfg[part], part, "use_torch_compile", False)
-                _reject(cfg[part], part, "entropy_checkpointing", False)
-                _reject(cfg[part], part, "entropy_from_logits_with_chunking", False)
+            self.mini_batch_rows = rows_per_rank(config.actor.ppo_mini_batch_size, config.rollout.n, self.world_size,
+                                                 "actor_rollout_ref.actor.ppo_mini_batch_size")
 
     def _log_prob_meta(self, data: DataProto, group: Any) -> None:
-        """Forward-only micro-batching keys for `compute_actor/ref log-prob` (verl's log_prob_* keys)."""
+        """Forward-only micro-batching for `compute_(ref_)log_prob` from `group`'s log_prob_* keys
+        (per-device sizes: deprecated global ones were mapped at start-up)."""
         meta = data.meta_info
-        meta.setdefault(keys.META_TEMPERATURE, float(cfg_get(self.config.rollout, "temperature", 1.0)))
-        meta["micro_batch_size"] = cfg_get(group, "log_prob_micro_batch_size_per_gpu", 1)
-        meta["use_dynamic_bsz"] = bool(cfg_get(group, "log_prob_use_dynamic_bsz", False))
-        meta["max_token_len"] = cfg_get(group, "log_prob_max_token_len_per_gpu", 16384)
+        meta.setdefault(keys.META_TEMPERATURE, float(self.config.rollout.temperature))
+        meta["micro_batch_size"] = group.log_prob_micro_batch_size_per_gpu
+        meta["use_dynamic_bsz"] = bool(group.log_prob_use_dynamic_bsz)
+        meta["max_token_len"] = int(group.log_prob_max_token_len_per_gpu)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def init_model(self) -> None:
-        """Build the actor (FSDP2 + AdamW + LR schedule), the frozen reference and the rollout engine."""
+    def init_model(self, total_training_steps: int | None = None) -> None:
+        """Build the actor (FSDP2 + AdamW + LR schedule), the frozen reference and the rollout engine.
+
+        Args:
+            total_training_steps: optimiser steps the actor's LR schedule spans (the trainer's step count);
+                None: `actor.optim.total_training_steps` when > 0 (cosine needs one of them).
+        """
         from transformers import AutoTokenizer
 
         model_cfg = self.config.model
-        self.tokenizer = AutoTokenizer.from_pretrained(
-            model_cfg.path, trust_remote_code=bool(cfg_get(model_cfg, "trust_remote_code", False)))
-        rmpad = bool(cfg_get(model_cfg, "use_remove_padding", False))
+        self.tokenizer = AutoTokenizer.from_pretrained(model_cfg.tokenizer_path or model_cfg.path,
+                                                       trust_remote_code=bool(model_cfg.trust_remote_code))
+        if model_cfg.custom_chat_template is not None:  # saved with hf_model checkpoints
+            self.tokenizer.chat_template = model_cfg.custom_chat_template
         if self._is_actor:
             acfg = self.config.actor
             self.actor_module, self.actor_optimizer, self.actor_lr_scheduler = self._build_trainable(
-                model_cfg, acfg, acfg.fsdp_config, value_model=False)
-            self.actor = DataParallelPPOActor(acfg, self.actor_module, self.actor_optimizer, rmpad)
+                model_cfg, acfg.optim, acfg.fsdp_config, False, total_training_steps)
+            self.actor = DataParallelPPOActor(acfg, self.actor_module, self.actor_optimizer,
+                                              bool(model_cfg.use_remove_padding), self.mini_batch_rows)
         if self._is_ref:
             # A separate frozen FSDP module even when it starts from the actor's weights: the actor moves.
+            # Frozen, so it is loaded straight in the compute dtype (no fp32 master copy).
             ref_fsdp = self.config.ref.fsdp_config
-            ref_module = load_model(model_cfg, param_dtype(ref_fsdp, self.device))
-            apply_fsdp2(ref_module, ref_fsdp, self.device, trainable=False)
+            ref_module = load_model(model_cfg, compute_dtype(self.device, ref_fsdp.mixed_precision.param_dtype))
+            self._shard(ref_module, ref_fsdp, trainable=False)
             self.ref_module = ref_module
-            self.ref_policy = DataParallelPPOActor(self.config.ref, ref_module, None, rmpad)
+            self.ref_policy = DataParallelPPOActor(self.config.ref, ref_module, None,
+                                                   bool(model_cfg.use_remove_padding))
             self._offload(ref_module, None, ref_fsdp)
         if self._is_rollout:
             from rlpost.rollout import build_rollout
@@ -216,13 +202,13 @@ class ActorRolloutRefWorker(_FSDPRole):
             # Tensor-parallel peers (consecutive ranks, as vLLM lays them out) must feed their shared
             # engine the same prompts: `generate_sequences` gathers the peers' shards and splits the result.
             if self.world_size > 1:
-                tp = int(cfg_get(self.config.rollout, "tensor_model_parallel_size", 1))
+                tp = int(self.config.rollout.tensor_model_parallel_size)
                 self._tp_group, self._tp_rank = consecutive_groups(tp)
             self.rollout = build_rollout(self.config.rollout, model_cfg.path, self.tokenizer, self.device,
                                          module=self.actor_module)
             if self.actor_module is not None:
                 self._sync_weights()
-            if cfg_get(self.config.rollout, "free_cache_engine", True):
+            if self.config.rollout.free_cache_engine:
                 self.rollout.sleep()
         if self._is_actor:
             self._offload(self.actor_module, self.actor_optimizer, self.config.actor.fsdp_config)
@@ -236,7 +222,7 @@ class ActorRolloutRefWorker(_FSDPRole):
         start = time.perf_counter()
         fsdp_cfg = self.config.actor.fsdp_config
         self._onload(self.actor_module, None, fsdp_cfg)
-        dtype = to_dtype(cfg_get(self.config.rollout, "dtype", "bfloat16"))
+        dtype = to_dtype(self.config.rollout.dtype)
         self.rollout.update_weights(iter_full_params(self.actor_module, dtype))
         self._offload(self.actor_module, None, fsdp_cfg)
         return time.perf_counter() - start
@@ -253,7 +239,7 @@ class ActorRolloutRefWorker(_FSDPRole):
             self._sync_weights()
         self.rollout.wake_up()
         out = self._generate_with_tp_peers(prompts)
-        if cfg_get(self.config.rollout, "free_cache_engine", True):
+        if self.config.rollout.free_cache_engine:
             self.rollout.sleep()
         metrics = dict(out.meta_info.get(keys.META_METRICS, {}))
         _timed(metrics, "generate_sequences", start)
@@ -303,7 +289,7 @@ class ActorRolloutRefWorker(_FSDPRole):
         start = time.perf_counter()
         fsdp_cfg = self.config.actor.fsdp_config
         self._onload(self.actor_module, self.actor_optimizer, fsdp_cfg)
-        data.meta_info.setdefault(keys.META_TEMPERATURE, float(cfg_get(self.config.rollout, "temperature", 1.0)))
+        data.meta_info.setdefault(keys.META_TEMPERATURE, float(self.config.rollout.temperature))
         metrics: dict[str, Any] = self.actor.update_policy(_on_device(data, self.device))
         metrics["actor/lr"] = self.actor_lr_scheduler.get_last_lr()[0]
         self.actor_lr_scheduler.step()
@@ -334,32 +320,38 @@ class CriticWorker(_FSDPRole):
     """Value model (token-classification head, one label) trained with the clipped value loss.
 
     Args:
-        config: `critic` group (model, optim, fsdp_config, ppo_* batch keys, forward_* keys, cliprange_value);
-            `rollout_n` (set by the trainer, default 1) multiplies ppo_mini_batch_size.
+        config: `critic` group (model, optim, ppo_* batch keys, forward_* keys, cliprange_value); `rollout_n`
+            (follows actor_rollout_ref.rollout.n) multiplies ppo_mini_batch_size.
+
+    Attributes:
+        mini_batch_rows: rows per PPO mini-batch on this rank (ppo_mini_batch_size x rollout_n / ranks).
+        fsdp_config: `critic.model.fsdp_config` (verl keeps the critic's FSDP settings under its model).
     """
 
-    def __init__(self, config: DictConfig) -> None:
+    def __init__(self, config: Any) -> None:
         super().__init__()
-        self.config = copy.deepcopy(config)
-        check_strategy(str(cfg_get(self.config, "strategy", "fsdp2")), "critic")
-        _reject(self.config, "critic", "ulysses_sequence_parallel_size", 1)
-        n = int(cfg_get(self.config, "rollout_n", 1))
-        _normalise(self.config, "critic", n, self.world_size, "ppo_mini_batch_size", "ppo_micro_batch_size")
-        _normalise(self.config, "critic", n, self.world_size, None, "forward_micro_batch_size")
-        # verl keeps the critic's FSDP settings under critic.model.fsdp_config.
-        self.fsdp_config = cfg_get(self.config.model, "fsdp_config") or cfg_get(self.config, "fsdp_config")
+        self.config = config
+        self.mini_batch_rows = rows_per_rank(config.ppo_mini_batch_size, config.rollout_n, self.world_size,
+                                             "critic.ppo_mini_batch_size")
+        self.fsdp_config = config.model.fsdp_config
+
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def init_model(self) -> None:
-        """Load the value model from critic.model.path, shard it, build AdamW + LR schedule."""
+    def init_model(self, total_training_steps: int | None = None) -> None:
+        """Load the value model from critic.model.path, shard it, build AdamW + LR schedule.
+
+        Args:
+            total_training_steps: optimiser steps the LR schedule spans (the trainer's step count);
+                None: `critic.optim.total_training_steps` when > 0 (cosine needs one of them).
+        """
         from transformers import AutoTokenizer
 
         model_cfg = self.config.model
-        tok_path = cfg_get(model_cfg, "tokenizer_path", None) or model_cfg.path
-        self.tokenizer = AutoTokenizer.from_pretrained(tok_path)
+        self.tokenizer = AutoTokenizer.from_pretrained(model_cfg.tokenizer_path,
+                                                       trust_remote_code=bool(model_cfg.trust_remote_code))
         self.module, self.optimizer, self.lr_scheduler = self._build_trainable(
-            model_cfg, self.config, self.fsdp_config, value_model=True, path=model_cfg.path)
+            model_cfg, self.config.optim, self.fsdp_config, True, total_training_steps)
         self.critic = DataParallelPPOCritic(self.config, self.module, self.optimizer,
-                                            bool(cfg_get(model_cfg, "use_remove_padding", False)))
+                                            bool(model_cfg.use_remove_padding), self.mini_batch_rows)
         self._offload(self.module, self.optimizer, self.fsdp_config)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
@@ -367,9 +359,9 @@ class CriticWorker(_FSDPRole):
         """Reads `input_ids`, `attention_mask`, `position_ids`, `responses`; writes `values` (B, R)."""
         cfg = self.config
         self._onload(self.module, None, self.fsdp_config)
-        data.meta_info["micro_batch_size"] = cfg_get(cfg, "forward_micro_batch_size_per_gpu", 1)
-        data.meta_info["use_dynamic_bsz"] = bool(cfg_get(cfg, "use_dynamic_bsz", False))
-        data.meta_info["max_token_len"] = cfg_get(cfg, "forward_max_token_len_per_gpu", 32768)
+        data.meta_info["micro_batch_size"] = cfg.forward_micro_batch_size_per_gpu
+        data.meta_info["use_dynamic_bsz"] = bool(cfg.use_dynamic_bsz)
+        data.meta_info["max_token_len"] = int(cfg.forward_max_token_len_per_gpu)
         values = self.critic.compute_values(_on_device(data, self.device))
         self._offload(self.module, None, self.fsdp_config)
         return DataProto.from_dict(tensors=_to_cpu({keys.VALUES: values}))

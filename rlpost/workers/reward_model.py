@@ -9,20 +9,17 @@ re-tokenised; otherwise the policy's `input_ids` are scored as they are.
 
 from __future__ import annotations
 
-import copy
 import os
 from typing import Any
 
 import torch
-from omegaconf import DictConfig
-
 from rlpost import keys
 from rlpost.protocol import DataProto
 from rlpost.single_controller.base import Dispatch, Worker, register
 from rlpost.utils.distributed import init_distributed
-from rlpost.utils.fsdp import apply_fsdp2, check_strategy, load_model_to, offload_model, param_dtype
-from rlpost.utils.model import check_model_options, import_external_libs, load_hf_config
-from rlpost.workers.batching import TensorDict, cfg_get, micro_batches
+from rlpost.utils.fsdp import apply_fsdp2, compute_dtype, load_model_to, offload_model
+from rlpost.utils.model import import_external_libs, load_hf_config
+from rlpost.workers.batching import TensorDict, micro_batches
 
 # Pooling id that never occurs in input_ids, so HF's "rightmost non-pad token" pooling takes the last column.
 _NO_PAD_ID = -1
@@ -37,13 +34,13 @@ def load_reward_model(model_cfg: Any, dtype: torch.dtype) -> torch.nn.Module:
     """
     from transformers import AutoModelForSequenceClassification
 
-    check_model_options(model_cfg, "reward_model.model")
-    import_external_libs(model_cfg)
-    hf_config = load_hf_config(model_cfg)
+    import_external_libs(model_cfg.external_lib)
+    trust = bool(model_cfg.trust_remote_code)
+    hf_config = load_hf_config(model_cfg.path, trust, {})  # the reward_model.model group has no override_config
     hf_config.num_labels = 1
     model, info = AutoModelForSequenceClassification.from_pretrained(
         model_cfg.path, config=hf_config, dtype=dtype, attn_implementation="sdpa", output_loading_info=True,
-        trust_remote_code=bool(cfg_get(model_cfg, "trust_remote_code", False)))
+        trust_remote_code=trust)
     if info.get("missing_keys"):
         raise ValueError(f"reward_model.model.path={model_cfg.path} is not a sequence-classification checkpoint: "
                          f"missing {sorted(info['missing_keys'])[:4]}")
@@ -143,39 +140,23 @@ class RewardModelWorker(Worker):
         config: the `reward_model` group.
     """
 
-    def __init__(self, config: DictConfig) -> None:
+    def __init__(self, config: Any) -> None:
         super().__init__()
-        self.config = copy.deepcopy(config)
-        self._check_options()
+        self.config = config
         init_distributed(self.device)
         self.module: torch.nn.Module | None = None
         self.tokenizer = self.input_tokenizer = None
         self.retemplate = False
-
-    def _check_options(self) -> None:
-        cfg, model_cfg = self.config, self.config.model
-        check_strategy(str(cfg_get(cfg, "strategy", "fsdp2")), "reward_model")
-        if cfg_get(model_cfg, "use_remove_padding", False):
-            # A sequence-classification head pools one position per row; a packed row holds many sequences.
-            raise NotImplementedError("not supported yet: reward_model.model.use_remove_padding=True (only False)")
-        if cfg_get(cfg_get(model_cfg, "fsdp_config"), "forward_prefetch", False):
-            raise NotImplementedError("not supported yet: reward_model.model.fsdp_config.forward_prefetch=True")
-        micro = cfg_get(cfg, "micro_batch_size_per_gpu", 1)
-        if not cfg_get(cfg, "use_dynamic_bsz", False) and int(micro) <= 0:
-            raise ValueError(f"reward_model.micro_batch_size_per_gpu={micro} must be > 0 (e.g. 1)")
-        max_length = cfg_get(cfg, "max_length", None)
-        if max_length is not None and int(max_length) <= 0:
-            raise ValueError(f"reward_model.max_length={max_length} must be > 0 or null")
 
     def _load_tokenizers(self) -> None:
         """RM and policy tokenizers, only when `input_tokenizer` is set; decides whether to re-template."""
         from transformers import AutoTokenizer
 
         model_cfg = self.config.model
-        src = cfg_get(model_cfg, "input_tokenizer", None)
+        src = model_cfg.input_tokenizer
         if src is None:
             return
-        trust = bool(cfg_get(model_cfg, "trust_remote_code", False))
+        trust = bool(model_cfg.trust_remote_code)
         self.tokenizer = AutoTokenizer.from_pretrained(model_cfg.path, trust_remote_code=trust)
         if os.path.realpath(os.path.expanduser(str(src))) == os.path.realpath(os.path.expanduser(model_cfg.path)):
             return
@@ -187,18 +168,20 @@ class RewardModelWorker(Worker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
-        """Load the RM (`param_dtype` of fsdp_config: fp32 on CPU, bf16 on CUDA), shard it, offload if asked."""
+        """Load the RM in the compute dtype (fp32 on CPU, bf16 on CUDA), shard it, offload if asked."""
         self._load_tokenizers()
         fsdp_cfg = self.config.model.fsdp_config
-        self.module = load_reward_model(self.config.model, param_dtype(fsdp_cfg, self.device))
-        apply_fsdp2(self.module, fsdp_cfg, self.device, trainable=False)
-        if cfg_get(fsdp_cfg, "param_offload", False):
+        self.module = load_reward_model(self.config.model, compute_dtype(self.device))
+        # The group has no offload_policy (as in verl): param_offload moves the frozen shards instead.
+        apply_fsdp2(self.module, self.device, fsdp_size=fsdp_cfg.fsdp_size,
+                    reshard_after_forward=fsdp_cfg.reshard_after_forward, offload_policy=False,
+                    min_num_params=fsdp_cfg.wrap_policy.min_num_params, trainable=False)
+        if fsdp_cfg.param_offload:
             offload_model(self.module)
 
     def _rm_inputs(self, data: DataProto) -> TensorDict:
         """The rows as RM input (B, L), padding on the left, at most `max_length` tokens each."""
-        max_length = cfg_get(self.config, "max_length", None)
-        max_length = int(max_length) if max_length is not None else None
+        max_length = self.config.max_length  # null: the whole row
         if self.retemplate:
             texts = rm_chat_texts(data, self.input_tokenizer, self.tokenizer)
             return tokenize_left_padded(texts, self.tokenizer, max_length)
@@ -209,9 +192,8 @@ class RewardModelWorker(Worker):
     def _scores(self, inputs: TensorDict) -> torch.Tensor:
         """(B,) float32 logits at each row's last real token, micro-batched like the critic's forward."""
         cfg = self.config
-        micros, rev = micro_batches(inputs, int(cfg_get(cfg, "micro_batch_size_per_gpu", 1)),
-                                    bool(cfg_get(cfg, "use_dynamic_bsz", False)),
-                                    int(cfg_get(cfg, "forward_max_token_len_per_gpu", 0)))
+        micros, rev = micro_batches(inputs, cfg.micro_batch_size_per_gpu, bool(cfg.use_dynamic_bsz),
+                                    int(cfg.forward_max_token_len_per_gpu))
         out = []
         for mb in micros:
             mb = {k: v.to(self.device) for k, v in mb.items()}
@@ -227,10 +209,10 @@ class RewardModelWorker(Worker):
         `raw_prompt` (re-templating only); writes `rm_scores` (B, R): the score on the last response token."""
         fsdp_cfg = self.config.model.fsdp_config
         inputs = self._rm_inputs(data)
-        if cfg_get(fsdp_cfg, "param_offload", False):
+        if fsdp_cfg.param_offload:
             load_model_to(self.module, self.device)
         scores = self._scores(inputs)
-        if cfg_get(fsdp_cfg, "param_offload", False):
+        if fsdp_cfg.param_offload:
             offload_model(self.module)
         r = data.batch[keys.RESPONSES].shape[1]
         rm = place_on_last_token(scores, data.batch[keys.ATTENTION_MASK][:, -r:])

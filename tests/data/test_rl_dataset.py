@@ -1,12 +1,15 @@
-"""RLHFDataset: chat template + left padding, truncation modes, overlong filter, custom class,
-errors for missing files/columns and unsupported columns, collate_fn."""
+"""RLHFDataset: chat template (+ apply_chat_template_kwargs) and left padding, truncation modes, overlong
+filter, max samples, custom class, errors for missing files/columns and unsupported columns, collate_fn.
+The `data` group is composed from ppo_trainer.yaml (`data_cfg`)."""
+
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
-from omegaconf import OmegaConf
 
+from _compose import SMALL, compose_config
 from rlpost import keys
 from rlpost.data import RLHFDataset, collate_fn, create_rl_dataset
 
@@ -30,11 +33,19 @@ def write(tmp_path, data, name="d.parquet"):
     return str(path)
 
 
-def data_cfg(**kw):
-    base = {"prompt_key": "prompt", "reward_fn_key": "data_source", "max_prompt_length": 32,
-            "truncation": "error", "filter_overlong_prompts": False, "return_raw_chat": False,
-            "return_full_prompt": False, "return_raw_input_ids": False, "image_key": "images"}
-    return OmegaConf.create({**base, **kw})
+def _show(value: Any) -> str:
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def data_cfg(*overrides: str, validate: bool = True, **values: Any):
+    """The `data` group of the default config, max_prompt_length 32, with `data.<key>=<value>` for each of
+    `values` (a dict value sets its children) and raw Hydra `overrides`."""
+    dotted = []
+    for key, value in values.items():
+        items = value.items() if isinstance(value, dict) else [(None, value)]
+        dotted += [f"data.{key}{'' if k is None else '.' + k}={_show(v)}" for k, v in items]
+    return compose_config(*SMALL, "actor_rollout_ref.rollout.name=hf", "data.max_prompt_length=32", *dotted,
+                          *overrides, validate=validate).data
 
 
 def templated_ids(tokenizer, question):
@@ -117,12 +128,44 @@ def test_image_column_with_data_not_supported(tokenizer, tmp_path):
     assert len(RLHFDataset(write(tmp_path, data), tokenizer, data_cfg())) == 1
 
 
-def test_unknown_truncation_and_shm(tokenizer, tmp_path):
+def test_unknown_truncation(tokenizer, tmp_path):
     path = write(tmp_path, rows(["q"]))
-    with pytest.raises(ValueError, match="data.truncation='cut'"):
-        RLHFDataset(path, tokenizer, data_cfg(truncation="cut"))
-    with pytest.raises(ValueError, match="not supported yet: data.use_shm"):
-        RLHFDataset(path, tokenizer, data_cfg(use_shm=True))
+    with pytest.raises(ValueError, match="data.truncation='cut'"):  # start-up refuses it too
+        RLHFDataset(path, tokenizer, data_cfg(truncation="cut", validate=False))
+
+
+# ChatML plus a switch like Qwen3's: with enable_thinking=false an empty think block closes the prompt.
+THINKING_TEMPLATE = (
+    "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}"
+    "{% if enable_thinking is defined and not enable_thinking %}{{ '<think>\n\n</think>\n\n' }}{% endif %}"
+    "{% endif %}")
+
+
+def test_apply_chat_template_kwargs_reach_the_template(tiny_model_dir, tmp_path):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    tok.chat_template = THINKING_TEMPLATE
+    path = write(tmp_path, rows(["What is 1 + 2?"]))
+    plain = RLHFDataset(path, tok, data_cfg(return_full_prompt=True))
+    assert plain.chat_template_kwargs == {} and plain[0][keys.FULL_PROMPTS].endswith("<|im_start|>assistant\n")
+    off = RLHFDataset(path, tok, data_cfg("++data.apply_chat_template_kwargs.enable_thinking=false",
+                                          return_full_prompt=True))
+    text = off[0][keys.FULL_PROMPTS]
+    assert text == plain[0][keys.FULL_PROMPTS] + "<think>\n\n</think>\n\n"
+    assert off[0][keys.RAW_PROMPT_IDS] == tok(text, add_special_tokens=False)["input_ids"]  # what is generated from
+    assert len(off[0][keys.RAW_PROMPT_IDS]) > len(plain[0][keys.RAW_PROMPT_IDS])
+
+
+def test_max_samples_and_multi_modal_flag(tokenizer, tmp_path):
+    path = write(tmp_path, rows(["a", "b", "c", "d"]))
+    cfg = data_cfg(train_max_samples=3, val_max_samples=1, return_raw_chat=True)
+    train, val = create_rl_dataset(path, cfg, tokenizer), create_rl_dataset(path, cfg, tokenizer, is_train=False)
+    assert [train[i][keys.INDEX] for i in range(len(train))] == [100, 101, 102] and len(val) == 1
+    assert len(create_rl_dataset(path, data_cfg(), tokenizer)) == 4  # -1: all rows
+    text_only = RLHFDataset(path, tokenizer, data_cfg(return_multi_modal_inputs=False))[0]
+    assert set(text_only) == set(RLHFDataset(path, tokenizer, data_cfg())[0])  # text rows: no effect
 
 
 def test_collate_fn(tokenizer, tmp_path):

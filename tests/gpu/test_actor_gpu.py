@@ -35,8 +35,7 @@ def worker(tiny_model_dir):
            "MASTER_PORT": str(port), "RLPOST_DEVICE": "cuda"}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
-    cfg = arr_config(str(tiny_model_dir))
-    cfg.actor.fsdp_config.model_dtype = "fp32"
+    cfg = arr_config(str(tiny_model_dir), "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32")
     w = ActorRolloutRefWorker(cfg, role="actor")
     w.init_model()
     yield w

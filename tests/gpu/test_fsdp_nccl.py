@@ -59,7 +59,7 @@ def _worker(rank: int, world: int, port: int, model_dir: str, out: dict, err_dir
         init_distributed("cuda")
         assert dist.get_backend() in ("nccl", "cpu:gloo,cuda:nccl"), dist.get_backend()
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-        apply_fsdp2(model, {"model_dtype": "fp32", "reshard_after_forward": True}, "cuda")
+        apply_fsdp2(model, "cuda", fsdp_size=-1, reshard_after_forward=True, offload_policy=False, min_num_params=0)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         ids = _batch(model.config.vocab_size).cuda()
         share = ids[rank * ROWS // world:(rank + 1) * ROWS // world]

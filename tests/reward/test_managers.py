@@ -5,18 +5,25 @@ import textwrap
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
+from _compose import SMALL, compose_config, typed_config_of
 from rlpost import keys
 from rlpost.reward import RewardFunctionError, check_reward_fn, load_reward_manager
 
+# dapo buffer: max_response_length 12, buffer 4 -> responses longer than 8 tokens are penalised
+BUFFER = ("reward_model.overlong_buffer.enable=true", "reward_model.overlong_buffer.len=4",
+          "reward_model.overlong_buffer.penalty_factor=1.0", "reward_model.overlong_buffer.log=true")
 
-def cfg(manager="naive", path=None, name="compute_score", reward_kwargs=None, **rm):
-    return OmegaConf.create({
-        "reward_model": {"reward_manager": manager, **rm},
-        "custom_reward_function": {"path": path, "name": name, "reward_kwargs": reward_kwargs or {}},
-        "data": {"reward_fn_key": "data_source", "max_response_length": 12},
-    })
+
+def _overrides(manager: str, path: str | None, overrides: tuple[str, ...]) -> tuple[str, ...]:
+    fn = (f"custom_reward_function.path={path}",) if path else ()
+    return (*SMALL, "actor_rollout_ref.rollout.name=hf", "data.max_response_length=12",
+            f"reward_model.reward_manager={manager}", *fn, *overrides)
+
+
+def cfg(manager="naive", path=None, *overrides: str):
+    """The validated full config with `reward_model.reward_manager=manager` and the reward file `path`."""
+    return compose_config(*_overrides(manager, path, overrides))
 
 
 def write_fn(tmp_path, body, filename="my_reward.py"):
@@ -85,9 +92,11 @@ def test_custom_name_and_kwargs(make_batch, tokenizer, tmp_path):
         def other(data_source, solution_str, ground_truth, extra_info=None, bonus=0.0):
             return 1.0 + bonus + extra_info["index"]
     """)
-    kwargs = {"bonus": 0.25, "tool_bonus": None}  # null entries are not passed
-    out = load_reward_manager(cfg(path=path, name="other", reward_kwargs=kwargs), tokenizer)(
-        make_batch(["#### 3", "#### 3"], ["3", "3"]))
+    # typed config: validation leaves the example kwargs at null (validate_config would drop them)
+    typed = typed_config_of(*_overrides("naive", path, ("custom_reward_function.name=other",
+                                                          "+custom_reward_function.reward_kwargs.bonus=0.25")))
+    assert typed.custom_reward_function.reward_kwargs["tool_bonus"] is None  # null entries are not passed
+    out = load_reward_manager(typed, tokenizer)(make_batch(["#### 3", "#### 3"], ["3", "3"]))
     assert out.sum(-1).tolist() == [1.25, 2.25]
 
 
@@ -97,10 +106,9 @@ def test_custom_errors_name_path_and_function(tokenizer, tmp_path):
         load_reward_manager(cfg(path=path), tokenizer)
     with pytest.raises(FileNotFoundError, match="custom_reward_function.path: file not found: /no/such.py"):
         load_reward_manager(cfg(path="/no/such.py"), tokenizer)
+    unvalidated = compose_config(*_overrides("naiv", None, ()), validate=False)  # start-up would refuse it
     with pytest.raises(ValueError, match="Unknown reward_manager 'naiv'.*Did you mean 'naive'"):
-        load_reward_manager(cfg("naiv"), tokenizer)
-    with pytest.raises(ValueError, match="not supported yet: reward_model.launch_reward_fn_async"):
-        load_reward_manager(cfg(launch_reward_fn_async=True), tokenizer)
+        load_reward_manager(unvalidated, tokenizer)
 
 
 def test_batch_manager_calls_with_lists(make_batch, tokenizer, tmp_path):
@@ -114,19 +122,18 @@ def test_batch_manager_calls_with_lists(make_batch, tokenizer, tmp_path):
 
 
 def test_dapo_overlong_penalty(make_batch, tokenizer):
-    # max_response_length 12, buffer 4 -> expected length 8; length l > 8 gets -(l-8)/4 * factor
-    buffer = {"enable": True, "len": 4, "penalty_factor": 1.0, "log": True}
+    # expected length 12 - 4 = 8; length l > 8 gets -(l-8)/4 * penalty_factor
     texts = ["#### 3", "#### 3 " + "x " * 20]
     data = make_batch(texts, ["3", "3"])
     lengths = data.batch[keys.RESPONSE_MASK].sum(-1).tolist()
     assert lengths[1] == 12 and lengths[0] <= 8
-    out = load_reward_manager(cfg("dapo", overlong_buffer=buffer), tokenizer)(data, return_dict=True)
+    out = load_reward_manager(cfg("dapo", None, *BUFFER), tokenizer)(data, return_dict=True)
     assert out["reward_tensor"].sum(-1).tolist() == pytest.approx([1.0, 0.0 - (12 - 8) / 4])
     assert out["reward_extra_info"]["overlong"] == [False, True]
     with pytest.raises(ValueError, match="overlong_buffer.enable=True needs reward_model.reward_manager=dapo"):
-        load_reward_manager(cfg("naive", overlong_buffer=buffer), tokenizer)
+        load_reward_manager(cfg("naive", None, *BUFFER), tokenizer)
     with pytest.raises(ValueError, match=r"overlong_buffer.len=0 must be in \(0, data.max_response_length=12\]"):
-        load_reward_manager(cfg("dapo", overlong_buffer={**buffer, "len": 0}), tokenizer)
+        load_reward_manager(cfg("dapo", None, *BUFFER, "reward_model.overlong_buffer.len=0"), tokenizer)
 
 
 @pytest.mark.timeout(120)
@@ -140,9 +147,8 @@ def test_prime_parallel_and_timeout(make_batch, tokenizer, tmp_path):
                 raise KeyError("missing")
             return 1.0 if solution_str.strip() == "#### " + ground_truth else 0.0
     """)
-    rm_cfg = cfg("prime", path=path)
-    rm_cfg.reward_model.reward_kwargs = {"num_processes": 2, "timeout": 3}  # manager kwargs
-    manager = load_reward_manager(rm_cfg, tokenizer)
+    kwargs = ("+reward_model.reward_kwargs.num_processes=2", "+reward_model.reward_kwargs.timeout=3")  # manager's
+    manager = load_reward_manager(cfg("prime", path, *kwargs), tokenizer)
     out = manager(make_batch(["#### 3", "#### 4", "#### 5"], ["3", "3", "hang"]), return_dict=True)
     assert out["reward_tensor"].sum(-1).tolist() == [1.0, 0.0, 0.0]
     assert out["reward_extra_info"]["reward_timeout"] == [0, 0, 1]

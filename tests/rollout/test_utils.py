@@ -1,21 +1,18 @@
 """Pure rollout helpers: sampling resolution, masks, output assembly (no engine)."""
 
 import numpy as np
-import pytest
 import torch
-from omegaconf import OmegaConf
 
+from _compose import SMALL, compose_config, typed_config_of
 from rlpost import keys
 from rlpost.protocol import DataProto
-from rlpost.rollout.base import check_unsupported, resolve_sampling
+from rlpost.rollout.base import resolve_sampling
 from rlpost.rollout.utils import assemble_output, eos_id_set, prompt_token_lists, response_mask_from
 
-CFG = OmegaConf.create(
-    dict(
-        temperature=0.7, top_k=20, top_p=0.9, do_sample=True, response_length=4, ignore_eos=False,
-        calculate_log_probs=True, val_kwargs=dict(temperature=0, top_k=-1, top_p=1.0, do_sample=False, n=1),
-    )
-)
+# The rollout group of the default config with a few sampling overrides; val_kwargs keep their (greedy) defaults.
+SAMPLING = ("actor_rollout_ref.rollout.name=hf", "actor_rollout_ref.rollout.temperature=0.7",
+            "actor_rollout_ref.rollout.top_k=20", "actor_rollout_ref.rollout.top_p=0.9", "data.max_response_length=4",
+            "actor_rollout_ref.rollout.calculate_log_probs=true")
 
 
 def _prompts() -> DataProto:
@@ -31,23 +28,16 @@ def _prompts() -> DataProto:
 
 
 def test_resolve_sampling_train_val_and_overrides():
-    train = resolve_sampling(CFG, {})
+    cfg = typed_config_of(*SMALL, *SAMPLING).actor_rollout_ref.rollout
+    assert resolve_sampling(compose_config(*SMALL, *SAMPLING).actor_rollout_ref.rollout, {}) == resolve_sampling(cfg, {})
+    train = resolve_sampling(cfg, {})
     assert (train.greedy, train.temperature, train.top_k, train.top_p, train.max_tokens) == (False, 0.7, 20, 0.9, 4)
-    assert train.logprobs is True
-    val = resolve_sampling(CFG, {keys.META_VALIDATE: True})
+    assert train.logprobs is True and train.ignore_eos is False
+    val = resolve_sampling(cfg, {keys.META_VALIDATE: True})
     assert val.greedy and val.temperature == 0.0 and val.top_k == -1
-    assert resolve_sampling(CFG, {keys.META_DO_SAMPLE: False}).greedy
-    assert resolve_sampling(CFG, {keys.META_TEMPERATURE: 1.3}).temperature == 1.3
-    with pytest.raises(ValueError, match="response_length"):
-        resolve_sampling(OmegaConf.create({"temperature": 1.0}), {})
-
-
-def test_unsupported_options_raise():
-    with pytest.raises(NotImplementedError, match="not supported yet: .*use_fire_sampling"):
-        check_unsupported(OmegaConf.create({"use_fire_sampling": True}))
-    with pytest.raises(NotImplementedError, match="multi_turn.enable"):
-        check_unsupported(OmegaConf.create({"multi_turn": {"enable": True}}))
-    check_unsupported(OmegaConf.create({"use_fire_sampling": False, "multi_turn": {"enable": False}}))
+    assert resolve_sampling(cfg, {keys.META_DO_SAMPLE: False}).greedy
+    assert resolve_sampling(cfg, {keys.META_TEMPERATURE: 1.3}).temperature == 1.3
+    assert resolve_sampling(cfg, {keys.META_TEMPERATURE: 0.0}).greedy  # temperature 0 decodes greedily
 
 
 def test_response_mask_stops_after_first_eos():

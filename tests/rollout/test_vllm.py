@@ -10,13 +10,17 @@ import numpy as np
 import psutil
 import pytest
 import torch
-from omegaconf import OmegaConf
 
+from _compose import SMALL, compose_config
 from rlpost import keys
 from rlpost.protocol import DataProto
 from rlpost.rollout.drift import rollout_probs_diff
 
 R = 8
+# The module's engine: fp32, prompts up to 32 tokens, R response tokens, engine log-probs.
+ENGINE = ("actor_rollout_ref.rollout.dtype=float32", "data.max_prompt_length=32", f"data.max_response_length={R}",
+          "actor_rollout_ref.rollout.calculate_log_probs=true", "actor_rollout_ref.rollout.max_num_batched_tokens=1024",
+          "actor_rollout_ref.rollout.max_num_seqs=32")
 
 
 @pytest.fixture(scope="module")
@@ -26,20 +30,19 @@ def setup(tiny_model_dir):
     from rlpost.rollout import build_rollout
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir, padding_side="left")
-    cfg = OmegaConf.create(
-        dict(
-            name="vllm", dtype="float32", load_format="dummy_dtensor", prompt_length=32, response_length=R,
-            temperature=1.0, top_k=-1, top_p=1.0, do_sample=True, ignore_eos=False, calculate_log_probs=True,
-            max_num_batched_tokens=1024, max_num_seqs=32, free_cache_engine=True, tensor_model_parallel_size=1,
-            val_kwargs=dict(temperature=0, top_k=-1, top_p=1.0, do_sample=False, n=1),
-            engine_kwargs=dict(vllm={}, swap_space=None),
-        )
-    )
+    cfg = _rollout_cfg(*ENGINE)
+    assert cfg.load_format == "dummy_dtensor" and cfg.free_cache_engine and cfg.val_kwargs.temperature == 0
     rollout = build_rollout(cfg, tiny_model_dir, tok, "cpu")
     actor = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
     _perturb(actor, seed=1)  # sharpen the random model so greedy outputs vary with the prompt
     rollout.update_weights(actor.named_parameters())
     return rollout, actor, tok, cfg
+
+
+def _rollout_cfg(*overrides: str, device: str = "cpu"):
+    """`actor_rollout_ref.rollout` of the default config, engine vllm, on `device`."""
+    return compose_config(*SMALL, "actor_rollout_ref.rollout.name=vllm", f"trainer.device={device}",
+                          *overrides).actor_rollout_ref.rollout
 
 
 def _perturb(model, seed: int, scale: float = 0.5) -> None:
@@ -168,7 +171,7 @@ def test_hf_rollout_greedy_equals_vllm_greedy(setup):
     from rlpost.rollout import build_rollout
 
     rollout, actor, tok, cfg = setup
-    hf_cfg = OmegaConf.merge(cfg, {"name": "hf"})
+    hf_cfg = _rollout_cfg(*ENGINE, "actor_rollout_ref.rollout.name=hf")
     hf_rollout = build_rollout(hf_cfg, "unused", tok, "cpu", module=actor)
     data = _batch(tok, PROMPTS, do_sample=False)
     ref = rollout.generate_sequences(data)
@@ -182,25 +185,33 @@ def test_hf_rollout_greedy_equals_vllm_greedy(setup):
 
 
 def test_engine_kwargs_mapping_and_errors(monkeypatch):
-    from rlpost.rollout.vllm import engine_kwargs
+    from rlpost.rollout.vllm import _load_format, engine_kwargs
 
-    base = dict(prompt_length=16, response_length=8, load_format="dummy_dtensor", engine_kwargs={"vllm": {"seed": 3}})
+    seed = "+actor_rollout_ref.rollout.engine_kwargs.vllm.seed=3"
     monkeypatch.setenv("RANK", "3")
     monkeypatch.setenv("WORLD_SIZE", "4")
-    kw = engine_kwargs(OmegaConf.create(base), "/m", "cpu")
-    assert kw["load_format"] == "dummy" and kw["max_model_len"] == 24 and kw["seed"] == 3 + 3
+    kw = engine_kwargs(_rollout_cfg(seed), "/m", "cpu")
+    assert kw["load_format"] == "dummy" and kw["max_model_len"] == 16 + 8 and kw["seed"] == 3 + 3
     assert kw["logprobs_mode"] == "processed_logprobs" and kw["enable_sleep_mode"] is False
+    assert kw["enable_prefix_caching"] is True and "compilation_config" not in kw
     assert "distributed_executor_backend" not in kw
-    gpu = engine_kwargs(OmegaConf.create({**base, "tensor_model_parallel_size": 2}), "/m", "cuda")
+    tp2 = _rollout_cfg(seed, "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
+                       device="cuda")
+    gpu = engine_kwargs(tp2, "/m", "cuda")
     assert gpu["distributed_executor_backend"] == "external_launcher" and "data_parallel_size" not in gpu
     assert gpu["tensor_parallel_size"] == 2 and gpu["disable_custom_all_reduce"] is True
-    one = engine_kwargs(OmegaConf.create(base), "/m", "cuda")  # TP=1: independent engines, no launcher
-    assert "distributed_executor_backend" not in one and one["enable_sleep_mode"] is True
+    one = engine_kwargs(_rollout_cfg(seed, device="cuda"), "/m", "cuda")
+    assert "distributed_executor_backend" not in one and one["enable_sleep_mode"] is True  # TP=1: no launcher
     assert gpu["seed"] == 3 + 1  # TP peers (ranks 2, 3) share a seed
-    assert engine_kwargs(OmegaConf.create({**base, "load_format": "hf"}), "/m", "cpu")["load_format"] == "auto"
+    tuned = engine_kwargs(_rollout_cfg("actor_rollout_ref.rollout.max_model_len=100",
+                                       "actor_rollout_ref.rollout.enable_prefix_caching=false",
+                                       "actor_rollout_ref.rollout.cudagraph_capture_sizes=[1,2,4]"), "/m", "cpu")
+    assert tuned["max_model_len"] == 100 and tuned["enable_prefix_caching"] is False
+    assert tuned["compilation_config"] == {"cudagraph_capture_sizes": [1, 2, 4]}
+    assert engine_kwargs(_rollout_cfg("actor_rollout_ref.rollout.load_format=hf"), "/m", "cpu")["load_format"] == "auto"
     with pytest.raises(ValueError, match="tensor_model_parallel_size=2: vLLM on CPU needs 1"):
-        engine_kwargs(OmegaConf.create({**base, "tensor_model_parallel_size": 2}), "/m", "cpu")
+        engine_kwargs(tp2, "/m", "cpu")
     with pytest.raises(ValueError, match="load_format='bogus'"):
-        engine_kwargs(OmegaConf.create({**base, "load_format": "bogus"}), "/m", "cpu")
+        _load_format("bogus")
     with pytest.raises(NotImplementedError, match="not supported yet: .*swap_space"):
-        engine_kwargs(OmegaConf.create({**base, "engine_kwargs": {"swap_space": 4}}), "/m", "cpu")
+        engine_kwargs(_rollout_cfg("actor_rollout_ref.rollout.engine_kwargs.swap_space=4"), "/m", "cpu")

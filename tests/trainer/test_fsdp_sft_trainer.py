@@ -10,14 +10,22 @@ import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from rlpost.data.sft_dataset import SFTDataset
+from rlpost.trainer.config import CONFIG_DIR
 from rlpost.keys import LOSS_MASK
 from rlpost.keys import ATTENTION_MASK, INPUT_IDS, POSITION_IDS
 
 REPO = Path(__file__).resolve().parents[2]
 
+
+
+def sft_data(values: dict) -> DictConfig:
+    """The `data` group of the packaged sft_trainer.yaml with `values` set (no default lives in a test)."""
+    cfg = OmegaConf.load(CONFIG_DIR / "sft_trainer.yaml")
+    cfg.data = OmegaConf.merge(cfg.data, values)
+    return cfg.data
 
 def _free_port() -> int:
     with socket.socket() as sock:
@@ -55,7 +63,7 @@ def _tokenizer(model_dir: str):
 
 def test_sft_dataset_masks_prompt_and_appends_eos(tiny_model_dir, tmp_path):
     tok = _tokenizer(tiny_model_dir)
-    data_cfg = OmegaConf.create({"prompt_key": "prompt", "response_key": "response", "max_length": 64})
+    data_cfg = sft_data({"prompt_key": "prompt", "response_key": "response", "max_length": 64})
     item = SFTDataset(str(_write_data(tmp_path / "d.parquet", 2)), tok, data_cfg)[1]
     assert all(item[k].shape == (64,) for k in (INPUT_IDS, ATTENTION_MASK, POSITION_IDS, LOSS_MASK))
     n_real = int(item[ATTENTION_MASK].sum())
@@ -77,17 +85,17 @@ def test_sft_dataset_dict_keys_and_truncation(tiny_model_dir, tmp_path):
     path = tmp_path / "nested.parquet"
     pd.DataFrame({"q": [{"text": "What is 2 + 2?"}], "a": [{"text": "2 + 2 = 4. #### 4"}]}).to_parquet(path)
     base = {"prompt_key": "q", "response_key": "a", "prompt_dict_keys": ["text"], "response_dict_keys": ["text"]}
-    full = SFTDataset(str(path), tok, OmegaConf.create({**base, "max_length": 128}))[0]
+    full = SFTDataset(str(path), tok, sft_data({**base, "max_length": 128}))[0]
     n_real = int(full[ATTENTION_MASK].sum())
     with pytest.raises(ValueError, match="max_length"):
-        SFTDataset(str(path), tok, OmegaConf.create({**base, "max_length": 8}))[0]
-    left = SFTDataset(str(path), tok, OmegaConf.create({**base, "max_length": 8, "truncation": "left"}))[0]
-    right = SFTDataset(str(path), tok, OmegaConf.create({**base, "max_length": 8, "truncation": "right"}))[0]
+        SFTDataset(str(path), tok, sft_data({**base, "max_length": 8}))[0]
+    left = SFTDataset(str(path), tok, sft_data({**base, "max_length": 8, "truncation": "left"}))[0]
+    right = SFTDataset(str(path), tok, sft_data({**base, "max_length": 8, "truncation": "right"}))[0]
     assert left[INPUT_IDS].tolist() == full[INPUT_IDS][n_real - 8 : n_real].tolist()
     assert left[LOSS_MASK].tolist() == full[LOSS_MASK][n_real - 8 : n_real].tolist()
     assert right[INPUT_IDS].tolist() == full[INPUT_IDS][:8].tolist()
     with pytest.raises(ValueError, match="data.truncation"):
-        SFTDataset(str(path), tok, OmegaConf.create({**base, "max_length": 8, "truncation": "middle"}))
+        SFTDataset(str(path), tok, sft_data({**base, "max_length": 8, "truncation": "middle"}))
 
 
 def test_check_sft_config_rejects_unsupported_and_bad_batches(tiny_model_dir, tmp_path):
@@ -159,6 +167,6 @@ def test_sft_torchrun_two_processes(tiny_model_dir, tmp_path):
 
     trained = AutoModelForCausalLM.from_pretrained(saved)
     original = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    data_cfg = OmegaConf.create({"prompt_key": "prompt", "response_key": "response", "max_length": 64})
+    data_cfg = sft_data({"prompt_key": "prompt", "response_key": "response", "max_length": 64})
     dataset = SFTDataset(str(data), _tokenizer(str(saved)), data_cfg)
     assert _response_loss(trained, dataset) < _response_loss(original, dataset)

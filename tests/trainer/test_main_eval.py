@@ -51,7 +51,7 @@ def test_custom_function_and_errors(tmp_path):
     cfg = OmegaConf.create({
         "data": {"path": str(data), "response_key": "responses", "data_source_key": "data_source",
                  "reward_model_key": "reward_model"},
-        "custom_reward_function": {"path": str(fn), "name": "by_len"},
+        "custom_reward_function": {"path": str(fn), "name": "by_len", "reward_kwargs": {}},
         "ray_init": {"num_cpus": 1},
     })
     assert evaluate(cfg)["test_score/openai/gsm8k"] == pytest.approx(0.6)

@@ -1,11 +1,12 @@
-"""Remove-padding packs real tokens and gives the padded path's log-probs; model/FSDP option checks."""
+"""Remove-padding packs real tokens and gives the padded path's log-probs; model loading from the composed
+`model` group (override_config, value head); FSDP compute dtype and wrapping units."""
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
-from rlpost.utils.fsdp import check_strategy, param_dtype, units_to_wrap
-from rlpost.utils.model import check_model_options, load_model
+from _compose import SMALL, compose_config
+from rlpost.utils.fsdp import compute_dtype, units_to_wrap
+from rlpost.utils.model import load_model
 from rlpost.utils.padding import pad_output, unpad_input
 from rlpost.workers.batching import loss_weights, optimizer_step
 
@@ -19,8 +20,15 @@ def test_unpad_pad_round_trip():
     assert pad_output(packed[0], idx, 2, 3).tolist() == [[0, 5, 6], [7, 8, 0]]
 
 
+def _models(tiny_model_dir: str, *overrides: str):
+    """(actor_rollout_ref.model, critic.model) groups of the default config pointing at the tiny model."""
+    cfg = compose_config(*SMALL, f"actor_rollout_ref.model.path={tiny_model_dir}", f"critic.model.path={tiny_model_dir}",
+                         "actor_rollout_ref.rollout.name=hf", *overrides)
+    return cfg.actor_rollout_ref.model, cfg.critic.model
+
+
 def test_packed_forward_equals_padded(tiny_model_dir):
-    model = load_model(OmegaConf.create({"path": tiny_model_dir}), torch.float32).eval()
+    model = load_model(_models(tiny_model_dir)[0], torch.float32).eval()
     ids = torch.tensor([[0, 0, 11, 12, 13, 14], [21, 22, 23, 24, 25, 0]])
     mask = (ids != 0).long()
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
@@ -32,17 +40,15 @@ def test_packed_forward_equals_padded(tiny_model_dir):
     torch.testing.assert_close(unpadded[m], padded[m], atol=1e-4, rtol=1e-4)
 
 
-def test_options_errors_and_defaults(tiny_model_dir):
-    with pytest.raises(NotImplementedError, match="not supported yet: model.use_liger"):
-        check_model_options({"use_liger": True})
-    with pytest.raises(NotImplementedError, match="strategy"):
-        check_strategy("megatron", "actor")
-    check_strategy("fsdp", "actor")
-    assert param_dtype({}, "cpu") == torch.float32 and param_dtype({}, "cuda") == torch.bfloat16
-    assert param_dtype({"mixed_precision": {"param_dtype": "bf16"}}, "cpu") == torch.bfloat16
-    model = load_model(OmegaConf.create({"path": tiny_model_dir, "override_config": {"attention_dropout": 0.25}}),
-                       torch.float32)
-    assert model.config.attention_dropout == 0.25
+def test_model_loading_and_wrapping_units(tiny_model_dir):
+    assert compute_dtype("cpu") == torch.float32 and compute_dtype("cuda") == torch.bfloat16
+    actor_model, critic_model = _models(
+        tiny_model_dir, "+actor_rollout_ref.model.override_config.attention_dropout=0.25",
+        "+actor_rollout_ref.model.override_config.model_config.rope_theta=500.0")
+    model = load_model(actor_model, torch.float32)
+    assert model.config.attention_dropout == 0.25 and model.config.rope_theta == 500.0  # model_config flattened
+    value = load_model(critic_model, torch.float32, value_model=True)
+    assert type(value).__name__ == "Qwen2ForTokenClassification" and value.config.num_labels == 1
     units = units_to_wrap(model)
     assert [type(u).__name__ for u in units] == ["Qwen2DecoderLayer", "Qwen2DecoderLayer", "Qwen2ForCausalLM"]
     sized = units_to_wrap(model, min_num_params=10_000)

@@ -1,4 +1,4 @@
-"""Helpers for the worker tests: a fixed batch, configs shaped like ppo_trainer.yaml, a 2-process launcher."""
+"""Helpers for the worker tests: a fixed batch, configs composed from ppo_trainer.yaml, a 2-process launcher."""
 
 from __future__ import annotations
 
@@ -9,12 +9,10 @@ import traceback
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.multiprocessing as mp
-from omegaconf import OmegaConf
-
+from _compose import SMALL, compose_config, typed_config_of
 from rlpost import keys
 
 P, R, B = 6, 5, 8
@@ -39,50 +37,39 @@ def make_batch(vocab: int, seed: int = 0) -> dict[str, torch.Tensor]:
     }
 
 
-def fsdp_cfg(**over: Any) -> dict:
-    cfg = {"param_offload": False, "optimizer_offload": False, "offload_policy": False,
-           "reshard_after_forward": True, "fsdp_size": -1, "wrap_policy": {"min_num_params": 0}}
-    cfg.update(over)
-    return cfg
+# The worker-test setup on top of `_compose.SMALL`: 8 prompts x n=1 per step, mini-batch 4 (2 rows per rank),
+# micro-batch 2, a fast learning rate. The rollout engine is `hf` unless a test registers its own first.
+WORKER = (
+    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=64", "actor_rollout_ref.actor.data_loader_seed=0",
+    "actor_rollout_ref.actor.optim.lr=1e-2", "actor_rollout_ref.actor.optim.weight_decay=0.0",
+    "actor_rollout_ref.rollout.temperature=0.7", "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=3", "actor_rollout_ref.ref.fsdp_config.param_offload=true",
+    "critic.ppo_mini_batch_size=8", "critic.forward_micro_batch_size_per_gpu=4", "critic.ppo_max_token_len_per_gpu=64",
+    "critic.model.use_remove_padding=true", "critic.model.enable_gradient_checkpointing=true",
+    "critic.optim.lr=1e-3", "critic.optim.weight_decay=0.0", "critic.optim.lr_warmup_steps=1",
+)
 
 
-def arr_config(model_dir: str, **actor_over: Any):
-    """`actor_rollout_ref` subtree with the keys the worker reads."""
-    actor = {
-        "strategy": "fsdp2", "ppo_mini_batch_size": 4, "ppo_micro_batch_size": None,
-        "ppo_micro_batch_size_per_gpu": 2, "use_dynamic_bsz": False, "ppo_max_token_len_per_gpu": 64,
-        "ppo_epochs": 1, "shuffle": False, "data_loader_seed": 0, "clip_ratio": 0.2, "entropy_coeff": 0.0,
-        "use_kl_loss": False, "kl_loss_coef": 0.001, "kl_loss_type": "low_var_kl", "loss_agg_mode": "token-mean",
-        "grad_clip": 1.0, "ulysses_sequence_parallel_size": 1, "use_torch_compile": False,
-        "policy_loss": {"loss_mode": "vanilla"},
-        "optim": {"lr": 1e-2, "weight_decay": 0.0, "lr_warmup_steps": -1, "lr_warmup_steps_ratio": 0.0,
-                  "warmup_style": "constant", "total_training_steps": 10},
-        "fsdp_config": fsdp_cfg(),
-    }
-    actor.update(actor_over)
-    return OmegaConf.create({
-        "model": {"path": model_dir, "use_remove_padding": False, "enable_gradient_checkpointing": False,
-                  "override_config": {}, "external_lib": None, "trust_remote_code": False},
-        "actor": actor,
-        "rollout": {"name": "recording", "n": 1, "temperature": 0.7, "dtype": "bfloat16", "free_cache_engine": True,
-                    "log_prob_micro_batch_size_per_gpu": 2, "log_prob_use_dynamic_bsz": False,
-                    "log_prob_max_token_len_per_gpu": 64},
-        "ref": {"strategy": "fsdp2", "log_prob_micro_batch_size_per_gpu": 3, "log_prob_use_dynamic_bsz": False,
-                "log_prob_max_token_len_per_gpu": 64, "fsdp_config": fsdp_cfg(param_offload=True)},
-    })
+def _overrides(model_dir: str, rollout: str) -> tuple[str, ...]:
+    paths = (f"actor_rollout_ref.model.path={model_dir}", f"critic.model.path={model_dir}",
+             f"reward_model.model.path={model_dir}", f"actor_rollout_ref.rollout.name={rollout}")
+    return (*SMALL, *WORKER, *paths)
 
 
-def critic_config(model_dir: str):
-    return OmegaConf.create({
-        "strategy": "fsdp2", "ppo_mini_batch_size": 8, "ppo_micro_batch_size_per_gpu": 2,
-        "forward_micro_batch_size_per_gpu": 4, "use_dynamic_bsz": False, "ppo_max_token_len_per_gpu": 64,
-        "forward_max_token_len_per_gpu": 64, "ppo_epochs": 1, "shuffle": False, "cliprange_value": 0.5,
-        "loss_agg_mode": "token-mean", "grad_clip": 1.0,
-        "model": {"path": model_dir, "use_remove_padding": True, "enable_gradient_checkpointing": True,
-                  "override_config": {}, "trust_remote_code": False, "fsdp_config": fsdp_cfg()},
-        "optim": {"lr": 1e-3, "weight_decay": 0.0, "lr_warmup_steps": 1, "warmup_style": "constant",
-                  "total_training_steps": 10},
-    })
+def full_config(model_dir: str, *overrides: str, rollout: str = "hf"):
+    """The validated `ppo_trainer` config (DictConfig) of the worker tests on `model_dir` (every model path
+    points there)."""
+    return compose_config(*_overrides(model_dir, rollout), *overrides)
+
+
+def typed_full_config(model_dir: str, *overrides: str, rollout: str = "hf"):
+    """The same config as the typed dataclasses (`PPOTrainerConfig`) the trainer may hand workers."""
+    return typed_config_of(*_overrides(model_dir, rollout), *overrides)
+
+
+def arr_config(model_dir: str, *overrides: str, rollout: str = "hf"):
+    """`actor_rollout_ref` group (DictConfig) of `full_config`."""
+    return full_config(model_dir, *overrides, rollout=rollout).actor_rollout_ref
 
 
 def _free_port() -> int:

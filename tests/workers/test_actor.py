@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from rlpost import keys
-from rlpost.trainer.ppo.logits import entropy_from_logits, logprobs_from_logits
+from rlpost.algos.logits import entropy_from_logits, logprobs_from_logits
 from rlpost.workers.actor import _response_positions, forward_response_logits, token_logp_entropy
 from _fsdp_helpers import make_batch
 

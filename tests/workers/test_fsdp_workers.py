@@ -1,7 +1,11 @@
-"""ActorRolloutRefWorker / CriticWorker on 2 gloo ranks (CPU, tiny model), grouped in one spawned run."""
+"""ActorRolloutRefWorker / CriticWorker on 2 gloo ranks (CPU, tiny model), grouped in one spawned run.
+
+Configs are composed from ppo_trainer.yaml; the actor worker gets the DictConfig group, the offloaded actor
+and the critic get the typed dataclasses, so both forms the trainer may pass are exercised."""
 
 from __future__ import annotations
 
+import math
 import os
 import time
 
@@ -9,7 +13,7 @@ import pytest
 import torch
 
 from rlpost import keys
-from _fsdp_helpers import arr_config, critic_config, make_batch, spawn
+from _fsdp_helpers import arr_config, make_batch, spawn, typed_full_config
 
 pytestmark = pytest.mark.timeout(280)
 
@@ -73,12 +77,13 @@ def _actor_checks(rank: int, world: int, model_dir: str, tmp: str, res: dict) ->
 
     if "recording" not in ROLLOUT_REGISTRY:
         ROLLOUT_REGISTRY.register("recording")(RecordingRollout)
-    cfg = arr_config(model_dir)
+    cfg = arr_config(model_dir, rollout="recording")
     w = ActorRolloutRefWorker(cfg, role="actor_rollout_ref")
-    w.init_model()
+    w.init_model(total_training_steps=10)
     batch = make_batch(len(w.tokenizer))
     res["batch"] = batch
-    res["mini_rows"] = w.config.actor.ppo_mini_batch_size
+    res["mini_rows"] = (w.mini_batch_rows, w.actor.mini_batch_rows)
+    res["mini_prompts"] = w.config.actor.ppo_mini_batch_size  # the config itself is never rewritten
     res["sync_at_init"] = list(w.rollout.received)
     res["values_at_init"] = dict(w.rollout.last_values)
     res["calls_at_init"] = list(w.rollout.calls)
@@ -134,18 +139,20 @@ def _actor_checks(rank: int, world: int, model_dir: str, tmp: str, res: dict) ->
 def _offload_and_critic(rank: int, world: int, model_dir: str, tmp: str, res: dict) -> None:
     from rlpost.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker
 
-    cfg = arr_config(model_dir)
-    cfg.actor.fsdp_config.offload_policy = True
-    cfg.actor.fsdp_config.optimizer_offload = True
-    w = ActorRolloutRefWorker(cfg, role="actor")
-    w.init_model()
+    typed = typed_full_config(model_dir, "actor_rollout_ref.actor.fsdp_config.offload_policy=true",
+                              "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true",
+                              "critic.optim.lr_scheduler=cosine")
+    w = ActorRolloutRefWorker(typed.actor_rollout_ref, role="actor")
+    w.init_model(total_training_steps=10)
     batch = res["batch"]
     extra = {keys.OLD_LOG_PROBS: res["logp"], keys.ADVANTAGES: torch.ones(8, 5)}
     w.update_actor(_proto(batch, rank, world, **extra))
     res["logp_after_offload"], _ = _logp(w, batch, rank, world)
 
-    c = CriticWorker(critic_config(model_dir))
-    c.init_model()
+    c = CriticWorker(typed.critic)
+    res["critic_mini_rows"] = c.mini_batch_rows
+    c.init_model(total_training_steps=4)  # the schedule spans these steps, not optim.total_training_steps=-1
+    res["critic_lrs"] = []
     values = _gather(c.compute_values(_proto(batch, rank, world)).batch[keys.VALUES])
     res["values"] = values
     returns = torch.linspace(-1, 1, 40).reshape(8, 5)
@@ -154,6 +161,7 @@ def _offload_and_critic(rank: int, world: int, model_dir: str, tmp: str, res: di
     for _ in range(4):
         out = c.update_critic(_proto(batch, rank, world, **data))
         losses.append(out.meta_info[keys.META_METRICS]["critic/vf_loss"][0])
+        res["critic_lrs"].append(out.meta_info[keys.META_METRICS]["critic/lr"])
     res["vf_losses"] = losses
     res["critic_metrics"] = sorted(out.meta_info[keys.META_METRICS])
 
@@ -221,7 +229,8 @@ def test_hf_model_export_holds_trained_weights(results):
 
 def test_metrics_and_batch_normalisation(results):
     m = results["metrics"]
-    assert results["mini_rows"] == 2  # 4 prompts x n=1 over 2 ranks
+    assert results["mini_rows"] == (2, 2)  # 4 prompts x n=1 over 2 ranks, handed to the actor
+    assert results["mini_prompts"] == 4 and results["critic_mini_rows"] == 4  # critic: 8 prompts over 2 ranks
     for name in ("actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower",
                  "actor/grad_norm", "actor/lr", "timing_s/update_actor", "timing_s/update_weights"):
         assert name in m, name
@@ -256,5 +265,8 @@ def test_critic_values_and_update(results):
     assert results["values"].shape == (8, 5)
     losses = results["vf_losses"]
     assert losses[-1] < losses[0]
+    # cosine over the 4 explicit steps after 1 warmup step: 0, then 1e-3 * (1 + cos(pi * k / 3)) / 2
+    expected = [0.0] + [1e-3 * 0.5 * (1 + math.cos(math.pi * k / 3)) for k in range(3)]
+    assert results["critic_lrs"] == pytest.approx(expected)
     assert {"critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean", "critic/grad_norm",
             "critic/lr"} <= set(results["critic_metrics"])

@@ -9,11 +9,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from omegaconf import OmegaConf
-
+from _compose import SMALL, compose_config
+from _fsdp_helpers import R, make_batch, spawn
 from rlpost import keys
 from rlpost.protocol import DataProto
-from _fsdp_helpers import R, fsdp_cfg, make_batch, spawn
 
 # A chat template unlike the policy's ChatML, so re-templated inputs are recognisable.
 RM_TEMPLATE = ("{% for m in messages %}{{ '### ' + m['role'] + ':\n' + m['content'] + '\n' }}{% endfor %}"
@@ -21,15 +20,19 @@ RM_TEMPLATE = ("{% for m in messages %}{{ '### ' + m['role'] + ':\n' + m['conten
 ATOL = 1e-4  # fp32 on CPU: batched/padded/sharded vs single unpadded rows differ by ~1e-6
 
 
-def rm_config(rm_dir: str, input_tokenizer: str | None = None, **over):
-    cfg = {
-        "enable": True, "strategy": "fsdp2", "micro_batch_size_per_gpu": 3, "max_length": None,
-        "use_dynamic_bsz": False, "forward_max_token_len_per_gpu": 16,
-        "model": {"input_tokenizer": input_tokenizer, "path": rm_dir, "external_lib": None, "use_shm": False,
-                  "use_remove_padding": False, "use_fused_kernels": False, "trust_remote_code": False,
-                  "fsdp_config": fsdp_cfg(forward_prefetch=False)},
-    }
-    return OmegaConf.merge(OmegaConf.create(cfg), OmegaConf.create(over))
+def full_config(rm_dir: str, policy_dir: str, *overrides: str):
+    """Validated `ppo_trainer` config with the reward model of `rm_dir` enabled; the policy is `policy_dir`."""
+    return compose_config(
+        *SMALL, f"actor_rollout_ref.model.path={policy_dir}", f"critic.model.path={policy_dir}",
+        "actor_rollout_ref.rollout.name=hf", "reward_model.enable=true", f"reward_model.model.path={rm_dir}",
+        "reward_model.micro_batch_size_per_gpu=3", "reward_model.forward_max_token_len_per_gpu=16", *overrides)
+
+
+def rm_config(rm_dir: str, input_tokenizer: str | None = None, *overrides: str):
+    """The `reward_model` group; `input_tokenizer` None scores the policy's ids as they are."""
+    tok = "null" if input_tokenizer is None else input_tokenizer
+    return full_config(rm_dir, input_tokenizer or rm_dir, f"reward_model.model.input_tokenizer={tok}",
+                       *overrides).reward_model
 
 
 @pytest.fixture(scope="module")
@@ -84,8 +87,7 @@ def _run(rank: int, rm_dir: str, policy_dir: str, vocab: int, tmp: str) -> None:
     res["dynamic"] = score(w)
     w.config.use_dynamic_bsz, w.config.max_length = False, 4
     res["truncated"] = score(w)
-    w2 = RewardModelWorker(rm_config(rm_dir, input_tokenizer=policy_dir,
-                                     model={"fsdp_config": fsdp_cfg(param_offload=True)}))
+    w2 = RewardModelWorker(rm_config(rm_dir, policy_dir, "reward_model.model.fsdp_config.param_offload=true"))
     w2.init_model()
     res["retemplate"] = w2.retemplate
     res["retemplated"] = score(w2)
@@ -218,20 +220,13 @@ def test_right_align_keep_last_and_placement():
     assert placed.tolist() == [[0.0, 1.5, 0.0], [0.0, 0.0, -2.0], [0.0, 0.0, 0.0]]
 
 
-@pytest.mark.parametrize("over, err, match", [
-    ({"model": {"use_remove_padding": True}}, NotImplementedError,
-     "not supported yet: reward_model.model.use_remove_padding"),
-    ({"strategy": "megatron"}, NotImplementedError, "reward_model.strategy"),
-    ({"model": {"fsdp_config": {"forward_prefetch": True}}}, NotImplementedError, "forward_prefetch"),
-    ({"micro_batch_size_per_gpu": 0}, ValueError, "reward_model.micro_batch_size_per_gpu=0"),
-    ({"max_length": 0}, ValueError, "reward_model.max_length=0"),
-])
-def test_unsupported_and_invalid_options_raise(over, err, match):
-    from rlpost.workers.reward_model import RewardModelWorker
+def test_remove_padding_is_accepted_with_a_notice():
+    """A sequence-classification head pools one position per row: the RM scores padded rows either way."""
+    from rlpost.trainer.config import ConfigWarning
 
-    cfg = rm_config("unused", **over)
-    with pytest.raises(err, match=match):
-        RewardModelWorker(cfg)  # raises before any process group starts
+    with pytest.warns(ConfigWarning, match="reward_model.model.use_remove_padding=true accepted"):
+        cfg = rm_config("unused", None, "reward_model.model.use_remove_padding=true")
+    assert cfg.model.use_remove_padding is True
 
 
 def test_a_causal_lm_is_refused_as_reward_model(tiny_model_dir):
@@ -253,8 +248,7 @@ def test_trainer_uses_rm_scores_instead_of_the_rule(tmp_path, dirs):
         def compute_score(data_source, solution_str, ground_truth, extra_info=None):
             raise AssertionError("rule must not run when rm_scores exist")
     """))
-    cfg = OmegaConf.create({"reward_model": {"reward_manager": "naive"}, "data": {"reward_fn_key": "data_source"},
-                            "custom_reward_function": {"path": str(rule), "name": "compute_score"}})
+    cfg = full_config(dirs[0], dirs[1], f"custom_reward_function.path={rule}")
     tok = AutoTokenizer.from_pretrained(dirs[1])
     data = _chat_batch(tok)
     rm = torch.tensor([[0.0, 0.0, 2.5, 0.0, 0.0]])

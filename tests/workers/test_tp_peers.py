@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from omegaconf import open_dict
 
 from _fsdp_helpers import arr_config, make_batch, spawn
 from rlpost import keys
@@ -26,12 +25,11 @@ def _prompts(batch: dict, rank: int) -> DataProto:
 def _run(rank: int, model_dir: str, tmp: str) -> None:
     from rlpost.workers.fsdp_workers import ActorRolloutRefWorker
 
-    cfg = arr_config(model_dir)
-    with open_dict(cfg):
-        cfg.rollout.update({"name": "hf", "tensor_model_parallel_size": 2, "prompt_length": 6,
-                            "response_length": 4, "do_sample": False, "free_cache_engine": False})
+    cfg = arr_config(model_dir, "actor_rollout_ref.rollout.tensor_model_parallel_size=2", "data.max_prompt_length=6",
+                     "data.max_response_length=4", "actor_rollout_ref.rollout.do_sample=false",
+                     "actor_rollout_ref.rollout.free_cache_engine=false")
     w = ActorRolloutRefWorker(cfg, role="actor_rollout")
-    w.init_model()
+    w.init_model(total_training_steps=1)
     batch = make_batch(w.tokenizer.vocab_size)
     seen: list[int] = []  # rows the engine was handed
     generate = w.rollout.generate_sequences

@@ -179,6 +179,10 @@ def check_combinations(c: PPOTrainerConfig) -> None:
         fail(f"data.gen_batch_size={c.data.gen_batch_size}, data.train_batch_size={c.data.train_batch_size}",
              "a generation batch must hold at least one training batch of prompts",
              f"data.gen_batch_size={c.data.train_batch_size}")
+    if rollout.name == "sglang" and rollout.tensor_model_parallel_size != 1:
+        fail(f"not supported yet: {ARR}.rollout.tensor_model_parallel_size={rollout.tensor_model_parallel_size} "
+             "with rollout.name=sglang", "the SGLang engine runs one engine per device",
+             f"{ARR}.rollout.tensor_model_parallel_size=1 (or rollout.name=vllm)")
     if rollout.name == "sglang" and c.trainer.device == "cpu":
         fail(f"not supported yet: {ARR}.rollout.name=sglang with trainer.device=cpu",
              "SGLang runs on GPUs only", f"{ARR}.rollout.name=vllm (or hf)")

@@ -150,6 +150,8 @@ NOT_SUPPORTED_YET: dict[str, Refusal] = {
        for key in ("entropy_from_logits_with_chunking", "use_torch_compile", "entropy_checkpointing")},
     **{f"{group}.model_dtype": only("fp32", "float32") for group in ENGINE_KEYS},
     **{f"{group}.forward_prefetch": only(False) for group in ENGINE_KEYS},
+    **{f"{group}.mixed_precision.{key}": only("fp32", "float32") for group in ENGINE_KEYS
+       for key in ("reduce_dtype", "buffer_dtype")},
     **{f"{group}.profiler.{key}": only(False) for group in PROFILED for key in ("discrete", "enable", "all_ranks")
        if not (group.endswith("rollout") and key == "discrete")},
     **{f"{group}.profiler.ranks": only(None, []) for group in PROFILED},
@@ -171,6 +173,8 @@ NOTICES: dict[str, str] = {
     "critic.model.fsdp_config.use_orig_params": "FSDP2 always keeps the original parameters",
     f"{ARR}.ref.fsdp_config.optimizer_offload": "the reference has no optimizer",
     "trainer.use_legacy_worker_impl": "rlpost has one worker implementation, used for every value",
+    "reward_model.model.use_remove_padding": "the reward model scores padded rows (same scores; packing only saves "
+                                             "time there)",
 }
 
 # Nsight option maps: any change from the package default is refused (profiling is not built).

@@ -29,7 +29,7 @@ def create_dataloaders(config: DictConfig, tokenizer: Any, processor: Any = None
     if train_dataset is None:
         train_dataset = create_rl_dataset(data_cfg.train_files, data_cfg, tokenizer, processor)
     if val_dataset is None and data_cfg.val_files:
-        val_dataset = create_rl_dataset(data_cfg.val_files, data_cfg, tokenizer, processor)
+        val_dataset = create_rl_dataset(data_cfg.val_files, data_cfg, tokenizer, processor, is_train=False)
     key = "gen_batch_size" if config.algorithm.filter_groups.enable else "train_batch_size"
     batch_size = int(data_cfg[key])
     train_loader = ResumableLoader(

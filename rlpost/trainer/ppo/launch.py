@@ -64,7 +64,8 @@ def build_trainer(config: DictConfig):
         tokenizer = load_tokenizer(config)
         data_cfg = config.data
         train_ds = create_rl_dataset(data_cfg.train_files, data_cfg, tokenizer)
-        val_ds = create_rl_dataset(data_cfg.val_files, data_cfg, tokenizer) if data_cfg.val_files else None
+        val_ds = (create_rl_dataset(data_cfg.val_files, data_cfg, tokenizer, is_train=False)
+                  if data_cfg.val_files else None)
         reward_fn, val_reward_fn = build_reward_fns(config, tokenizer, val_ds)
         role_worker_mapping, mapping = default_role_worker_mapping(config)
         trainer_cfg = config.trainer

@@ -93,9 +93,10 @@ class RayPPOTrainer:
                  resource_pool_manager: ResourcePoolManager, ray_worker_group_cls: type = RayWorkerGroup,
                  processor=None, reward_fn=None, val_reward_fn=None, train_dataset=None, val_dataset=None,
                  collate_fn=None, train_sampler=None, device_name: str | None = None):
-        from rlpost.trainer.config import validate_config
+        from rlpost.trainer.config import typed_config
 
-        validate_config(config)
+        # `config` stays the DictConfig verl code reads; workers get the validated, frozen typed sub-configs.
+        self.typed_config = typed_config(config)
         self.config, self.tokenizer, self.processor = config, tokenizer, processor
         self.reward_fn, self.val_reward_fn = reward_fn, val_reward_fn
         self.role_worker_mapping = role_worker_mapping
@@ -124,14 +125,14 @@ class RayPPOTrainer:
         self.train_dataset = self.train_dataloader.dataset
         self.val_dataset = self.val_dataloader.dataset if self.val_dataloader is not None else None
         self.total_training_steps = total_training_steps(self.config, len(self.train_dataloader))
-        inject_total_training_steps(self.config, self.total_training_steps)
 
     def init_workers(self) -> None:
         """Create the resource pools and worker groups and initialise every role's models."""
         if self.resource_pool_manager.use_gpu is None:
             self.resource_pool_manager.use_gpu = self.device_name == "cuda"
-        self.workers = build_worker_groups(self.config, self.plan, self.role_worker_mapping,
-                                           self.resource_pool_manager, self.ray_worker_group_cls)
+        self.workers = build_worker_groups(self.typed_config, self.plan, self.role_worker_mapping,
+                                           self.resource_pool_manager, self.ray_worker_group_cls,
+                                           self.total_training_steps)
         self.validator = Validator(self.config, self.tokenizer, self.actor_rollout_wg, self.val_reward_fn,
                                    self.val_dataloader)
         self.checkpointer = TrainerCheckpointer(self.config, self.workers, self.train_dataloader)
@@ -465,9 +466,3 @@ def total_training_steps(config: DictConfig, batches_per_epoch: int) -> int:
     return steps
 
 
-def inject_total_training_steps(config: DictConfig, steps: int) -> None:
-    """Workers' LR schedulers need the number of optimiser phases; the trainer knows it first."""
-    with open_dict(config):
-        config.actor_rollout_ref.actor.optim.total_training_steps = steps
-        if OmegaConf.select(config, "critic.optim") is not None:
-            config.critic.optim.total_training_steps = steps

@@ -14,6 +14,8 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from rlpost.config import PPOTrainerConfig
+
 from rlpost.single_controller.ray import RayClassWithInitArgs, ResourcePoolManager, Role
 from rlpost.single_controller.ray.base import unwrap_actor_class
 from rlpost.trainer.config.roles import need_critic, need_reference_policy
@@ -73,9 +75,6 @@ def plan_roles(config: DictConfig, role_worker_mapping: dict[Role, Any], pools: 
         ValueError: a role the config needs is missing, or a mapped role has no pool.
     """
     have = sorted(r.name for r in role_worker_mapping)
-    if not config.actor_rollout_ref.hybrid_engine:
-        raise ValueError("not supported yet: actor_rollout_ref.hybrid_engine=false (rollout on separate devices); "
-                         "use actor_rollout_ref.hybrid_engine=true")
     actor_role = Role.ActorRolloutRef if Role.ActorRolloutRef in role_worker_mapping else Role.ActorRollout
     if actor_role not in role_worker_mapping:
         raise ValueError(f"role_worker_mapping has roles {have}; the hybrid engine needs Role.ActorRollout "
@@ -106,11 +105,14 @@ def _same_worker(mapping: dict[Role, Any], pools: ResourcePoolManager, a: Role, 
             and pools.mapping[a] == pools.mapping[b])
 
 
-def build_worker_groups(config: DictConfig, plan: RolePlan, role_worker_mapping: dict[Role, Any],
-                        pools: ResourcePoolManager, ray_worker_group_cls: type) -> WorkerGroups:
+def build_worker_groups(config: PPOTrainerConfig, plan: RolePlan, role_worker_mapping: dict[Role, Any],
+                        pools: ResourcePoolManager, ray_worker_group_cls: type,
+                        total_training_steps: int) -> WorkerGroups:
     """Create the pools, start one colocated worker group per pool, then initialise every role's models.
 
-    The rollout-holding actor is initialised last so the engine sizes its cache after the others allocated.
+    Workers receive the typed sub-configs (`config.actor_rollout_ref`, `config.critic`, ...), and the
+    actor and critic the number of optimiser phases their LR schedules span. The rollout-holding actor is
+    initialised last so the engine sizes its cache after the others allocated.
     """
     from rlpost.single_controller.ray import create_colocated_worker_cls
 
@@ -127,16 +129,18 @@ def build_worker_groups(config: DictConfig, plan: RolePlan, role_worker_mapping:
             startup_timeout_s=config.trainer.ray_wait_register_center_timeout,
         )
         views.update(group.spawn(prefix_set=list(class_dict)))
-    for prefix in ("critic", "ref", "rm"):
+    if "critic" in views:
+        views["critic"].init_model(total_training_steps=total_training_steps)
+    for prefix in ("ref", "rm"):
         if prefix in views:
             views[prefix].init_model()
     actor = views["actor_rollout"]
-    actor.init_model()
+    actor.init_model(total_training_steps=total_training_steps)
     ref = actor if plan.ref_in_actor else views.get("ref")
     return WorkerGroups(actor, views.get("critic"), views.get("rm"), ref)
 
 
-def _role_specs(config: DictConfig, plan: RolePlan, mapping: dict[Role, Any]) -> dict[Role, tuple[str, Any]]:
+def _role_specs(config: PPOTrainerConfig, plan: RolePlan, mapping: dict[Role, Any]) -> dict[Role, tuple[str, Any]]:
     """{role: (colocated prefix, class + constructor arguments)} for every role the plan creates."""
     actor_kind = "actor_rollout_ref" if plan.ref_in_actor else "actor_rollout"
     specs = {plan.actor_role: ("actor_rollout", RayClassWithInitArgs(
