@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,6 +36,7 @@ import bench_limits  # noqa: E402
 
 from rlpost import keys  # noqa: E402
 from rlpost.protocol import DataProto  # noqa: E402
+from rlpost.utils.distributed import free_port  # noqa: E402
 
 # Targets of issue 9: limit time / rlpost time (>=) per phase, and step time / sum of limits (<=).
 TARGETS = {"gen": 0.90, "old_log_prob": 0.60, "ref": 0.60, "update_actor": 0.85, "update_weights": 0.90,
@@ -72,9 +72,7 @@ def start_worker(cfg: Any, device: str):
     """An `ActorRolloutRefWorker` in this process (rank 0 of 1), models and engine built."""
     from rlpost.workers.fsdp_workers import ActorRolloutRefWorker
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     for key, val in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
                      "MASTER_PORT": str(port), "RLPOST_DEVICE": device}.items():
         os.environ.setdefault(key, val)

@@ -239,7 +239,8 @@ def measure(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
         res["per_batch"][str(n_prompts)] = {"gen": bare_generate(llm, prompts, args.n, args.response_len,
                                                                 args.gen_reps)}
         print(f"[limits] gen {n_prompts}x{args.n}: {res['per_batch'][str(n_prompts)]['gen']}", flush=True)
-    weights = {k: v for f in sorted(model_dir.glob("*.safetensors")) for k, v in load_file(str(f), device="cuda").items()}
+    files = sorted(model_dir.glob("*.safetensors"))
+    weights = {k: v for f in files for k, v in load_file(str(f), device="cuda").items()}
     res["reload"] = bare_reload(llm, weights)
     del weights
     res["sleep_wake"] = bare_sleep_wake(llm)

@@ -52,7 +52,6 @@ def engine_kwargs(config: Any, model_path: str) -> dict[str, Any]:
     dropped, the others passed last and win); `max_model_len: null` means prompt + response length."""
     extra = {k: v for k, v in dict(config.engine_kwargs.sglang).items() if v is not None}
     rank = int(os.environ.get("RANK", "0"))
-    tp = int(config.tensor_model_parallel_size)
     context_length = config.max_model_len
     if context_length is None:
         context_length = int(config.prompt_length) + int(config.response_length)

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +27,8 @@ from torch.utils.data import DataLoader, DistributedSampler
 from rlpost.data.sft_dataset import SFTDataset
 from rlpost.keys import LOSS_MASK
 from rlpost.keys import ATTENTION_MASK, INPUT_IDS, POSITION_IDS
-from rlpost.utils.distributed import init_distributed
+from rlpost.utils.checkpoint import prune_oldest
+from rlpost.utils.distributed import free_port, init_distributed
 from rlpost.utils.fsdp import apply_fsdp2, clip_grad_norm, iter_full_params
 from rlpost.utils.tracking import StepProgress, Tracking
 from rlpost.utils.optim import lr_schedule, build_optimizer
@@ -61,7 +60,7 @@ def check_sft_config(config: DictConfig, world_size: int) -> None:
         value = OmegaConf.select(config, key, default=default)
         if value != default and not (default is False and value in (None, 0)):
             raise NotImplementedError(f"not supported yet: {key}={value!r} (leave it at {default!r})")
-    sched = config.optim.get("lr_scheduler", "cosine")
+    sched = config.optim.lr_scheduler
     if sched not in LR_SCHEDULERS:
         raise ValueError(f"optim.lr_scheduler={sched!r} must be one of {LR_SCHEDULERS}; nearest valid: 'cosine'")
     batch, micro = int(config.data.train_batch_size), int(config.data.micro_batch_size_per_gpu)
@@ -91,11 +90,8 @@ def resolve_device(config: DictConfig) -> str:
 def _init_process_group(device: str) -> None:
     """Join the torchrun group, or form a group of one when RANK is unset (plain `python -m`)."""
     if "RANK" not in os.environ:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", str(port))
+        os.environ.setdefault("MASTER_PORT", str(free_port()))
     init_distributed(device)
 
 
@@ -125,21 +121,21 @@ class FSDPSFTTrainer:
         self.device = resolve_device(config)
         check_sft_config(config, self.world_size)
         _warn_on_world_mismatch(config, self.world_size, self.rank)
-        torch.manual_seed(int(config.trainer.get("seed", 1)))
+        torch.manual_seed(int(config.trainer.seed))
         self.micro = int(config.data.micro_batch_size_per_gpu)
         self.train_loader = self._loader(train_dataset, int(config.data.train_batch_size), shuffle=True)
         self.val_loader = None
         if val_dataset is not None and len(val_dataset) > 0:
             self.val_loader = self._loader(val_dataset, self.micro * self.world_size, shuffle=False)
         steps = len(self.train_loader) * int(config.trainer.total_epochs)
-        self.total_steps = int(config.trainer.get("total_training_steps") or steps)
+        self.total_steps = int(config.trainer.total_training_steps or steps)
         self.model = self._build_model()
         self.optimizer, self.lr_scheduler = self._build_optimizer()
 
     def _loader(self, dataset, global_batch: int, shuffle: bool) -> DataLoader:
         sampler = DistributedSampler(
             dataset, num_replicas=self.world_size, rank=self.rank, shuffle=shuffle,
-            seed=int(self.config.trainer.get("seed", 1)), drop_last=True,
+            seed=int(self.config.trainer.seed), drop_last=True,
         )
         if len(dataset) < global_batch:
             raise ValueError(f"dataset has {len(dataset)} rows < one global batch of {global_batch}")
@@ -152,9 +148,9 @@ class FSDPSFTTrainer:
         model_cfg = self.config.model
         model = AutoModelForCausalLM.from_pretrained(
             model_cfg.partial_pretrain, dtype=torch.float32,
-            trust_remote_code=bool(model_cfg.get("trust_remote_code", False)),
+            trust_remote_code=bool(model_cfg.trust_remote_code),
         )
-        if model_cfg.get("enable_gradient_checkpointing", False):
+        if model_cfg.enable_gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         # compute dtype: fp32 on CPU, bf16 on CUDA (rlpost.utils.fsdp.compute_dtype); fp32 masters
         return apply_fsdp2(model, self.device, fsdp_size=-1, reshard_after_forward=True, offload_policy=False,
@@ -163,8 +159,8 @@ class FSDPSFTTrainer:
     def _build_optimizer(self):
         optim = self.config.optim
         optimizer = build_optimizer(self.model.parameters(), optim)
-        warmup = int(float(optim.get("warmup_steps_ratio", 0.0)) * self.total_steps)
-        if optim.get("lr_scheduler", "cosine") == "wsd":
+        warmup = int(float(optim.warmup_steps_ratio) * self.total_steps)
+        if optim.lr_scheduler == "wsd":
             return optimizer, _wsd_scheduler(optimizer, warmup, self.total_steps)
         return optimizer, lr_schedule(optimizer, "cosine", warmup, self.total_steps, float(optim.min_lr_ratio), 0.5)
 
@@ -235,18 +231,14 @@ class FSDPSFTTrainer:
         return path
 
     def _drop_old_checkpoints(self, root: Path) -> None:
-        keep = self.config.trainer.get("max_ckpt_to_keep")
-        if not keep or int(keep) <= 0:
-            return
         found = sorted(root.glob("global_step_*"), key=lambda p: int(p.name.rsplit("_", 1)[1]))
-        for old in found[: -int(keep)]:
-            shutil.rmtree(old, ignore_errors=True)
+        prune_oldest(found, self.config.trainer.max_ckpt_to_keep)
 
     def fit(self) -> list[dict[str, float]]:
         """Run `total_steps` optimizer steps; log, validate and save on schedule; return per-step metrics."""
         trainer_cfg = self.config.trainer
         logger = _make_logger(self.config) if self.rank == 0 else None
-        save_freq, test_freq = int(trainer_cfg.get("save_freq", -1)), int(trainer_cfg.get("test_freq", -1))
+        save_freq, test_freq = int(trainer_cfg.save_freq), int(trainer_cfg.test_freq)
         history, step = [], 0
         bar = StepProgress(self.total_steps, disable=self.rank != 0)
         for epoch in range(math.ceil(self.total_steps / max(len(self.train_loader), 1))):
@@ -286,11 +278,11 @@ def _make_logger(config: DictConfig):
     """rlpost.utils.tracking.Tracking with the trainer's project/experiment/logger settings."""
     trainer_cfg = config.trainer
     return Tracking(
-        project_name=trainer_cfg.get("project_name", "rlpost-sft"),
-        experiment_name=trainer_cfg.get("experiment_name", "sft"),
-        default_backend=trainer_cfg.get("logger", ["console"]),
+        project_name=trainer_cfg.project_name,
+        experiment_name=trainer_cfg.experiment_name,
+        default_backend=list(trainer_cfg.logger),
         config=OmegaConf.to_container(config, resolve=True),
-        log_dir=trainer_cfg.get("default_local_dir"),
+        log_dir=trainer_cfg.default_local_dir,
     )
 
 
@@ -302,12 +294,12 @@ def run_sft(config: DictConfig) -> list[dict[str, float]]:
     _init_process_group(resolve_device(config))
     try:
         tokenizer = AutoTokenizer.from_pretrained(
-            config.model.partial_pretrain, trust_remote_code=bool(config.model.get("trust_remote_code", False))
+            config.model.partial_pretrain, trust_remote_code=bool(config.model.trust_remote_code)
         )
-        if config.data.get("chat_template"):
+        if config.data.chat_template:
             tokenizer.chat_template = config.data.chat_template
         train = SFTDataset(config.data.train_files, tokenizer, config.data)
-        val = SFTDataset(config.data.val_files, tokenizer, config.data) if config.data.get("val_files") else None
+        val = SFTDataset(config.data.val_files, tokenizer, config.data) if config.data.val_files else None
         return FSDPSFTTrainer(config, tokenizer, train, val).fit()
     finally:
         if owns_group:

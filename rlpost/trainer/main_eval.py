@@ -78,7 +78,7 @@ def evaluate(config: DictConfig) -> dict[str, float]:
     responses = [_as_list(r) for r in frame[data_cfg.response_key]]
     reward_data = list(frame[data_cfg.reward_model_key])
     extra = list(frame["extra_info"]) if "extra_info" in frame.columns else [None] * len(frame)
-    workers = (config.get("ray_init") or {}).get("num_cpus") or os.cpu_count() or 1
+    workers = config.ray_init.num_cpus or os.cpu_count() or 1
     with ProcessPoolExecutor(max_workers=min(int(workers), max(len(frame), 1))) as pool:
         row_scores = list(pool.map(score_row, [spec] * len(frame), range(len(frame)), sources, responses,
                                    reward_data, extra))
@@ -89,7 +89,7 @@ def evaluate(config: DictConfig) -> dict[str, float]:
 def main(config: DictConfig) -> None:
     metrics = evaluate(config)
     print(json.dumps(metrics, indent=2))
-    output_path = config.get("output_path")
+    output_path = config.output_path
     if output_path:
         with open(os.path.expanduser(str(output_path)), "w") as f:
             json.dump(metrics, f, indent=2)

@@ -48,7 +48,7 @@ def check_generation_config(config: DictConfig) -> None:
     n = int(config.data.n_samples)
     if n < 1:
         raise ValueError(f"data.n_samples={n} must be >= 1; nearest valid: 1")
-    greedy = not config.rollout.get("do_sample", True) or float(config.rollout.get("temperature", 1.0)) <= 0
+    greedy = not config.rollout.do_sample or float(config.rollout.temperature) <= 0
     if greedy and n > 1:
         raise ValueError(
             f"data.n_samples={n} with greedy decoding (rollout.temperature=0 or do_sample=false) gives n "
@@ -72,7 +72,7 @@ def build_engine(config: DictConfig, tokenizer, device: str):
     from rlpost.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup, init_ray
     from rlpost.workers.fsdp_workers import ActorRolloutRefWorker
 
-    init_ray(config.get("ray_init"))
+    init_ray(config.ray_init)
     worker_cfg = OmegaConf.create({"model": model_config(config), "rollout": rollout_config(config)})
     pool = RayResourcePool([int(config.trainer.n_gpus_per_node)] * int(config.trainer.nnodes),
                            use_gpu=device == "cuda", name_prefix="generation")
@@ -151,10 +151,11 @@ def generate(config: DictConfig) -> pd.DataFrame:
 
     check_generation_config(config)
     frame = pd.read_parquet(Path(config.data.path).expanduser())
-    prompt_key = config.data.get("prompt_key", "prompt")
+    prompt_key = config.data.prompt_key
     if prompt_key not in frame.columns:
-        raise KeyError(f"data.prompt_key={prompt_key!r}: no such column in {config.data.path}; has {list(frame.columns)}")
-    trust = bool(config.model.get("trust_remote_code", False))
+        raise KeyError(f"data.prompt_key={prompt_key!r}: no such column in {config.data.path}; "
+                       f"has {list(frame.columns)}")
+    trust = bool(model_config(config).trust_remote_code)
     tokenizer = AutoTokenizer.from_pretrained(config.model.path, trust_remote_code=trust)
     device = str(OmegaConf.select(config, "trainer.device", default=None) or
                  ("cuda" if torch.cuda.is_available() else "cpu"))

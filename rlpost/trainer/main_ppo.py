@@ -47,7 +47,7 @@ def run(cfg: DictConfig) -> int:
     if cfg.trainer.dry_run:
         print(dry_run_plan(to_typed(cfg)))
         return 0
-    from rlpost.trainer.ppo.launch import InputError, run_ppo
+    from rlpost.trainer.ppo.launch import InputError
 
     try:
         run_ppo(cfg)

@@ -123,7 +123,7 @@ def read_manifest(ckpt_dir: str | Path) -> dict[str, Any] | None:
 def check_compatible(
     manifest: Mapping[str, Any],
     world_size: int,
-    config_hash: str | None,  # noqa: shadows the function on purpose (the brief's argument name)
+    config_hash: str | None,  # shadows the function on purpose (the brief's argument name)
     fields: Mapping[str, Any] | None = None,
 ) -> None:
     """Raise ValueError naming the field that differs between a checkpoint and the current run.
@@ -187,6 +187,19 @@ def atomic_write_text(path: str | Path, text: str) -> None:
         os.fsync(f.fileno())
     os.replace(tmp, path)
     _fsync_dir(path.parent)
+
+
+def prune_oldest(paths: list[str | Path], keep: int | None) -> list[Path]:
+    """Delete every folder of `paths` (oldest first) but the `keep` newest; None or <= 0 keeps all.
+
+    The one retention rule of rlpost (trainer checkpoints, worker saves, SFT saves). Returns what it deleted.
+    """
+    if keep is None or keep <= 0:
+        return []
+    doomed = [Path(p) for p in paths[:-keep]]
+    for path in doomed:
+        shutil.rmtree(path, ignore_errors=True)
+    return doomed
 
 
 class CheckpointManager:
@@ -286,12 +299,7 @@ class CheckpointManager:
         `global_step_*` folders are never counted and never deleted here (a person may be inspecting them).
         """
         removed = self.clean_stale()
-        if keep is None or keep <= 0:
-            return removed
-        for _, path in self.list_complete()[:-keep]:
-            shutil.rmtree(path)
-            removed.append(path)
-        return removed
+        return removed + prune_oldest([path for _, path in self.list_complete()], keep)
 
     def resolve_resume(self, resume_mode: str, resume_path: str | Path | None = None) -> Path | None:
         """The checkpoint folder to resume from, or None to train from scratch.

@@ -67,3 +67,12 @@ def gather_in_group(item: object, group: dist.ProcessGroup | None) -> list[objec
     out: list[object] = [None] * dist.get_world_size(group)
     dist.all_gather_object(out, item, group=group)
     return out
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on `host` right now (for MASTER_PORT); "" binds every interface."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]

@@ -4,9 +4,9 @@ Choice of attention path (documented in docs/design.md by the lead): the packed 
 with `attention_mask=None` and `position_ids` that restart at 0 for every sequence. transformers (>= 4.54,
 `masking_utils.find_packed_sequence_indices`) detects the restarts and builds a block-diagonal causal mask,
 so a token never attends across sequences. It must run with `use_cache=False`: with a KV cache
-present transformers skips the packed-sequence detection. This works on CPU (SDPA with an explicit boolean mask) and on GPU
-(SDPA; flash-attn varlen when installed). No pad tokens are computed, which is where the saving comes from;
-the log-probs equal the padded path's on every real token (tests/utils/test_fsdp_padding.py).
+present transformers skips the packed-sequence detection. This works on CPU (SDPA with an explicit boolean
+mask) and on GPU (SDPA; flash-attn varlen when installed). No pad tokens are computed, which is where the
+saving comes from; the log-probs equal the padded path's on every real token (tests/utils/test_fsdp_padding.py).
 """
 
 from __future__ import annotations

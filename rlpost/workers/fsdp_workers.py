@@ -9,7 +9,6 @@ refused at start-up (`rlpost/trainer/config/unsupported.py`), not here.
 
 from __future__ import annotations
 
-import os
 import shutil
 import time
 from typing import Any
@@ -19,6 +18,7 @@ import torch
 from rlpost import keys
 from rlpost.protocol import DataProto
 from rlpost.single_controller.base import Dispatch, Worker, register
+from rlpost.utils.checkpoint import prune_oldest
 from rlpost.utils.distributed import consecutive_groups, gather_in_group, init_distributed
 from rlpost.utils.fsdp import (apply_fsdp2, compute_dtype, iter_full_params, load_model_to, move_optimizer,
                                offload_model, to_dtype)
@@ -49,14 +49,6 @@ def _to_cpu(tensors: dict[str, torch.Tensor | None]) -> dict[str, torch.Tensor]:
 
 def _timed(metrics: dict, name: str, start: float) -> None:
     metrics[f"timing_s/{name}"] = time.perf_counter() - start
-
-
-def _prune(saved: list[str], keep: int | None, rank: int) -> None:
-    """Delete the oldest saved folders beyond `keep` (rank 0 deletes; None or <= 0 keeps all)."""
-    while keep is not None and keep > 0 and len(saved) > keep:
-        old = saved.pop(0)
-        if rank == 0 and os.path.isdir(old):
-            shutil.rmtree(old, ignore_errors=True)
 
 
 def memory_metrics() -> dict[str, float]:
@@ -112,7 +104,10 @@ class _FSDPRole(Worker):
         self._offload(module, optimizer, fsdp_cfg)
         if local_path not in self._saved:
             self._saved.append(local_path)
-        _prune(self._saved, max_ckpt_to_keep, self.rank)
+        if self.rank == 0:
+            prune_oldest(self._saved, max_ckpt_to_keep)
+        if max_ckpt_to_keep is not None and max_ckpt_to_keep > 0:
+            del self._saved[:-max_ckpt_to_keep]
 
     def _load(self, local_path: str, module, optimizer, scheduler, fsdp_cfg, load_contents,
               del_local_after_load: bool) -> None:

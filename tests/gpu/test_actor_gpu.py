@@ -5,13 +5,13 @@ packed sequences do not attend to each other."""
 from __future__ import annotations
 
 import os
-import socket
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from rlpost.utils.distributed import free_port
 from rlpost import keys
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workers"))
@@ -28,9 +28,7 @@ def worker(tiny_model_dir):
 
     from rlpost.workers.fsdp_workers import ActorRolloutRefWorker
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
            "MASTER_PORT": str(port), "RLPOST_DEVICE": "cuda"}
     saved = {k: os.environ.get(k) for k in env}

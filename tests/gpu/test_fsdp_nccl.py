@@ -4,12 +4,13 @@ and AdamW through `rlpost.utils.fsdp` match a plain single-device model step for
 from __future__ import annotations
 
 import os
-import socket
 import traceback
 
 import pytest
 import torch
 import torch.multiprocessing as mp
+
+from rlpost.utils.distributed import free_port
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(240)]
 
@@ -92,9 +93,7 @@ def _worker(rank: int, world: int, port: int, model_dir: str, out: dict, err_dir
 
 def test_fsdp2_nccl_matches_single_gpu(tiny_model_dir, tmp_path):
     world = torch.cuda.device_count()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     with mp.Manager() as manager:
         out = manager.dict()
         try:

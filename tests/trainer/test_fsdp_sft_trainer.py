@@ -1,7 +1,6 @@
 """SFT: dataset masking/truncation, config checks, loss falling, HF checkpoint loading, torchrun launch."""
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig, OmegaConf
 
+from rlpost.utils.distributed import free_port
 from rlpost.data.sft_dataset import SFTDataset
 from rlpost.trainer.config import CONFIG_DIR
 from rlpost.keys import LOSS_MASK
@@ -27,10 +27,6 @@ def sft_data(values: dict) -> DictConfig:
     cfg.data = OmegaConf.merge(cfg.data, values)
     return cfg.data
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _write_data(path: Path, n: int = 8) -> Path:
@@ -128,7 +124,7 @@ def test_sft_loss_falls_and_checkpoint_loads(tiny_model_dir, tmp_path, monkeypat
     from rlpost.trainer.fsdp_sft_trainer import run_sft
 
     for key, val in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-                     "MASTER_PORT": str(_free_port())}.items():
+                     "MASTER_PORT": str(free_port())}.items():
         monkeypatch.setenv(key, val)  # restored after the test: other tests see a clean environment
     cfg = _config(tiny_model_dir, tmp_path, save_freq=3, max_ckpt_to_keep=1)
     history = run_sft(cfg)
@@ -153,7 +149,7 @@ def test_sft_torchrun_two_processes(tiny_model_dir, tmp_path):
     data = _write_data(tmp_path / "train.parquet")
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
     env["OMP_NUM_THREADS"] = "1"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={_free_port()}",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
            "-m", "rlpost.trainer.fsdp_sft_trainer", f"data.train_files={data}", "data.val_files=null",
            "data.prompt_key=prompt", "data.response_key=response", "data.max_length=64",
            "data.train_batch_size=4", "data.micro_batch_size_per_gpu=1", "optim.lr=1e-3",

@@ -32,7 +32,7 @@ def test_main_eval_subprocess(tmp_path):
     out = tmp_path / "metrics.json"
     proc = subprocess.run(
         [sys.executable, "-m", "rlpost.trainer.main_eval", f"data.path={data}", "ray_init.num_cpus=2",
-         f"++output_path={out}", f"hydra.run.dir={tmp_path / 'hydra'}"],
+         f"output_path={out}", f"hydra.run.dir={tmp_path / 'hydra'}"],
         capture_output=True, text=True, timeout=100,
     )
     assert proc.returncode == 0, proc.stderr

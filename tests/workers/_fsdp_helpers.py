@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import faulthandler
 import os
-import socket
 import traceback
 import warnings
 from collections.abc import Callable
@@ -13,6 +12,7 @@ from pathlib import Path
 import torch
 import torch.multiprocessing as mp
 from _compose import SMALL, compose_config, typed_config_of
+from rlpost.utils.distributed import free_port
 from rlpost import keys
 
 P, R, B = 6, 5, 8
@@ -72,10 +72,6 @@ def arr_config(model_dir: str, *overrides: str, rollout: str = "hf"):
     return full_config(model_dir, *overrides, rollout=rollout).actor_rollout_ref
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _entry(rank: int, world: int, port: int, fn: Callable, args: tuple, err_dir: str) -> None:
@@ -114,7 +110,7 @@ def spawn(fn: Callable, args: tuple, err_dir: str, world: int = 2) -> None:
             if name.startswith(("err_", "fault_")):
                 os.remove(os.path.join(err_dir, name))
         try:
-            mp.spawn(_entry, args=(world, _free_port(), fn, args, err_dir), nprocs=world, join=True)
+            mp.spawn(_entry, args=(world, free_port(), fn, args, err_dir), nprocs=world, join=True)
             return
         except mp.ProcessExitedException as exc:
             errs = _read_reports(err_dir, "err_")

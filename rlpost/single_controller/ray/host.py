@@ -7,10 +7,10 @@ share the process, its device and its torch.distributed group.
 from __future__ import annotations
 
 import os
-import socket
 from dataclasses import dataclass
 from typing import Any
 
+from rlpost.utils.distributed import free_port
 from rlpost.protocol import DataProto, DataProtoFuture
 from rlpost.single_controller.base.decorator import FutureShard, trim_output
 
@@ -25,10 +25,7 @@ class WorkerHost:
         """This node's IP and a TCP port free right now (rank 0 becomes MASTER_ADDR:MASTER_PORT)."""
         import ray
 
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("", 0))
-            port = s.getsockname()[1]
-        return ray.util.get_node_ip_address(), port
+        return ray.util.get_node_ip_address(), free_port("")
 
     def init_roles(self, env: dict[str, str], specs: dict[str, tuple[type, tuple, dict]]) -> int:
         """Set the rank's environment, then build every role; returns the process id."""

@@ -32,7 +32,8 @@ def check_override_keys(overrides: list[str]) -> None:
             continue
         close = difflib.get_close_matches(key, _all_keys(defaults), n=1, cutoff=0.6)
         value = arg.split("=", 1)[1]
-        hint = f"did you mean '{close[0]}'? use {close[0]}={value}" if close else "check the spelling against `--cfg job`"
+        hint = (f"did you mean '{close[0]}'? use {close[0]}={value}" if close
+                else "check the spelling against `--cfg job`")
         raise ConfigError(f"unknown key '{key}' (command line: {arg}): it is not a config key; {hint}.")
 
 

@@ -49,13 +49,15 @@ def _algorithm(c: PPOTrainerConfig) -> list[str]:
         lines.append(f"KL in reward: {algo.kl_penalty}, {algo.kl_ctrl.type} controller, kl_coef={algo.kl_ctrl.kl_coef}")
     corr = algo.rollout_correction
     if corr.rollout_is or corr.rollout_rs:
-        lines.append(f"rollout correction: importance weights={corr.rollout_is or 'off'} (cap {corr.rollout_is_threshold}"
-                     f"{', batch-normalised' if corr.rollout_is_batch_normalize else ''}), rejection={corr.rollout_rs or 'off'}")
+        normalised = ", batch-normalised" if corr.rollout_is_batch_normalize else ""
+        lines.append(f"rollout correction: importance weights={corr.rollout_is or 'off'} "
+                     f"(cap {corr.rollout_is_threshold}{normalised}), rejection={corr.rollout_rs or 'off'}")
     groups = algo.filter_groups
     if groups.enable:
         limit = groups.max_num_gen_batches if groups.max_num_gen_batches > 0 else "no limit"
         lines.append(f"dynamic sampling: drop groups with constant {groups.metric}; generation batches of "
-                     f"{c.data.gen_batch_size} prompts until {c.data.train_batch_size} groups are kept ({limit} batches)")
+                     f"{c.data.gen_batch_size} prompts until {c.data.train_batch_size} groups are kept "
+                     f"({limit} batches)")
     return lines
 
 

@@ -40,7 +40,8 @@ NON_NEGATIVE = (
     f"{ARR}.actor.optim.weight_decay", "critic.optim.lr", "critic.optim.weight_decay",
     f"{ARR}.rollout.temperature", f"{ARR}.rollout.val_kwargs.temperature", "algorithm.kl_ctrl.kl_coef",
     f"{ARR}.actor.fsdp_config.wrap_policy.min_num_params", "trainer.log_val_generations",
-    "trainer.critic_warmup", "data.dataloader_num_workers", "reward_model.overlong_buffer.len", "reward_model.overlong_buffer.penalty_factor",
+    "trainer.critic_warmup", "data.dataloader_num_workers", "reward_model.overlong_buffer.len",
+    "reward_model.overlong_buffer.penalty_factor",
 )
 POSITIVE_FLOATS = (
     f"{ARR}.actor.grad_clip", f"{ARR}.actor.clip_ratio", f"{ARR}.actor.clip_ratio_low",
@@ -84,7 +85,8 @@ def check_enums(c: PPOTrainerConfig) -> None:
                 names = [show(a) for a in allowed]
                 near = difflib.get_close_matches(str(item), names, n=1, cutoff=0.0)[0]
                 shown = f"{key}={show(value)}" + (f" (entry {item!r})" if isinstance(value, list) else "")
-                fix = f"{key}={[near if v == item else v for v in value]}" if isinstance(value, list) else f"{key}={near}"
+                fixed = [near if v == item else v for v in value] if isinstance(value, list) else near
+                fix = f"{key}={fixed}"
                 fail(shown, f"must be one of {', '.join(names)}", fix)
 
 
@@ -125,7 +127,8 @@ def _check_misc_ranges(c: PPOTrainerConfig) -> None:
     if mem is not None and not (isinstance(mem, (int, float)) and 0 < mem <= 1):
         key = f"{ARR}.rollout.engine_kwargs.sglang.mem_fraction_static"
         fail(f"{key}={mem}", "must be in (0, 1] or null", f"{key}=0.8")
-    betas = {f"{ARR}.actor.optim.betas": c.actor_rollout_ref.actor.optim.betas, "critic.optim.betas": c.critic.optim.betas}
+    betas = {f"{ARR}.actor.optim.betas": c.actor_rollout_ref.actor.optim.betas,
+             "critic.optim.betas": c.critic.optim.betas}
     for key, value in betas.items():
         if len(value) != 2 or not all(0 <= b < 1 for b in value):
             fail(f"{key}={value}", "must be two floats in [0, 1)", f"{key}=[0.9,0.999]")
@@ -167,7 +170,7 @@ def check_combinations(c: PPOTrainerConfig) -> None:
     if c.data.gen_batch_size != c.data.train_batch_size and not algo.filter_groups.enable:
         fail(f"data.gen_batch_size={c.data.gen_batch_size}, algorithm.filter_groups.enable=false",
              "generation batches differ from training batches only with dynamic sampling",
-             f"algorithm.filter_groups.enable=true (or remove data.gen_batch_size)")
+             "algorithm.filter_groups.enable=true (or remove data.gen_batch_size)")
     if corr.bypass_mode and corr.loss_type != "ppo_clip":
         fail(f"not supported yet: algorithm.rollout_correction.loss_type={corr.loss_type} with bypass_mode=true",
              "bypass mode trains with PPO clipping against the rollout log-probs",

@@ -165,8 +165,8 @@ NOTICES: dict[str, str] = {
                                           "KV cache after it",
     f"{ARR}.rollout.update_weights_bucket_megabytes": "weights stream into the engine one tensor at a time; "
                                                      "the bucket size has no effect",
-    f"{ARR}.rollout.checkpoint_engine.update_weights_bucket_megabytes": "weights stream into the engine one "
-                                                                        "tensor at a time; the bucket size has no effect",
+    f"{ARR}.rollout.checkpoint_engine.update_weights_bucket_megabytes": (
+        "weights stream into the engine one tensor at a time; the bucket size has no effect"),
     f"{ARR}.rollout.skip_tokenizer_init": "rlpost always passes token ids to the engine",
     f"{ARR}.actor.fsdp_config.use_orig_params": "FSDP2 always keeps the original parameters",
     f"{ARR}.ref.fsdp_config.use_orig_params": "FSDP2 always keeps the original parameters",

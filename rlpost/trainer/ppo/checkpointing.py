@@ -42,7 +42,7 @@ class TrainerCheckpointer:
         self.start_epoch = 0
 
     def _contents(self, key: str) -> list[str]:
-        return list(self.config.actor_rollout_ref.actor.checkpoint.get(key) or ["model", "optimizer", "extra"])
+        return list(self.config.actor_rollout_ref.actor.checkpoint[key])
 
     def save(self, step: int, epoch: int) -> str:
         """Write `global_step_<step>/` atomically and prune old ones; returns the final path."""
@@ -51,7 +51,7 @@ class TrainerCheckpointer:
         self.workers.actor_rollout.save_checkpoint(
             os.path.join(tmp, "actor"), global_step=step, save_contents=contents)
         if self.workers.critic is not None:
-            critic_contents = list(self.config.critic.checkpoint.get("save_contents") or contents)
+            critic_contents = list(self.config.critic.checkpoint.save_contents)
             self.workers.critic.save_checkpoint(
                 os.path.join(tmp, "critic"), global_step=step, save_contents=critic_contents)
         torch.save(self.loader.state_dict(), os.path.join(tmp, DATA_FILE))

@@ -106,10 +106,10 @@ def build_reward_fns(config: DictConfig, tokenizer, val_dataset=None):
     """Reward managers for training and validation, checked on a few validation samples first."""
     from rlpost.reward import check_reward_fn, load_reward_manager, reward_fn_spec
 
-    kwargs = dict(config.reward_model.get("reward_kwargs", {}) or {})
+    kwargs = dict(config.reward_model.reward_kwargs)
     reward_fn = load_reward_manager(config, tokenizer, num_examine=0, **kwargs)
     val_reward_fn = load_reward_manager(config, tokenizer, num_examine=1, **kwargs)
     if val_dataset is not None and not config.reward_model.enable:
         check_reward_fn(reward_fn_spec(config).resolve(), val_dataset,
-                        reward_fn_key=config.data.get("reward_fn_key", "data_source"))
+                        reward_fn_key=config.data.reward_fn_key)
     return reward_fn, val_reward_fn

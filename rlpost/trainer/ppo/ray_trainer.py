@@ -29,7 +29,7 @@ from typing import Any, Iterator
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 
 from rlpost import keys as K
 from rlpost.algos.filter_groups import group_metric, kept_group_rows
@@ -388,7 +388,7 @@ class RayPPOTrainer:
             drift = rollout_probs_diff(batch.batch[K.ROLLOUT_LOG_PROBS], batch.batch[K.OLD_LOG_PROBS],
                                        batch.batch[K.RESPONSE_MASK])
             metrics.update(drift)
-            if drift["training/rollout_probs_diff_max"] > self.config.trainer.get("rollout_drift_warn", 0.5):
+            if drift["training/rollout_probs_diff_max"] > self.config.trainer.rollout_drift_warn:
                 logger.warning("rollout and actor probabilities differ by up to %.3f at step %d: check "
                                "dtype / sampling settings", drift["training/rollout_probs_diff_max"],
                                self.global_steps)

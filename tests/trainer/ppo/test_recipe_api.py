@@ -142,17 +142,22 @@ def test_task_runner_in_a_ray_actor_with_rollout_correction(workspace):
 
 
 def test_filter_groups_dynamic_sampling_through_main_ppo(workspace):
+    """DAPO through main_ppo: dynamic sampling, with the clip_cov loss and seq-mean-token-sum-norm."""
     name = "filter_groups"
     cmd = [sys.executable, "-m", "rlpost.trainer.main_ppo", *overrides(
         workspace, name, "algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=seq_reward",
         "algorithm.filter_groups.max_num_gen_batches=20", "data.gen_batch_size=4",
+        # DAPO-style: one of verl's newer loss modes, clip-higher and Dr.GRPO's aggregation ride along
+        "actor_rollout_ref.actor.policy_loss.loss_mode=clip_cov", "actor_rollout_ref.actor.clip_ratio_high=0.28",
+        "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum-norm",
         f"custom_reward_function.path={workspace['root'] / 'parity.py'}",
         f"trainer.rollout_data_dir={workspace['root'] / name / 'rollouts'}")]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=540, cwd=REPO)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     rows = logged_steps(workspace, name)
     for row in rows:
-        assert_finite(row, "training/num_gen_batches", "training/filter_groups_kept_fraction", "actor/pg_loss")
+        assert_finite(row, "training/num_gen_batches", "training/filter_groups_kept_fraction", "actor/pg_loss",
+                      "actor/pg_clipfrac")
         assert 0.0 < row["training/filter_groups_kept_fraction"] <= 1.0
     # about a quarter of the groups vary: keeping 4 of 4 in one generation batch twice is a 1-in-65536 event
     assert sum(r["training/num_gen_batches"] for r in rows) >= 3
