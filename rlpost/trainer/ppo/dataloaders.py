@@ -35,6 +35,10 @@ def create_dataloaders(config: DictConfig, tokenizer: Any, processor: Any = None
     train_loader = ResumableLoader(
         train_dataset, batch_size, train_sampler or create_rl_sampler(data_cfg, train_dataset), collate_fn,
         drop_last=True, num_workers=int(data_cfg.dataloader_num_workers or 0))
+    if len(train_dataset) == 0:
+        raise ValueError(f"data.train_files={data_cfg.train_files}: no training rows"
+                         + (" left after filter_overlong_prompts" if data_cfg.filter_overlong_prompts else "")
+                         + "; give a file with prompts (or raise data.max_prompt_length)")
     if len(train_loader) == 0:
         raise ValueError(f"data.{key}={batch_size} is larger than the training set ({len(train_dataset)} rows in "
                          f"{data_cfg.train_files}): lower data.{key} to <= {len(train_dataset)}")

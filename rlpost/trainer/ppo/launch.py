@@ -24,6 +24,12 @@ def run_ppo(config: DictConfig) -> dict[str, float]:
     """Train with a `ppo_trainer` config in this process (the Ray driver); returns the last step's metrics."""
     from rlpost.single_controller.ray.init import finish_ray, init_ray
 
+    from rlpost.trainer.ppo.preflight import check_devices
+
+    try:
+        check_devices(config)  # before Ray: it would wait for devices that do not exist, then time out
+    except ValueError as err:
+        raise InputError(str(err)) from err
     trainer = build_trainer(config)
     init_ray(config.ray_init)
     try:
@@ -60,7 +66,10 @@ def build_trainer(config: DictConfig):
     from rlpost.trainer.ppo.ray_trainer import RayPPOTrainer
     from rlpost.trainer.ppo.roles import default_role_worker_mapping
 
+    from rlpost.trainer.ppo.preflight import check_model_and_data_paths
+
     try:  # bad input fails here, in seconds and with one message, before the workers start
+        check_model_and_data_paths(config)
         tokenizer = load_tokenizer(config)
         data_cfg = config.data
         train_ds = create_rl_dataset(data_cfg.train_files, data_cfg, tokenizer)

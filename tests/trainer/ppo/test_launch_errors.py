@@ -21,7 +21,8 @@ def test_missing_model_folder_names_the_key(capsys):
 
 
 def test_missing_data_file_names_the_file(capsys, tiny_model_dir):
-    assert _run([f"actor_rollout_ref.model.path={tiny_model_dir}", "data.train_files=/no/such/train.parquet"]) == 2
+    assert _run([f"actor_rollout_ref.model.path={tiny_model_dir}", f"critic.model.path={tiny_model_dir}",
+                 "data.train_files=/no/such/train.parquet"]) == 2
     assert "/no/such/train.parquet" in capsys.readouterr().err
 
 
@@ -42,3 +43,41 @@ def test_raising_reward_function_stops_start_up(capsys, tiny_model_dir, tmp_path
     err = capsys.readouterr().err
     assert status == 2
     assert "broken scorer" in err and "rlpost/arith" in err
+
+
+def test_missing_critic_model_names_critic_model_path(capsys, tiny_model_dir):
+    assert _run([f"actor_rollout_ref.model.path={tiny_model_dir}", "algorithm.adv_estimator=gae",
+                 "critic.model.path=/no/such/critic"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: critic.model.path='/no/such/critic' is not a local folder"), err
+
+
+def test_missing_train_files_names_the_key(capsys, tiny_model_dir):
+    # the YAML default path does not exist
+    assert _run([f"actor_rollout_ref.model.path={tiny_model_dir}", f"critic.model.path={tiny_model_dir}"]) == 2
+    assert "data.train_files: file not found: '~/data/rlhf/gsm8k/train.parquet'" in capsys.readouterr().err
+
+
+def test_more_worker_processes_than_cpus_fails_before_ray(capsys, tiny_model_dir):
+    from rlpost.trainer.ppo.launch import InputError, run_ppo
+
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
+        cfg = compose("ppo_trainer", overrides=BASE + ["trainer.n_gpus_per_node=64", "ray_init.num_cpus=3",
+                                                       "data.train_batch_size=64"])
+    try:
+        run_ppo(cfg)
+    except InputError as err:
+        assert str(err) == ("trainer.n_gpus_per_node=64 CPU worker processes (trainer.device=cpu), but Ray has 3 "
+                            "CPU(s) (ray_init.num_cpus or the machine's); use trainer.n_gpus_per_node=3")
+    else:
+        raise AssertionError("run_ppo started with 64 workers on 3 CPUs")
+
+
+def test_empty_training_file_says_so(capsys, tiny_model_dir, tmp_path):
+    import pandas as pd
+
+    empty = tmp_path / "empty.parquet"
+    pd.DataFrame({"prompt": pd.Series([], dtype=object), "data_source": pd.Series([], dtype=object)}).to_parquet(empty)
+    assert _run([f"actor_rollout_ref.model.path={tiny_model_dir}", f"critic.model.path={tiny_model_dir}",
+                 f"data.train_files={empty}", "data.val_files=null"]) == 2
+    assert f"data.train_files={empty}: no training rows" in capsys.readouterr().err

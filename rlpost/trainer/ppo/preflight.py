@@ -1,0 +1,53 @@
+"""Checks of the run's inputs that need the file system or the machine, made before any worker starts.
+
+The config itself is validated earlier (`rlpost.trainer.config`); here: every model folder the run loads,
+the data files, and whether this machine has the devices the config asks for. Each failure is one
+`ValueError` naming the key, the value and what to use instead.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from rlpost.trainer.config.roles import need_critic
+
+
+def check_model_and_data_paths(config: Any) -> None:
+    """Every model folder (policy, critic, reward model) and data file the run will read exists."""
+    folders = {"actor_rollout_ref.model.path": config.actor_rollout_ref.model.path}
+    if need_critic(config):
+        folders["critic.model.path"] = config.critic.model.path
+    if config.reward_model.enable:
+        folders["reward_model.model.path"] = config.reward_model.model.path
+    for key, path in folders.items():
+        if not os.path.isdir(os.path.expanduser(str(path))):
+            raise ValueError(f"{key}={path!r} is not a local folder; no model hub is used at run time: point it at "
+                             "a HF model folder (config.json + weights), e.g. one made by scripts/make_tiny_model.py")
+    for key in ("data.train_files", "data.val_files"):
+        files = config.data[key.split(".")[1]]
+        for path in [files] if isinstance(files, str) else list(files or []):
+            if not os.path.isfile(os.path.expanduser(str(path))):
+                raise ValueError(f"{key}: file not found: {path!r}; give the parquet file(s) of your data, e.g. "
+                                 "made by examples/data_preprocess/gsm8k.py")
+
+
+def check_devices(config: Any) -> None:
+    """One node: the devices `trainer.n_gpus_per_node` asks for exist here (else Ray would wait, then time out)."""
+    trainer = config.trainer
+    if trainer.nnodes != 1:
+        return  # other nodes' devices are Ray's to count
+    want = trainer.n_gpus_per_node
+    if trainer.device == "cuda":
+        import torch
+
+        have = torch.cuda.device_count()
+        if have < want:
+            raise ValueError(f"trainer.n_gpus_per_node={want}, but this machine has {have} CUDA device(s) "
+                             f"visible; use trainer.n_gpus_per_node={max(have, 1)}"
+                             + ("" if have else " (or trainer.device=cpu)"))
+        return
+    have = config.ray_init.num_cpus or os.cpu_count() or 1
+    if have < want:
+        raise ValueError(f"trainer.n_gpus_per_node={want} CPU worker processes (trainer.device=cpu), but Ray has "
+                         f"{have} CPU(s) (ray_init.num_cpus or the machine's); use trainer.n_gpus_per_node={have}")
