@@ -66,7 +66,8 @@ def tokenizer(tiny_model_dir):
 
 def rollout_config(tmp_path, *overrides):
     tools = tmp_path / "tools.yaml"
-    tools.write_text("tools:\n  - class_name: rlpost.tools.calculator_tool.CalculatorTool\n    config: {type: native}\n")
+    tools.write_text("tools:\n  - class_name: rlpost.tools.calculator_tool.CalculatorTool\n"
+                     "    config: {type: native}\n")
     return compose_config(*SMALL, f"data.max_prompt_length={P}", f"data.max_response_length={R}",
                           "actor_rollout_ref.rollout.multi_turn.enable=true",
                           f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tools}", *overrides
