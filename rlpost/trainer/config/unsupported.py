@@ -161,6 +161,9 @@ NOTICES: dict[str, str] = {
     f"{ARR}.rollout.checkpoint_engine.update_weights_bucket_megabytes": "weights stream into the engine one "
                                                                         "tensor at a time; the bucket size has no effect",
     f"{ARR}.rollout.skip_tokenizer_init": "rlpost always passes token ids to the engine",
+    f"{ARR}.rollout.multi_turn.use_inference_chat_template": "agent loops keep the model's tokens as generated and "
+                                                             "render the other messages with the tokenizer's chat "
+                                                             "template; the key has no effect",
     f"{ARR}.rollout.agent.num_workers": "rlpost runs the agent loops of each rollout worker on one asyncio event "
                                         "loop inside that worker; the number of agent-loop workers has no effect",
     f"{ARR}.actor.fsdp_config.use_orig_params": "FSDP2 always keeps the original parameters",

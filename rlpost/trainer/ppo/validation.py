@@ -140,8 +140,17 @@ def _jsonable(v):
 
 
 def dump_generations(tokenizer, batch: DataProto, out_dir: str, step: int, extra: dict[str, list]) -> str:
-    """Dump the training rollouts of one step (trainer.rollout_data_dir)."""
+    """Dump the training rollouts of one step (trainer.rollout_data_dir). Multi-turn rows also get
+    `model_text` (only the tokens the loss trains on: `response_mask` 1, the model's turns), `num_turns` and
+    the trajectory's counters (`tool_calls`, `truncated`, ...)."""
     prompts = _decode(tokenizer, batch.batch[K.PROMPTS])
     responses = _decode_responses(tokenizer, batch)
     scores = batch.batch[K.TOKEN_LEVEL_SCORES].sum(-1).tolist()
+    if K.AGENT_METRICS in batch.non_tensor_batch:
+        mask = batch.batch[K.RESPONSE_MASK].bool()
+        counters = list(batch.non_tensor_batch[K.AGENT_METRICS])
+        extra = {**extra, "model_text": [tokenizer.decode(r[m], skip_special_tokens=True)
+                                         for r, m in zip(batch.batch[K.RESPONSES], mask)],
+                 "num_turns": [int(n) for n in batch.non_tensor_batch[K.NUM_TURNS]],
+                 **{name: [c.get(name) for c in counters] for name in sorted(counters[0])}}
     return write_jsonl(out_dir, step, prompts, responses, scores, extra)
