@@ -32,6 +32,13 @@ RAW_PROMPT_IDS = "raw_prompt_ids"  # list[int]: prompt ids without padding (engi
 RAW_PROMPT = "raw_prompt"  # list[dict]: the chat messages (data.return_raw_chat)
 FULL_PROMPTS = "full_prompts"  # str: prompt text after the chat template (data.return_full_prompt)
 INDEX = "index"  # int: row index in the source file
+AGENT_NAME = "agent_name"  # str: the agent loop of the row (multi-turn rollouts)
+TOOLS_KWARGS = "tools_kwargs"  # dict: {tool name: {"create_kwargs": {...}}} (from extra_info)
+INTERACTION_KWARGS = "interaction_kwargs"  # dict: {"name": <interaction>, ...} (from extra_info)
+NUM_TURNS = "__num_turns__"  # int: prompt + model turns + tool/user turns of a multi-turn rollout (verl's name)
+AGENT_METRICS = "agent_metrics"  # dict: per-trajectory counters of the agent loop (tool_calls, truncated, ...)
+TOOL_REWARDS = "tool_rewards"  # dict: {tool name: calc_reward of the trajectory's instance}
+TURN_SCORES = "turn_scores"  # list[float]: the interaction's score of each of its turns
 
 # --- meta_info --------------------------------------------------------------------------------------
 META_EOS_TOKEN_ID = "eos_token_id"
@@ -42,6 +49,7 @@ META_METRICS = "metrics"  # dict[str, float | list[float]] returned by update me
 META_TEMPERATURE = "temperature"
 META_GLOBAL_STEP = "global_step"
 META_GLOBAL_TOKEN_NUM = "global_token_num"  # list[int]: tokens per row, for throughput metrics
+META_CHAT_TEMPLATE_KWARGS = "chat_template_kwargs"  # dict: data.apply_chat_template_kwargs, for agent loops
 
 # --- batch fields used by specific algorithms --------------------------------------------------------
 REWARD_BASELINES = "reward_baselines"  # (B,) ReMax: score of the greedy response to the same prompt

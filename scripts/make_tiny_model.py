@@ -1,11 +1,16 @@
 """Build the tiny Qwen2 model + BPE tokenizer used by tests, examples and the quickstart.
 
     python scripts/make_tiny_model.py --out_dir ~/models/tiny-qwen2 [--hidden_size 128 --num_layers 2]
+    python scripts/make_tiny_model.py --out_dir ~/models/tiny-tools --corpus_file corpus.txt --vocab_size 1024
+
+`--corpus_file` (one text per line) adds that text to the tokenizer's arithmetic corpus, e.g.
+transcripts with tool calls, so they take few tokens.
 """
 
 import argparse
+from pathlib import Path
 
-from rlpost.utils.tiny_model import build_tiny_model
+from rlpost.utils.tiny_model import build_tiny_model, default_corpus
 
 
 def main() -> None:
@@ -18,9 +23,13 @@ def main() -> None:
     p.add_argument("--num_kv_heads", type=int, default=1)
     p.add_argument("--intermediate_size", type=int, default=256)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--corpus_file", default=None, help="tokenizer corpus (one text per line), added to the default")
     a = p.parse_args()
+    corpus = None
+    if a.corpus_file:
+        corpus = default_corpus() + Path(a.corpus_file).read_text().splitlines()
     out = build_tiny_model(
-        a.out_dir, vocab_size=a.vocab_size, hidden_size=a.hidden_size, num_layers=a.num_layers,
+        a.out_dir, corpus=corpus, vocab_size=a.vocab_size, hidden_size=a.hidden_size, num_layers=a.num_layers,
         num_heads=a.num_heads, num_kv_heads=a.num_kv_heads, intermediate_size=a.intermediate_size, seed=a.seed,
     )
     print(f"tiny model written to {out}")

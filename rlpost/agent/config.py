@@ -10,9 +10,11 @@ from rlpost.agent.sanity import SANITY_CHECK_MODES
 from rlpost.agent.tool_parser import TOOL_PARSERS
 from rlpost.agent.trajectory import TRUNCATE_SIDES
 
-# No config key exists for it (verl has none); a tool's own `config.timeout` in the tools YAML overrides it.
+# `multi_turn.tool_timeout_s` (rlpost's key; verl has none); a tool's own `config.timeout` in the tools YAML wins.
 DEFAULT_TOOL_TIMEOUT_S = 60.0
 DEFAULT_AGENT_LOOP = "single_turn_agent"
+# Rows without `agent_name` when tools or an interaction are configured (and agent.default_agent_loop is null).
+TOOL_AGENT_LOOP = "tool_agent"
 
 
 def _check_choice(key: str, value: Any, choices: tuple[str, ...] | list[str]) -> None:
@@ -79,8 +81,11 @@ class AgentLoopConfig:
     def from_rollout_config(cls, rollout: Any, template_kwargs: dict[str, Any] | None = None) -> AgentLoopConfig:
         """Read `rollout.response_length`, `rollout.multi_turn.*` and `rollout.agent.*` (a typed
         `RolloutConfig` or the DictConfig node); deprecated aliases are resolved by the config validator
-        before this point."""
+        before this point. `agent.default_agent_loop: null` means `tool_agent` when a tools or interaction
+        YAML is configured, else `single_turn_agent`."""
         mt, agent = rollout.multi_turn, rollout.agent
+        default_loop = agent.default_agent_loop or (
+            TOOL_AGENT_LOOP if mt.tool_config_path or mt.interaction_config_path else DEFAULT_AGENT_LOOP)
         return cls(
             response_length=int(rollout.response_length),
             max_assistant_turns=mt.max_assistant_turns,
@@ -90,7 +95,8 @@ class AgentLoopConfig:
             tool_response_truncate_side=mt.tool_response_truncate_side,
             tokenization_sanity_check_mode=mt.tokenization_sanity_check_mode,
             format=mt.format,
-            default_agent_loop=agent.default_agent_loop or DEFAULT_AGENT_LOOP,
+            tool_timeout_s=float(mt.tool_timeout_s),
+            default_agent_loop=default_loop,
             tool_config_path=mt.tool_config_path,
             interaction_config_path=mt.interaction_config_path,
             agent_loop_config_path=agent.agent_loop_config_path,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 if TYPE_CHECKING:
     from rlpost.agent.base import AgentLoopOutput
@@ -51,21 +51,26 @@ class TrajectoryStats:
 
 
 def aggregate_metrics(outputs: Sequence[AgentLoopOutput]) -> dict[str, float]:
-    """Step metrics over a batch of trajectories.
+    """Step metrics over a batch of trajectories (see `summarize`)."""
+    return summarize([o.num_turns for o in outputs], [o.metrics for o in outputs])
+
+
+def summarize(num_turns: Sequence[float], per_trajectory: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """Step metrics from each trajectory's `num_turns` and `metrics` (`TrajectoryStats.as_metrics`).
 
     Returns:
         `multi_turn/num_turns/{mean,max}`, `multi_turn/tool_calls/mean`, `multi_turn/interaction_turns/mean`
         (per trajectory), `multi_turn/tool_errors` and `multi_turn/bad_tool_calls` (totals of the batch),
-        `multi_turn/truncated_frac` and `multi_turn/tokenization_mismatch_frac`; {} for no outputs.
+        `multi_turn/truncated_frac` and `multi_turn/tokenization_mismatch_frac`; {} for no trajectories.
     """
-    if not outputs:
+    if not len(num_turns):
         return {}
-    n = len(outputs)
+    n = len(num_turns)
 
     def values(key: str) -> list[float]:
-        return [float(o.metrics.get(key, 0.0)) for o in outputs]
+        return [float(m.get(key, 0.0)) for m in per_trajectory]
 
-    turns = [float(o.num_turns) for o in outputs]
+    turns = [float(t) for t in num_turns]
     return {
         "multi_turn/num_turns/mean": sum(turns) / n,
         "multi_turn/num_turns/max": max(turns),

@@ -6,10 +6,6 @@ from typing import Any
 
 from rlpost import keys
 
-AGENT_NAME = "agent_name"  # dataset column choosing the agent loop of a row
-TOOLS_KWARGS = "tools_kwargs"  # {tool name: {"create_kwargs": {...}}}, top level or in extra_info
-INTERACTION_KWARGS = "interaction_kwargs"  # {"name": <interaction>, ...}, in extra_info or top level
-
 
 def _plain(value: Any) -> Any:
     """numpy object arrays and tuples of the batch as lists."""
@@ -38,16 +34,16 @@ def _from_row_or_extra_info(sample: dict[str, Any], key: str) -> dict[str, Any]:
 
 def tools_kwargs(sample: dict[str, Any]) -> dict[str, Any]:
     """`tools_kwargs` of the row ({} when absent)."""
-    return _from_row_or_extra_info(sample, TOOLS_KWARGS)
+    return _from_row_or_extra_info(sample, keys.TOOLS_KWARGS)
 
 
 def interaction_kwargs(sample: dict[str, Any]) -> dict[str, Any]:
     """`interaction_kwargs` of the row ({} when absent: no interaction)."""
-    value = (sample.get(keys.EXTRA_INFO) or {}).get(INTERACTION_KWARGS)
-    return dict(value if value is not None else sample.get(INTERACTION_KWARGS) or {})
+    value = (sample.get(keys.EXTRA_INFO) or {}).get(keys.INTERACTION_KWARGS)
+    return dict(value if value is not None else sample.get(keys.INTERACTION_KWARGS) or {})
 
 
 def agent_name(sample: dict[str, Any], default: str) -> str:
     """The row's `agent_name`, else `default`."""
-    name = sample.get(AGENT_NAME)
+    name = sample.get(keys.AGENT_NAME)
     return str(name) if name else default

@@ -52,6 +52,7 @@ class DataConfig(BaseConfig):
     val_batch_size: int | None
     return_raw_input_ids: bool
     return_raw_chat: bool
+    tool_config_path: str | None
     return_full_prompt: bool
     train_shuffle: bool
     shuffle: bool

@@ -266,6 +266,7 @@ class MultiTurnConfig(BaseConfig):
     max_parallel_calls: int
     max_tool_response_length: int
     tool_response_truncate_side: str
+    tool_timeout_s: float
     tool_config_path: str | None
     interaction_config_path: str | None
     completion_callback: str | None
@@ -285,7 +286,7 @@ class CustomAsyncServerConfig(BaseConfig):
 
 @dataclass(frozen=True)
 class AgentConfig(BaseConfig):
-    """`actor_rollout_ref.rollout.agent`: agent loops of the async rollout."""
+    """`actor_rollout_ref.rollout.agent`: agent loops of multi-turn rollouts."""
 
     num_workers: int
     agent_loop_config_path: str | None

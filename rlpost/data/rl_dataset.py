@@ -1,7 +1,8 @@
 """Prompt dataset for RL in verl's parquet format, and its collate function.
 
 A row: `prompt` (list of chat messages), `data_source`, `reward_model: {style, ground_truth}`,
-`extra_info` (dict). Everything that can be wrong with the files (missing file, missing column,
+`extra_info` (dict; its `tools_kwargs` and `interaction_kwargs` feed multi-turn rollouts), and optionally
+`agent_name` (the agent loop of the row). Everything that can be wrong with the files (missing file, missing column,
 unsupported column, overlong prompt with `truncation=error`) fails at construction, before Ray starts.
 Config: the `data` group, read by attribute (the composed DictConfig or the typed `DataConfig`).
 """
@@ -95,6 +96,8 @@ class RLHFDataset(Dataset):
         self.return_full_prompt = bool(config.return_full_prompt)
         # e.g. {enable_thinking: false}: passed to every apply_chat_template call on the prompts
         self.chat_template_kwargs = _plain_mapping(config.apply_chat_template_kwargs)
+        # Tool schemas rendered into every prompt, as the tool agent renders it, so prompt lengths count them.
+        self.tool_schemas = _tool_schemas(config.tool_config_path)
         if self.truncation not in TRUNCATIONS:
             raise ValueError(f"data.truncation={self.truncation!r} must be one of {TRUNCATIONS}")
         self.data_files = data_files
@@ -103,6 +106,7 @@ class RLHFDataset(Dataset):
             frame = frame.iloc[:max_samples]
         self._check_columns(frame, config)
         self.rows = frame.to_dict("records")
+        self.has_agent_name = keys.AGENT_NAME in frame.columns
         self.texts = [self._template(self._messages(r)) for r in self.rows]
         if config.filter_overlong_prompts:
             self._filter_overlong(int(config.filter_overlong_prompts_workers))
@@ -123,8 +127,8 @@ class RLHFDataset(Dataset):
         return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
 
     def _template(self, messages: list[dict]) -> str:
-        return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False,
-                                                  **self.chat_template_kwargs)
+        return self.tokenizer.apply_chat_template(messages, tools=self.tool_schemas, add_generation_prompt=True,
+                                                  tokenize=False, **self.chat_template_kwargs)
 
     def _filter_overlong(self, workers: int) -> None:
         """Drop rows whose templated prompt is longer than max_prompt_length (token count)."""
@@ -146,7 +150,9 @@ class RLHFDataset(Dataset):
     def __getitem__(self, item: int) -> dict[str, Any]:
         """One prompt: `input_ids`, `attention_mask`, `position_ids` (P,) left-padded to
         P = max_prompt_length; `raw_prompt_ids`, `data_source`/reward_fn_key, `reward_model`,
-        `extra_info`, `index`; `raw_prompt`, `full_prompts`, `raw_input_ids` when asked."""
+        `extra_info`, `index`, `tools_kwargs` and `interaction_kwargs` (from extra_info, {} when absent);
+        `agent_name` when the files have that column; `raw_prompt`, `full_prompts`, `raw_input_ids` when
+        asked."""
         row = self.rows[item]
         ids = self.tokenizer(self.texts[item], add_special_tokens=False)["input_ids"]
         ids = truncate(ids, self.max_prompt_length, self.truncation, item)
@@ -163,7 +169,11 @@ class RLHFDataset(Dataset):
             keys.REWARD_MODEL: _plain(row.get(keys.REWARD_MODEL)) or {},
             keys.EXTRA_INFO: extra_info,
             keys.INDEX: extra_info.get("index", item) if isinstance(extra_info, dict) else item,
+            keys.TOOLS_KWARGS: _extra(extra_info, keys.TOOLS_KWARGS),
+            keys.INTERACTION_KWARGS: _extra(extra_info, keys.INTERACTION_KWARGS),
         }
+        if self.has_agent_name:
+            out[keys.AGENT_NAME] = row[keys.AGENT_NAME]
         if keys.DATA_SOURCE in row:
             out[keys.DATA_SOURCE] = row[keys.DATA_SOURCE]
         if self.return_raw_chat:
@@ -175,6 +185,22 @@ class RLHFDataset(Dataset):
             raw = self.tokenizer(contents, add_special_tokens=False)["input_ids"]
             out[keys.RAW_INPUT_IDS] = truncate(raw, self.max_prompt_length, self.truncation, item)
         return out
+
+
+def _extra(extra_info: Any, key: str) -> dict:
+    """extra_info[key] as a dict ({} when absent)."""
+    value = extra_info.get(key) if isinstance(extra_info, dict) else None
+    return dict(value or {})
+
+
+def _tool_schemas(tool_config_path: str | None) -> list[dict] | None:
+    """OpenAI function schemas of the tools YAML (None without one); a bad entry raises `ConfigEntryError`
+    naming it."""
+    if not tool_config_path:
+        return None
+    from rlpost.tools.utils.tool_registry import tools_by_name
+
+    return [tool.tool_schema.model_dump() for tool in tools_by_name(tool_config_path).values()] or None
 
 
 def collate_fn(samples: list[dict[str, Any]]) -> dict[str, Any]:

@@ -1,12 +1,15 @@
 """Single-turn SFT dataset: prompt/response pairs from parquet files, tokenised for next-token loss.
 
 Each row becomes one right-padded sequence of `data.max_length` tokens:
-`chat_template(prompt, add_generation_prompt=True) + response + eos`. The loss mask is 1 on the
+`chat_template(prompt, tools=<row's tools>, add_generation_prompt=True) + response + eos`; the prompt may be
+a string or a list of chat messages (e.g. a conversation with a tool call and its result), and the tools
+come from the `data.tools_key` column when set. The loss mask is 1 on the
 response tokens (EOS included) and 0 on the prompt and the padding, so only the answer is learned.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any, Sequence
 
 import pandas as pd
@@ -40,7 +43,27 @@ def _to_messages(prompt: Any) -> list[dict]:
     """A plain string becomes one user turn; a chat list (numpy array from parquet) stays a chat."""
     if isinstance(prompt, str):
         return [{"role": "user", "content": prompt}]
-    return [dict(m) for m in prompt]
+    return [_plain(dict(m)) for m in prompt]
+
+
+def _tool_list(tools: Any) -> list[dict] | None:
+    """A row's tool schemas: a JSON string or a list of dicts (None or empty: no tools)."""
+    if tools is None or (isinstance(tools, str) and not tools.strip()):
+        return None
+    if isinstance(tools, str):
+        tools = json.loads(tools)
+    return [_plain(t) for t in tools] or None
+
+
+def _plain(value: Any) -> Any:
+    """Parquet gives numpy arrays for lists; turn them (recursively) into Python lists/dicts."""
+    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
+        value = value.tolist()
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
 
 
 class SFTDataset(Dataset):
@@ -50,7 +73,7 @@ class SFTDataset(Dataset):
         parquet_files: One path or a list of parquet paths.
         tokenizer: A HF tokenizer with a chat template and an EOS token.
         config: The `data` config group; reads prompt_key, response_key, prompt_dict_keys,
-            response_dict_keys, max_length, truncation.
+            response_dict_keys, tools_key, max_length, truncation.
 
     Items are dicts of tensors, each of shape (L,) with L = max_length: `input_ids`,
     `attention_mask`, `position_ids`, `loss_mask`.
@@ -72,6 +95,11 @@ class SFTDataset(Dataset):
                 raise KeyError(f"column {key!r} not in {list(frame.columns)} (data.prompt_key/response_key)")
         self.prompts = [_dig(p, config.prompt_dict_keys) for p in frame[config.prompt_key]]
         self.responses = [_dig(r, config.response_dict_keys) for r in frame[config.response_key]]
+        self.tools: list[Any] = [None] * len(self.prompts)
+        if config.tools_key is not None:
+            if config.tools_key not in frame.columns:
+                raise KeyError(f"data.tools_key: column {config.tools_key!r} not in {list(frame.columns)}")
+            self.tools = [_tool_list(t) for t in frame[config.tools_key]]
 
     def __len__(self) -> int:
         return len(self.prompts)
@@ -91,7 +119,7 @@ class SFTDataset(Dataset):
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         tok = self.tokenizer
         prompt_text = tok.apply_chat_template(
-            _to_messages(self.prompts[index]), add_generation_prompt=True, tokenize=False
+            _to_messages(self.prompts[index]), tools=self.tools[index], add_generation_prompt=True, tokenize=False
         )
         prompt_ids = tok(prompt_text, add_special_tokens=False)["input_ids"]
         response_ids = tok(str(self.responses[index]), add_special_tokens=False)["input_ids"]

@@ -38,19 +38,35 @@ class Sample:
 
 
 def response_lengths(data: Any) -> torch.Tensor:
-    """Valid response tokens per row, (B,): from `response_mask`, else the response part of
-    `attention_mask`."""
+    """Real response tokens per row, (B,): the response part of `attention_mask`, else `response_mask`.
+
+    In a multi-turn rollout the response holds tool and user turns (attention 1, response_mask 0) between
+    the model's turns and always ends on a model token, so this length puts the score on the last model
+    token and decodes the whole conversation."""
     responses = data.batch[keys.RESPONSES]
-    if keys.RESPONSE_MASK in data.batch.keys():
-        return data.batch[keys.RESPONSE_MASK].sum(-1).long()
-    return data.batch[keys.ATTENTION_MASK][:, -responses.shape[-1] :].sum(-1).long()
+    if keys.ATTENTION_MASK in data.batch.keys():
+        return data.batch[keys.ATTENTION_MASK][:, -responses.shape[-1] :].sum(-1).long()
+    return data.batch[keys.RESPONSE_MASK].sum(-1).long()
+
+
+def _extra_info(nt: dict, i: int) -> Any:
+    """Row i's `extra_info`; for a multi-turn rollout a copy with verl's `num_turns` and
+    `rollout_reward_scores` (the tools' `calc_reward`s) and the trajectory's `tool_calls`."""
+    extra_info = nt[keys.EXTRA_INFO][i] if keys.EXTRA_INFO in nt else None
+    if keys.NUM_TURNS not in nt:
+        return extra_info
+    stats = nt[keys.AGENT_METRICS][i] if keys.AGENT_METRICS in nt else {}
+    return {**(extra_info or {}), "num_turns": int(nt[keys.NUM_TURNS][i]),
+            "tool_calls": int(stats.get("tool_calls", 0)),
+            "rollout_reward_scores": dict(nt[keys.TOOL_REWARDS][i] or {}) if keys.TOOL_REWARDS in nt else {}}
 
 
 def decode_batch(data: Any, tokenizer: Any, reward_fn_key: str = keys.DATA_SOURCE) -> list[Sample]:
     """Decode the valid prompt and response tokens of every row of `data` (B rows).
 
-    Reads `prompts` (B,P) left-padded, `responses` (B,R), `attention_mask` (B,P+R), `response_mask`
-    (B,R) if present; non-tensor `reward_fn_key` (default `data_source`), `reward_model`, `extra_info`.
+    Reads `prompts` (B,P) left-padded, `responses` (B,R), `attention_mask` (B,P+R) (else `response_mask`);
+    non-tensor `reward_fn_key` (default `data_source`), `reward_model`, `extra_info` (+ `__num_turns__`,
+    `agent_metrics`, `tool_rewards` of multi-turn rollouts).
     """
     responses = data.batch[keys.RESPONSES]
     prompt_len = data.batch[keys.PROMPTS].shape[-1] if keys.PROMPTS in data.batch.keys() else None
@@ -72,7 +88,7 @@ def decode_batch(data: Any, tokenizer: Any, reward_fn_key: str = keys.DATA_SOURC
                 prompt_str=prompt_str,
                 response_str=response_str,
                 ground_truth=(reward_model or {}).get("ground_truth"),
-                extra_info=nt[keys.EXTRA_INFO][i] if keys.EXTRA_INFO in nt else None,
+                extra_info=_extra_info(nt, i),
                 valid_response_length=valid,
             )
         )

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     import torch
 
     from rlpost.protocol import DataProto
+    from rlpost.rollout.async_engine import AgentEngine
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,16 @@ class BaseRollout(abc.ABC):
 
         May be called while the engine sleeps: it wakes what the load needs (the KV cache may stay
         released until `wake_up`)."""
+
+    def agent_engine(self, stop_ids: set[int]) -> AgentEngine:
+        """The async `generate` the agent loops of a multi-turn rollout call (`rlpost.rollout.async_engine`),
+        stopping at `stop_ids`; built per `generate_sequences` call.
+
+        Raises:
+            NotImplementedError: this engine has no multi-turn front.
+        """
+        raise NotImplementedError(f"the {type(self).__name__} engine has no multi-turn (agent loop) front; "
+                                  "use actor_rollout_ref.rollout.name=vllm or hf")
 
     def sleep(self) -> None:
         """Release generation memory (KV cache; on GPU also weights) while the actor trains."""

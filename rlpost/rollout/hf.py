@@ -6,6 +6,7 @@ Because it generates with the very module the actor trains, `update_weights` is 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any, Iterable
 
@@ -14,6 +15,7 @@ import torch
 from rlpost import keys
 from rlpost.protocol import DataProto
 from rlpost.rollout import ROLLOUT_REGISTRY
+from rlpost.rollout.async_engine import BatchedEngine, Completion
 from rlpost.rollout.base import BaseRollout, SamplingSpec, resolve_sampling
 from rlpost.rollout.utils import assemble_output, eos_id_set
 
@@ -62,36 +64,82 @@ class HFRollout(BaseRollout):
         self.module = module
 
     @torch.no_grad()
-    def generate_sequences(self, prompts: DataProto) -> DataProto:
-        """See `BaseRollout.generate_sequences`. Log-probs (if asked) come from the processed scores:
-        log_softmax of the logits after temperature/top-k/top-p, at the sampled token."""
-        spec = resolve_sampling(self.config, prompts.meta_info)
-        eos_ids = eos_id_set(prompts.meta_info.get(keys.META_EOS_TOKEN_ID))
-        pad_id = int(prompts.meta_info.get(keys.META_PAD_TOKEN_ID) or 0)
-        idx = prompts.batch[keys.INPUT_IDS].to(self.device)
-        attn = prompts.batch[keys.ATTENTION_MASK].to(self.device)
+    def generate(self, idx: torch.Tensor, attn: torch.Tensor, spec: SamplingSpec, eos_ids: set[int],
+                 pad_id: int) -> list[Completion]:
+        """`module.generate` on left-padded prompts (B, P); per row the generated ids, cut after the first EOS
+        (unless ignore_eos), and their log-probs when `spec.logprobs`: log_softmax of the processed scores
+        (after temperature/top-k/top-p) at the sampled token."""
         was_training = self.module.training
         self.module.eval()
         try:
-            out = self.module.generate(input_ids=idx, attention_mask=attn, **_generate_kwargs(spec, eos_ids, pad_id))
+            out = self.module.generate(input_ids=idx.to(self.device), attention_mask=attn.to(self.device),
+                                       **_generate_kwargs(spec, eos_ids, pad_id))
         finally:
             self.module.train(was_training)
-        gen = out.sequences[:, idx.shape[1] :].cpu()  # (B, L), L <= R
+        gen = out.sequences[:, idx.shape[1] :].cpu()  # (B, L), L <= max_tokens
         log_probs = None
         if spec.logprobs:
             scores = torch.stack(out.scores, dim=1).float().cpu()  # (B, L, V)
             log_probs = torch.log_softmax(scores, dim=-1).gather(-1, gen.unsqueeze(-1)).squeeze(-1)
-        responses, lps = [], []
+        completions = []
         for i, row in enumerate(gen.tolist()):
             n = len(row)
             if not spec.ignore_eos:  # rows that finished early are padded by generate: cut after EOS
                 n = next((j + 1 for j, t in enumerate(row) if t in eos_ids), n)
-            responses.append(row[:n])
-            if log_probs is not None:
-                lps.append(log_probs[i, :n].tolist())
-        return assemble_output(prompts, responses, spec.max_tokens, lps if log_probs is not None else None)
+            completions.append((row[:n], None if log_probs is None else log_probs[i, :n].tolist()))
+        return completions
+
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        """See `BaseRollout.generate_sequences`."""
+        spec = resolve_sampling(self.config, prompts.meta_info)
+        eos_ids = eos_id_set(prompts.meta_info.get(keys.META_EOS_TOKEN_ID))
+        pad_id = int(prompts.meta_info.get(keys.META_PAD_TOKEN_ID) or 0)
+        completions = self.generate(prompts.batch[keys.INPUT_IDS], prompts.batch[keys.ATTENTION_MASK], spec,
+                                    eos_ids, pad_id)
+        log_probs = [lp for _, lp in completions] if spec.logprobs else None
+        return assemble_output(prompts, [ids for ids, _ in completions], spec.max_tokens, log_probs)
+
+    def agent_engine(self, stop_ids: set[int]) -> HFBatchEngine:
+        """Batched `generate` for the agent loops (see `HFBatchEngine`)."""
+        return HFBatchEngine(self, stop_ids)
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """No-op: the engine IS the actor's module, so it always has the current weights. The iterator is
         not consumed (callers need not gather anything for this engine)."""
         self.last_sync_s = 0.0
+
+
+class HFBatchEngine(BatchedEngine):
+    """The slow fallback for multi-turn rollouts: the requests pending at one moment are left-padded into one
+    `generate` call. With FSDP over several ranks every forward pass is a collective, so the ranks agree
+    before each batch whether any of them has work (`_sync_round`); ranks without work run a one-token dummy
+    request in that batch, until no rank has work left (`close`)."""
+
+    def __init__(self, rollout: HFRollout, stop_ids: set[int]) -> None:
+        super().__init__()
+        self.rollout, self.stop_ids = rollout, stop_ids
+        self.pad_id = int(rollout.tokenizer.pad_token_id if rollout.tokenizer.pad_token_id is not None else 0)
+        self.distributed = _distributed_world() > 1
+        self._idle_spec: SamplingSpec | None = None
+
+    def _generate_batch(self, prompts: list[list[int]], spec: SamplingSpec) -> list[Completion]:
+        self._idle_spec = dataclasses.replace(spec, max_tokens=1)
+        width = max(len(p) for p in prompts)
+        idx = torch.tensor([[self.pad_id] * (width - len(p)) + p for p in prompts], dtype=torch.long)
+        attn = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], dtype=torch.long)
+        return self.rollout.generate(idx, attn, spec, self.stop_ids, self.pad_id)
+
+    def _sync_round(self, has_work: bool) -> bool:
+        if not self.distributed:
+            return has_work
+        import torch.distributed as dist
+
+        flag = torch.tensor([int(has_work)], device=self.rollout.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+
+    def _idle_round(self) -> None:
+        spec = self._idle_spec or SamplingSpec(greedy=True, temperature=0.0, top_k=-1, top_p=1.0, max_tokens=1,
+                                               ignore_eos=False, logprobs=False)
+        self.rollout.generate(torch.tensor([[self.pad_id]]), torch.ones(1, 1, dtype=torch.long), spec,
+                              self.stop_ids, self.pad_id)

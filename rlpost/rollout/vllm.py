@@ -23,10 +23,12 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 import torch  # noqa: E402
 import vllm  # noqa: E402
 from vllm import LLM, SamplingParams  # noqa: E402
+from vllm.sampling_params import RequestOutputKind  # noqa: E402
 
 from rlpost import keys  # noqa: E402
 from rlpost.protocol import DataProto  # noqa: E402
 from rlpost.rollout import ROLLOUT_REGISTRY  # noqa: E402
+from rlpost.rollout.async_engine import SteppedEngine  # noqa: E402
 from rlpost.rollout.base import BaseRollout, SamplingSpec, resolve_sampling  # noqa: E402
 from rlpost.rollout.utils import assemble_output, eos_id_set, prompt_token_lists  # noqa: E402
 
@@ -136,6 +138,43 @@ def sampling_params(spec: SamplingSpec, stop_ids: set[int]) -> SamplingParams:
     )
 
 
+def _sampled_log_probs(completion: Any) -> list[float]:
+    """Log-prob of each sampled token (vLLM with `logprobs=0` returns just the sampled one per position)."""
+    return [step[tok].logprob for tok, step in zip(completion.token_ids, completion.logprobs)]
+
+
+class VLLMStepEngine(SteppedEngine):
+    """Continuous batching on the in-process engine: each agent request goes straight into
+    `LLMEngine.add_request` and `LLMEngine.step()` advances every running request by one token, so requests
+    of many trajectories share each forward pass as they arrive.
+
+    Args:
+        llm: the rollout's `vllm.LLM`; nothing else may drive its engine while agent loops run.
+        stop_ids: EOS ids that end a completion (kept in its ids).
+    """
+
+    def __init__(self, llm: LLM, stop_ids: set[int]) -> None:
+        super().__init__()
+        self.engine, self.stop_ids = llm.llm_engine, stop_ids
+
+    def _add(self, request_id: str, prompt_ids: list[int], spec: SamplingSpec) -> None:
+        params = sampling_params(spec, self.stop_ids)
+        params.output_kind = RequestOutputKind.FINAL_ONLY  # one output per request, when it finishes
+        self.engine.add_request(request_id, {"prompt_token_ids": prompt_ids}, params)
+
+    def _step(self) -> list[tuple[str, list[int], list[float] | None]]:
+        finished = []
+        for out in self.engine.step():
+            if out.finished:
+                completion = out.outputs[0]
+                log_probs = _sampled_log_probs(completion) if completion.logprobs is not None else None
+                finished.append((out.request_id, list(completion.token_ids), log_probs))
+        return finished
+
+    def _abort(self, request_ids: list[str]) -> None:
+        self.engine.abort_request(request_ids)
+
+
 def _refresh_cpu_packed(model: torch.nn.Module) -> int:
     """Re-pack CPU GEMM weights of layers that keep their weight (embeddings, a tied `lm_head`).
 
@@ -194,13 +233,12 @@ class VLLMRollout(BaseRollout):
             requests, sampling_params(spec, stop_ids), use_tqdm=self.rank == 0 and len(requests) > 64
         )
         token_ids = [list(o.outputs[0].token_ids) for o in outputs]
-        log_probs = None
-        if spec.logprobs:
-            log_probs = [
-                [step[tok].logprob for tok, step in zip(o.outputs[0].token_ids, o.outputs[0].logprobs)]
-                for o in outputs
-            ]
+        log_probs = [_sampled_log_probs(o.outputs[0]) for o in outputs] if spec.logprobs else None
         return assemble_output(prompts, token_ids, spec.max_tokens, log_probs)
+
+    def agent_engine(self, stop_ids: set[int]) -> VLLMStepEngine:
+        """Continuous batching over this engine for the agent loops (see `VLLMStepEngine`)."""
+        return VLLMStepEngine(self.llm, stop_ids)
 
     def _named(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
         for name, tensor in named_tensors:

@@ -144,6 +144,7 @@ class ActorRolloutRefWorker(_FSDPRole):
         self._is_rollout = role in ("rollout", "actor_rollout", "actor_rollout_ref")
         self._is_ref = role in ("ref", "actor_rollout_ref")
         self.actor = self.ref_policy = self.rollout = None
+        self.agent_rollout = None  # multi-turn rollouts (rollout.multi_turn.enable), set in init_model
         self._tp_group, self._tp_rank = None, 0  # rollout tensor-parallel peers, set in init_model
         self.actor_module = self.actor_optimizer = self.actor_lr_scheduler = None
         self.mini_batch_rows = None
@@ -201,6 +202,10 @@ class ActorRolloutRefWorker(_FSDPRole):
                 self._tp_group, self._tp_rank = consecutive_groups(tp)
             self.rollout = build_rollout(self.config.rollout, model_cfg.path, self.tokenizer, self.device,
                                          module=self.actor_module)
+            if self.config.rollout.multi_turn.enable:
+                from rlpost.workers.agent_rollout import AgentRollout
+
+                self.agent_rollout = AgentRollout(self.config.rollout, self.tokenizer)
             if self.actor_module is not None:
                 self._sync_weights()
             if self.config.rollout.free_cache_engine:
@@ -226,14 +231,20 @@ class ActorRolloutRefWorker(_FSDPRole):
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Sample responses. Reads `input_ids`, `attention_mask`, `position_ids` (B, P); writes `prompts`,
         `responses`, `input_ids`, `attention_mask`, `position_ids`, `response_mask` (+ `rollout_log_probs`);
-        meta_info metrics `timing_s/generate_sequences`."""
+        meta_info metrics `timing_s/generate_sequences`. With multi_turn.enable every row runs its agent loop
+        instead (`rlpost.workers.agent_rollout`: reads `raw_prompt`, `agent_name`, `tools_kwargs`,
+        `interaction_kwargs`; `response_mask` is 0 on tool and user tokens; adds `__num_turns__`,
+        `agent_metrics`, `tool_rewards`, `turn_scores`)."""
         start = time.perf_counter()
         prompts.meta_info.setdefault(keys.META_EOS_TOKEN_ID, self.tokenizer.eos_token_id)
         prompts.meta_info.setdefault(keys.META_PAD_TOKEN_ID, self.tokenizer.pad_token_id)
         if self.rollout.needs_sync:  # a level-2 sleep dropped the weights (e.g. validation before training)
             self._sync_weights()
         self.rollout.wake_up()
-        out = self._generate_with_tp_peers(prompts)
+        if self.agent_rollout is not None:
+            out = self.agent_rollout.generate_sequences(self.rollout, prompts)
+        else:
+            out = self._generate_with_tp_peers(prompts)
         if self.config.rollout.free_cache_engine:
             self.rollout.sleep()
         metrics = dict(out.meta_info.get(keys.META_METRICS, {}))

@@ -106,8 +106,13 @@ def test_config_from_rollout_node():
     assert (config.max_parallel_calls, config.max_tool_response_length, config.tool_response_truncate_side) == (
         1, 256, "middle")
     assert (config.tokenization_sanity_check_mode, config.format) == ("strict", "hermes")
-    assert (config.default_agent_loop, config.tool_config_path) == ("single_turn_agent", "tools.yaml")
-    assert config.template_kwargs == {"enable_thinking": False}
+    # no agent.default_agent_loop: tools are configured, so rows without agent_name run tool_agent
+    assert (config.default_agent_loop, config.tool_config_path) == ("tool_agent", "tools.yaml")
+    assert config.template_kwargs == {"enable_thinking": False} and config.tool_timeout_s == 60.0
+    rollout.multi_turn.tool_config_path = None
+    assert AgentLoopConfig.from_rollout_config(rollout).default_agent_loop == "single_turn_agent"
+    rollout.agent.default_agent_loop = "tool_agent"
+    assert AgentLoopConfig.from_rollout_config(rollout).default_agent_loop == "tool_agent"
 
 
 def test_resources_from_yaml(tmp_path):

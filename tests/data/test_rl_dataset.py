@@ -211,3 +211,44 @@ def test_tokenizer_override_and_raw_input_ids(tokenizer, tiny_model_dir, tmp_pat
     ds = create_rl_dataset(path, data_cfg(tokenizer=tiny_model_dir, return_raw_input_ids=True), None)
     assert ds.tokenizer is not None and ds.tokenizer.pad_token_id == tokenizer.pad_token_id
     assert ds[0]["raw_input_ids"] == tokenizer("What is 1 + 2?", add_special_tokens=False)["input_ids"]
+
+
+CALCULATOR_YAML = "tools:\n  - class_name: rlpost.tools.calculator_tool.CalculatorTool\n    config: {type: native}\n"
+
+
+def test_multi_turn_fields_and_tool_schemas_in_the_prompt(tokenizer, tmp_path):
+    tools = tmp_path / "tools.yaml"
+    tools.write_text(CALCULATOR_YAML)
+    data = rows(["What is 1 + 2?", "What is 3 * 4?"])
+    data[0]["extra_info"]["tools_kwargs"] = {"calculator": {"create_kwargs": {"x": 1}}}
+    data[1]["extra_info"]["interaction_kwargs"] = {"name": "gsm8k", "ground_truth": "12"}
+    for row, name in zip(data, ["tool_agent", "single_turn_agent"]):
+        row["agent_name"] = name
+    cfg = data_cfg(f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tools}",
+                   "actor_rollout_ref.rollout.multi_turn.enable=true", max_prompt_length=512)
+    assert cfg.tool_config_path == str(tools) and cfg.return_raw_chat  # both follow multi_turn
+    ds = RLHFDataset(write(tmp_path, data), tokenizer, cfg)
+    first, second = ds[0], ds[1]
+    assert (first[keys.AGENT_NAME], second[keys.AGENT_NAME]) == ("tool_agent", "single_turn_agent")
+    assert first[keys.TOOLS_KWARGS] == {"calculator": {"create_kwargs": {"x": 1}}} and second[keys.TOOLS_KWARGS] == {}
+    assert first[keys.INTERACTION_KWARGS] == {} and second[keys.INTERACTION_KWARGS]["ground_truth"] == "12"
+    from rlpost.tools.calculator_tool import CalculatorTool
+
+    schema = CalculatorTool({}, None).tool_schema.model_dump()
+    text = tokenizer.apply_chat_template([{"role": "user", "content": "What is 1 + 2?"}], tools=[schema],
+                                         add_generation_prompt=True, tokenize=False)
+    assert "# Tools" in text and first[keys.RAW_PROMPT_IDS] == tokenizer(text, add_special_tokens=False)["input_ids"]
+    batch = collate_fn([first, second])
+    assert list(batch[keys.AGENT_NAME]) == ["tool_agent", "single_turn_agent"]
+
+    # overlong filtering counts the schema tokens; without the agent_name column rows carry no agent_name
+    short = len(templated_ids(tokenizer, "What is 1 + 2?"))
+    for row in data:
+        del row["agent_name"]
+    filtered = RLHFDataset(write(tmp_path, data, "plain.parquet"), tokenizer,
+                           data_cfg(f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tools}",
+                                    "actor_rollout_ref.rollout.multi_turn.enable=true", max_prompt_length=short + 2,
+                                    filter_overlong_prompts=True))
+    assert len(filtered) == 0
+    plain = RLHFDataset(write(tmp_path, data, "plain.parquet"), tokenizer, data_cfg(max_prompt_length=256))
+    assert keys.AGENT_NAME not in plain[0] and plain[1][keys.TOOLS_KWARGS] == {}

@@ -146,6 +146,45 @@ def _check_roles(algo_dir: str, overrides: list[str], plan: str) -> None:
         assert {"actor_rollout_ref.actor.kl_loss_coef", "actor_rollout_ref.actor.kl_loss_type"} <= keys_of(overrides)
 
 
+@pytest.mark.parametrize("interaction", [None, "gsm8k"])
+def test_multiturn_tiny_cpu_script_dry_run(interaction, tmp_path):
+    """examples/multiturn/run_tiny_cpu.sh (data, model and SFT given, so only main_ppo runs): multi-turn GRPO
+    with the example tools YAML (and interaction YAML), which load."""
+    from rlpost.interactions.utils.interaction_registry import interactions_by_name
+    from rlpost.tools.utils.tool_registry import tools_by_name
+
+    data, model = tmp_path / "data", tmp_path / "model"
+    data.mkdir()
+    model.mkdir()
+    (data / "train.parquet").write_text("")
+    (model / "config.json").write_text("{}")
+    env = {"HOME": str(tmp_path), "DATA_DIR": str(data), "MODEL_PATH": str(model), "WORK_DIR": str(tmp_path / "w"),
+           **({"INTERACTION": interaction} if interaction else {})}
+    overrides = launch_args(EXAMPLES / "multiturn" / "run_tiny_cpu.sh", env, tmp_path, "trainer.total_training_steps=2")
+    assert overrides[-1] == "trainer.total_training_steps=2"
+    cfg, plan = dry_run(overrides)
+    rollout = cfg.actor_rollout_ref.rollout
+    assert rollout.multi_turn.enable and rollout.name == "vllm" and cfg.data.return_raw_chat
+    assert list(tools_by_name(rollout.multi_turn.tool_config_path)) == ["calculator"]
+    assert cfg.data.tool_config_path == rollout.multi_turn.tool_config_path
+    if interaction:
+        assert list(interactions_by_name(rollout.multi_turn.interaction_config_path)) == ["gsm8k"]
+    else:
+        assert rollout.multi_turn.interaction_config_path is None
+    assert "devices: 2 CPU worker processes" in plan and "total training steps: 2" in plan
+
+
+def test_multiturn_example_yamls_load_in_verl_shape():
+    from rlpost.interactions.utils.interaction_registry import interactions_by_name
+    from rlpost.tools.utils.tool_registry import tools_by_name
+
+    config = EXAMPLES / "multiturn" / "config"
+    gsm8k = tools_by_name(config / "tool_config" / "gsm8k_tool_config.yaml")
+    assert list(gsm8k) == ["calc_gsm8k_reward"] and type(gsm8k["calc_gsm8k_reward"]).__name__ == "Gsm8kTool"
+    assert tools_by_name(config / "tool_config" / "calculator_tool_config.yaml")["calculator"].config["timeout"] == 10
+    assert list(interactions_by_name(config / "interaction_config" / "gsm8k_interaction_config.yaml")) == ["gsm8k"]
+
+
 def test_verl_import_path_aliases():
     from rlpost.data import rl_dataset as data_rl_dataset
     from rlpost.reward.score import default_compute_score as real_score

@@ -3,12 +3,14 @@
 import math
 import textwrap
 
+import numpy as np
 import pytest
 import torch
 
 from _compose import SMALL, compose_config, typed_config_of
 from rlpost import keys
 from rlpost.reward import RewardFunctionError, check_reward_fn, load_reward_manager
+from rlpost.reward.score import default_compute_score
 
 # dapo buffer: max_response_length 12, buffer 4 -> responses longer than 8 tokens are penalised
 BUFFER = ("reward_model.overlong_buffer.enable=true", "reward_model.overlong_buffer.len=4",
@@ -180,3 +182,41 @@ def test_check_reward_fn_with_batch_manager(tokenizer, tmp_path):
     assert check_reward_fn(manager, rows, n=1) == [1.0]
     with pytest.raises(RewardFunctionError, match="sample 1: non-finite score nan"):
         check_reward_fn(manager, rows)
+
+
+def test_multi_turn_rows_score_the_last_model_token_with_the_conversation(make_batch, tokenizer):
+    """A multi-turn response: model call | tool turn (response_mask 0) | model answer. The whole conversation
+    is decoded, the score lands on the last real token, and extra_info gets num_turns and tool_calls."""
+    seen = []
+
+    def spy(data_source, solution_str, ground_truth, extra_info=None):
+        seen.append((solution_str, dict(extra_info)))
+        return default_compute_score(data_source, solution_str, ground_truth, extra_info)
+
+    call = tokenizer("call 6*7", add_special_tokens=False)["input_ids"]
+    tool = tokenizer(" 42 ", add_special_tokens=False)["input_ids"]
+    answer = tokenizer("#### 42", add_special_tokens=False)["input_ids"]
+    batch = make_batch(["call 6*7 42 #### 42"], ["42"], response_len=32)
+    n = len(call) + len(tool) + len(answer)
+    ids = torch.full((1, 32), tokenizer.pad_token_id)
+    ids[0, :n] = torch.tensor(call + tool + answer)
+    mask = torch.zeros(1, 32, dtype=torch.long)
+    mask[0, :len(call)] = 1
+    mask[0, len(call) + len(tool):n] = 1
+    batch.batch[keys.RESPONSES], batch.batch[keys.RESPONSE_MASK] = ids, mask
+    batch.batch[keys.ATTENTION_MASK][:, -32:] = (torch.arange(32) < n).long()
+    batch.non_tensor_batch.update({keys.NUM_TURNS: np.array([4]), keys.AGENT_METRICS: _objects([{"tool_calls": 1.0}]),
+                                   keys.TOOL_REWARDS: _objects([{"calculator": 0.5}])})
+    manager = load_reward_manager(typed_config_of(*_overrides("naive", None, ())), tokenizer)
+    manager.compute_score = spy
+    out = manager(batch)
+    assert out[0, n - 1] == 1.0 and out.sum() == 1.0  # on the answer's last token, not at response_mask.sum()
+    text, extra_info = seen[0]
+    assert text.endswith("#### 42") and " 42 " in text
+    assert extra_info == {"index": 0, "num_turns": 4, "tool_calls": 1, "rollout_reward_scores": {"calculator": 0.5}}
+
+
+def _objects(values):
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out

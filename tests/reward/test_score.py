@@ -75,3 +75,16 @@ def test_default_compute_score_dispatch():
     assert default_compute_score("rlpost/arith", "#### 7", "7", extra_info={"a": 1}) == 1.0
     with pytest.raises(NotImplementedError, match="my/data.*known data sources.*openai/gsm8k"):
         default_compute_score("my/data", "x", "y")
+
+
+def test_tool_bonus_and_multi_tool_penalty():
+    right, wrong = ("rlpost/arith", "#### 7", "7"), ("rlpost/arith", "#### 8", "7")
+    shaping = {"use_tool_bonus": True, "tool_bonus": 0.5, "multi_tool_penalty": 0.1}
+    assert default_compute_score(*right, extra_info={"tool_calls": 1}, **shaping) == 1.5
+    assert default_compute_score(*right, extra_info={"tool_calls": 3}, **shaping) == pytest.approx(1.3)
+    assert default_compute_score(*right, extra_info={"tool_calls": 0}, **shaping) == 1.0  # no call: no bonus
+    assert default_compute_score(*wrong, extra_info={"tool_calls": 1}, **shaping) == 0.0  # wrong: no bonus
+    assert default_compute_score(*wrong, extra_info={"tool_calls": 2}, **shaping) == pytest.approx(-0.1)
+    assert default_compute_score(*right, extra_info={"tool_calls": 2}) == 1.0  # shaping is off by default
+    with pytest.raises(TypeError, match="bonus"):
+        default_compute_score(*right, bonus=1.0)  # an unknown kwarg is an error, never ignored

@@ -166,3 +166,32 @@ def test_sft_torchrun_two_processes(tiny_model_dir, tmp_path):
     data_cfg = sft_data({"prompt_key": "prompt", "response_key": "response", "max_length": 64})
     dataset = SFTDataset(str(data), _tokenizer(str(saved)), data_cfg)
     assert _response_loss(trained, dataset) < _response_loss(original, dataset)
+
+
+def test_sft_dataset_renders_each_rows_tools_and_chat_prompts(tiny_model_dir, tmp_path):
+    """`data.tools_key`: the row's schemas (JSON text) reach the chat template, as in multi-turn rollouts; a
+    prompt may be a whole conversation (call, tool result) whose next assistant turn is the target."""
+    import json
+
+    tok = _tokenizer(tiny_model_dir)
+    schema = {"type": "function", "function": {"name": "calculator", "description": "arithmetic", "parameters": {
+        "type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]}}}
+    chat = [{"role": "user", "content": "What is 6*7?"},
+            {"role": "assistant", "content": '<tool_call>{"name": "calculator"}</tool_call>'},
+            {"role": "tool", "content": "42"}]
+    rows = [{"prompt": chat[:1], "response": chat[1]["content"], "tools": json.dumps([schema])},
+            {"prompt": chat, "response": "#### 42", "tools": json.dumps([schema])}]
+    pd.DataFrame(rows).to_parquet(tmp_path / "tools.parquet")
+    data_cfg = sft_data({"prompt_key": "prompt", "response_key": "response", "tools_key": "tools",
+                         "max_length": 1024})
+    ds = SFTDataset(str(tmp_path / "tools.parquet"), tok, data_cfg)
+    for i, messages in enumerate([chat[:1], chat]):
+        item = ds[i]
+        prompt = tok.apply_chat_template(messages, tools=[schema], add_generation_prompt=True, tokenize=False)
+        n_prompt = len(tok(prompt, add_special_tokens=False)["input_ids"])
+        text = tok.decode(item[INPUT_IDS][: int(item[ATTENTION_MASK].sum())])
+        assert text == prompt + rows[i]["response"] + tok.eos_token and "# Tools" in text
+        assert item[LOSS_MASK][:n_prompt].sum() == 0 and item[LOSS_MASK][n_prompt:].sum() > 0
+    assert "<tool_response>\n42\n</tool_response>" in tok.decode(ds[1][INPUT_IDS])
+    with pytest.raises(KeyError, match="data.tools_key: column 'schemas'"):
+        SFTDataset(str(tmp_path / "tools.parquet"), tok, sft_data({**data_cfg, "tools_key": "schemas"}))

@@ -31,9 +31,15 @@ SCORERS: dict[str, Callable[[str, Any, Any], float]] = {
 
 
 def default_compute_score(
-    data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None, **kwargs: Any
+    data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None, *,
+    use_tool_bonus: bool = False, tool_bonus: float = 0.0, multi_tool_penalty: float = 0.0,
 ) -> float:
-    """Score `solution_str` with the built-in scorer registered for `data_source`.
+    """Score `solution_str` with the built-in scorer registered for `data_source`, shaped for tool use
+    (`custom_reward_function.reward_kwargs`) in multi-turn rollouts, where `extra_info["tool_calls"]` is the
+    trajectory's number of tool calls:
+
+        score + tool_bonus   when use_tool_bonus, the answer is right (score > 0) and a tool was called
+              - multi_tool_penalty * (tool_calls - 1)   for every call beyond the first
 
     Raises:
         NotImplementedError: no built-in scorer for `data_source` (the message lists the known ones).
@@ -44,4 +50,8 @@ def default_compute_score(
             f"no built-in reward function for data_source={data_source!r}; known data sources: "
             f"{sorted(SCORERS)}. Set custom_reward_function.path to score other data."
         )
-    return scorer(solution_str, ground_truth, extra_info)
+    score = scorer(solution_str, ground_truth, extra_info)
+    tool_calls = int((extra_info or {}).get("tool_calls", 0)) if isinstance(extra_info, dict) else 0
+    if use_tool_bonus and score > 0 and tool_calls > 0:
+        score += float(tool_bonus)
+    return score - float(multi_tool_penalty) * max(tool_calls - 1, 0)

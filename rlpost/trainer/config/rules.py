@@ -48,7 +48,7 @@ POSITIVE_FLOATS = (
     f"{ARR}.actor.clip_ratio_high", f"{ARR}.actor.optim.num_cycles", "critic.grad_clip",
     "critic.cliprange_value", "critic.optim.num_cycles", "algorithm.kl_ctrl.target_kl",
     "trainer.rollout_drift_warn", "algorithm.rollout_correction.rollout_is_threshold", f"{ARR}.actor.tau_pos",
-    f"{ARR}.actor.tau_neg",
+    f"{ARR}.actor.tau_neg", f"{ARR}.rollout.multi_turn.tool_timeout_s",
 )
 OPEN_UNIT = (f"{ARR}.rollout.gpu_memory_utilization", f"{ARR}.rollout.top_p", f"{ARR}.rollout.val_kwargs.top_p")
 CLOSED_UNIT = (
@@ -193,3 +193,54 @@ def check_combinations(c: PPOTrainerConfig) -> None:
         fail("trainer.resume_mode=resume_path, trainer.resume_from_path=null",
              "resume_path needs the checkpoint folder", "trainer.resume_from_path=/abs/ckpt/global_step_N "
              "(or trainer.resume_mode=auto)")
+
+
+# Engines with a multi-turn (agent loop) front: `BaseRollout.agent_engine`.
+MULTI_TURN_ENGINES = ("vllm", "hf")
+
+
+def check_multi_turn(c: PPOTrainerConfig) -> None:
+    """Multi-turn rollouts: an engine with an agent-loop front, raw chat messages in the batch, and no
+    multi-turn file set while multi-turn is off (it would do nothing)."""
+    rollout = c.actor_rollout_ref.rollout
+    mt, agent = rollout.multi_turn, rollout.agent
+    _check_tool_shaping(c)
+    if not mt.enable:
+        for key, value in (("multi_turn.tool_config_path", mt.tool_config_path),
+                           ("multi_turn.interaction_config_path", mt.interaction_config_path),
+                           ("agent.agent_loop_config_path", agent.agent_loop_config_path),
+                           ("agent.default_agent_loop", agent.default_agent_loop)):
+            if value is not None:
+                fail(f"{ARR}.rollout.{key}={value}, {ARR}.rollout.multi_turn.enable=false",
+                     "agent loops, tools and interactions run only in multi-turn rollouts",
+                     f"{ARR}.rollout.multi_turn.enable=true")
+        return
+    if rollout.name not in MULTI_TURN_ENGINES:
+        fail(f"not supported yet: {ARR}.rollout.name={rollout.name} with {ARR}.rollout.multi_turn.enable=true",
+             f"multi-turn rollouts run on the {' or '.join(MULTI_TURN_ENGINES)} engine", f"{ARR}.rollout.name=vllm")
+    if rollout.tensor_model_parallel_size != 1:
+        fail(f"not supported yet: {ARR}.rollout.tensor_model_parallel_size={rollout.tensor_model_parallel_size} "
+             f"with {ARR}.rollout.multi_turn.enable=true",
+             "each rollout worker runs its agent loops on its own engine",
+             f"{ARR}.rollout.tensor_model_parallel_size=1")
+    if not c.data.return_raw_chat:
+        fail(f"{ARR}.rollout.multi_turn.enable=true, data.return_raw_chat=false",
+             "agent loops render each conversation from the chat messages of the row", "data.return_raw_chat=true")
+
+
+def _check_tool_shaping(c: PPOTrainerConfig) -> None:
+    """The built-in scorer's tool-use kwargs need multi-turn rollouts (tool calls to count) and a bonus size."""
+    kwargs = c.custom_reward_function.reward_kwargs
+    if c.custom_reward_function.path is not None:
+        return  # a user function receives its kwargs as they are
+    use, bonus, penalty = (kwargs.get(k) for k in ("use_tool_bonus", "tool_bonus", "multi_tool_penalty"))
+    key = "custom_reward_function.reward_kwargs"
+    if (use or penalty) and not c.actor_rollout_ref.rollout.multi_turn.enable:
+        fail(f"{key}.use_tool_bonus={show(use)}, {key}.multi_tool_penalty={show(penalty)}, "
+             f"{ARR}.rollout.multi_turn.enable=false", "tool-use shaping counts the tool calls of multi-turn rollouts",
+             f"{ARR}.rollout.multi_turn.enable=true")
+    if use and bonus is None:
+        fail(f"{key}.use_tool_bonus=true, {key}.tool_bonus=null", "the bonus needs a size", f"{key}.tool_bonus=0.1")
+    if bonus is not None and not use:
+        fail(f"{key}.tool_bonus={bonus}, {key}.use_tool_bonus={show(use)}", "the bonus is paid only when it is "
+             "switched on", f"{key}.use_tool_bonus=true")

@@ -41,10 +41,9 @@ def never(*values: Any) -> Refusal:
 
 # Feature areas named in the refusal message, by key prefix (the first match wins).
 AREAS: tuple[tuple[str, str], ...] = (
-    (f"{ARR}.rollout.multi_turn", "multi-turn rollouts"),
-    (f"{ARR}.rollout.tool_kwargs", "multi-turn rollouts"),
-    (f"{ARR}.rollout.interaction_config_file", "multi-turn rollouts"),
-    (f"{ARR}.rollout.agent", "async rollout / agent loops"),
+    (f"{ARR}.rollout.multi_turn.format", "a parser for this tool-call format"),
+    (f"{ARR}.rollout.multi_turn.completion_callback", "the multi-turn completion callback"),
+    (f"{ARR}.rollout.agent.custom_async_server", "the custom async server"),
     (f"{ARR}.rollout.mode", "async rollout"),
     (f"{ARR}.rollout.over_sample_rate", "async rollout"),
     (f"{ARR}.hybrid_engine", "separate rollout devices"),
@@ -107,14 +106,8 @@ NOT_SUPPORTED_YET: dict[str, Refusal] = {
     f"{ARR}.rollout.trace.backend": only(None),
     f"{ARR}.rollout.skip_rollout": only(False),
     f"{ARR}.rollout.layered_summon": only(False),
-    f"{ARR}.rollout.multi_turn.enable": only(False),
-    f"{ARR}.rollout.multi_turn.tool_config_path": only(None),
-    f"{ARR}.rollout.multi_turn.interaction_config_path": only(None),
     f"{ARR}.rollout.multi_turn.completion_callback": only(None),
     f"{ARR}.rollout.multi_turn.format": only("hermes"),
-    f"{ARR}.rollout.agent.num_workers": only(8),
-    f"{ARR}.rollout.agent.agent_loop_config_path": only(None),
-    f"{ARR}.rollout.agent.default_agent_loop": only(None),
     f"{ARR}.rollout.agent.custom_async_server.path": only(None),
     f"{ARR}.rollout.agent.custom_async_server.name": only(None),
     "algorithm.rollout_correction.rollout_rs_threshold_lower": only(None),
@@ -168,6 +161,11 @@ NOTICES: dict[str, str] = {
     f"{ARR}.rollout.checkpoint_engine.update_weights_bucket_megabytes": (
         "weights stream into the engine one tensor at a time; the bucket size has no effect"),
     f"{ARR}.rollout.skip_tokenizer_init": "rlpost always passes token ids to the engine",
+    f"{ARR}.rollout.multi_turn.use_inference_chat_template": "agent loops keep the model's tokens as generated and "
+                                                             "render the other messages with the tokenizer's chat "
+                                                             "template; the key has no effect",
+    f"{ARR}.rollout.agent.num_workers": "rlpost runs the agent loops of each rollout worker on one asyncio event "
+                                        "loop inside that worker; the number of agent-loop workers has no effect",
     f"{ARR}.actor.fsdp_config.use_orig_params": "FSDP2 always keeps the original parameters",
     f"{ARR}.ref.fsdp_config.use_orig_params": "FSDP2 always keeps the original parameters",
     "critic.model.fsdp_config.use_orig_params": "FSDP2 always keeps the original parameters",

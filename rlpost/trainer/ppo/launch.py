@@ -75,6 +75,7 @@ def build_trainer(config: DictConfig):
         train_ds = create_rl_dataset(data_cfg.train_files, data_cfg, tokenizer)
         val_ds = (create_rl_dataset(data_cfg.val_files, data_cfg, tokenizer, is_train=False)
                   if data_cfg.val_files else None)
+        check_multi_turn_inputs(config, {"data.train_files": train_ds, "data.val_files": val_ds})
         reward_fn, val_reward_fn = build_reward_fns(config, tokenizer, val_ds)
         role_worker_mapping, mapping = default_role_worker_mapping(config)
         trainer_cfg = config.trainer
@@ -86,6 +87,31 @@ def build_trainer(config: DictConfig):
         raise
     except (OSError, ValueError, KeyError, RewardFunctionError) as err:
         raise InputError(str(err)) from err
+
+
+def check_multi_turn_inputs(config: DictConfig, datasets: dict) -> None:
+    """With multi_turn.enable: the tools, interaction and agent-loop YAMLs load, and every row's `agent_name`
+    and `interaction_kwargs.name` is registered (checked over the whole data set before any worker starts).
+
+    Raises:
+        ValueError: a bad YAML entry (named) or an unknown name in a data set (lists the registered ones).
+    """
+    rollout = config.actor_rollout_ref.rollout
+    if not rollout.multi_turn.enable:
+        return
+    from rlpost.agent import AgentLoopConfig, AgentResources, check_samples
+
+    agent_config = AgentLoopConfig.from_rollout_config(rollout)
+    resources = AgentResources.from_config(agent_config)
+    for key, dataset in datasets.items():
+        if dataset is None:
+            continue
+        rows = getattr(dataset, "rows", None)  # RLHFDataset: the parquet rows, without tokenizing them
+        try:
+            check_samples(rows if rows is not None else [dataset[i] for i in range(len(dataset))], agent_config,
+                          resources)
+        except ValueError as err:
+            raise ValueError(f"{key}={config.data.get(key.split('.')[1])}: {err}") from err
 
 
 def load_tokenizer(config: DictConfig):

@@ -27,14 +27,14 @@ def _stats(prefix: str, x: torch.Tensor) -> dict[str, float]:
 
 
 def _lengths(batch: Any) -> tuple[torch.Tensor, torch.Tensor, int, int]:
-    """(prompt_length (B,), response_length (B,), max prompt length P, max response length R)."""
+    """(prompt_length (B,), response_length (B,), max prompt length P, max response length R).
+
+    Lengths count the real tokens (`attention_mask`): in a multi-turn rollout the response length includes
+    the tool and user turns, which share the response budget."""
     max_response = batch.batch[keys.RESPONSES].shape[-1]
     attention = batch.batch[keys.ATTENTION_MASK]
     prompt_mask = attention[:, :-max_response]
-    if keys.RESPONSE_MASK in batch.batch:
-        response_mask = batch.batch[keys.RESPONSE_MASK]
-    else:
-        response_mask = attention[:, -max_response:]
+    response_mask = attention[:, -max_response:]
     prompt_len = prompt_mask.sum(dim=-1).float()
     response_len = response_mask.sum(dim=-1).float()
     return prompt_len, response_len, prompt_mask.shape[-1], max_response
@@ -51,7 +51,8 @@ def compute_data_metrics(batch: Any, use_critic: bool = True) -> dict[str, float
         critic/score|rewards|advantages|returns/{mean,max,min}, with use_critic also
         critic/values/{mean,max,min} and critic/vf_explained_var = 1 - Var(G - V) / (Var(G) + 1e-5);
         response_length/{mean,max,min,clip_ratio} and prompt_length/{mean,max,min,clip_ratio}, where
-        clip_ratio is the share of rows whose length equals the maximum (truncated).
+        clip_ratio is the share of rows whose length equals the maximum (truncated); for multi-turn
+        rollouts (per-row `agent_metrics` and `__num_turns__`) also the `multi_turn/*` metrics.
     """
     b = batch.batch
     prompt_len, response_len, max_prompt, max_response = _lengths(batch)
@@ -72,6 +73,11 @@ def compute_data_metrics(batch: Any, use_critic: bool = True) -> dict[str, float
     metrics["response_length/clip_ratio"] = (response_len == max_response).float().mean().item()
     metrics.update(_stats("prompt_length", prompt_len))
     metrics["prompt_length/clip_ratio"] = (prompt_len == max_prompt).float().mean().item()
+    if keys.AGENT_METRICS in batch.non_tensor_batch:
+        from rlpost.agent.metrics import summarize
+
+        metrics.update(summarize(list(batch.non_tensor_batch[keys.NUM_TURNS]),
+                                 list(batch.non_tensor_batch[keys.AGENT_METRICS])))
     return metrics
 
 

@@ -46,7 +46,7 @@ from rlpost.trainer.ppo.metric_utils import (
     reduce_metrics,
 )
 from rlpost.trainer.ppo.roles import WorkerGroups, build_worker_groups, plan_roles
-from rlpost.trainer.ppo.validation import Validator, dump_generations, generation_inputs
+from rlpost.trainer.ppo.validation import Validator, chat_template_kwargs, dump_generations, generation_inputs
 
 __all__ = ["AdvantageEstimator", "RayPPOTrainer", "ResourcePoolManager", "Role", "apply_kl_penalty",
            "compute_advantage", "compute_response_mask"]
@@ -338,7 +338,8 @@ class RayPPOTrainer:
 
     def _gen_inputs(self, batch: DataProto) -> DataProto:
         return generation_inputs(batch, self.tokenizer, validate=False, step=self.global_steps,
-                                 do_sample=self.config.actor_rollout_ref.rollout.do_sample)
+                                 do_sample=self.config.actor_rollout_ref.rollout.do_sample,
+                                 chat_template_kwargs=chat_template_kwargs(self.config))
 
     def _score_only(self, batch: DataProto, gen_out: DataProto) -> torch.Tensor:
         """ReMax baseline: the sequence score of the greedy response to the same prompt, shape (B,)."""

@@ -19,11 +19,18 @@ from rlpost.protocol import DataProto
 from rlpost.trainer.ppo.metric_utils import process_validation_metrics
 
 
-def generation_inputs(batch: DataProto, tokenizer, *, validate: bool, step: int, do_sample: bool) -> DataProto:
-    """The rollout's input: prompt tensors (+ raw prompt ids, uid) of `batch` and the sampling meta_info."""
+# Row fields the rollout reads: prompt ids for single-turn engines, the chat and the agent-loop inputs for
+# multi-turn rollouts.
+GENERATION_FIELDS = (K.RAW_PROMPT_IDS, K.UID, K.RAW_PROMPT, K.AGENT_NAME, K.TOOLS_KWARGS, K.INTERACTION_KWARGS)
+
+
+def generation_inputs(batch: DataProto, tokenizer, *, validate: bool, step: int, do_sample: bool,
+                      chat_template_kwargs: dict[str, Any] | None = None) -> DataProto:
+    """The rollout's input: prompt tensors and the row fields of `GENERATION_FIELDS` that `batch` has, with
+    the sampling meta_info (and `data.apply_chat_template_kwargs`, which agent loops render with)."""
     gen = batch.select(
         batch_keys=[K.INPUT_IDS, K.ATTENTION_MASK, K.POSITION_IDS],
-        non_tensor_batch_keys=[k for k in (K.RAW_PROMPT_IDS, K.UID) if k in batch.non_tensor_batch],
+        non_tensor_batch_keys=[k for k in GENERATION_FIELDS if k in batch.non_tensor_batch],
     )
     gen.meta_info.update({
         K.META_EOS_TOKEN_ID: tokenizer.eos_token_id,
@@ -31,8 +38,17 @@ def generation_inputs(batch: DataProto, tokenizer, *, validate: bool, step: int,
         K.META_DO_SAMPLE: do_sample,
         K.META_VALIDATE: validate,
         K.META_GLOBAL_STEP: step,
+        K.META_CHAT_TEMPLATE_KWARGS: dict(chat_template_kwargs or {}),
     })
     return gen
+
+
+def chat_template_kwargs(config: DictConfig) -> dict[str, Any]:
+    """`data.apply_chat_template_kwargs` as a plain dict."""
+    from omegaconf import OmegaConf
+
+    value = config.data.apply_chat_template_kwargs
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else dict(value or {})
 
 
 class Validator:
@@ -59,7 +75,8 @@ class Validator:
             uids.extend(np.repeat(np.arange(len(uids), len(uids) + len(batch)), val_n).tolist())
             batch = batch.repeat(val_n, interleave=True)
             gen = generation_inputs(batch, self.tokenizer, validate=True, step=step,
-                                    do_sample=self.config.actor_rollout_ref.rollout.val_kwargs.do_sample)
+                                    do_sample=self.config.actor_rollout_ref.rollout.val_kwargs.do_sample,
+                                    chat_template_kwargs=chat_template_kwargs(self.config))
             out = self.actor_rollout_wg.generate_sequences(gen)
             out.meta_info.pop(K.META_METRICS, None)
             for k in (K.INPUT_IDS, K.ATTENTION_MASK, K.POSITION_IDS):
@@ -97,8 +114,11 @@ def _decode(tokenizer, ids) -> list[str]:
 
 
 def _decode_responses(tokenizer, batch: DataProto) -> list[str]:
-    mask = batch.batch[K.RESPONSE_MASK].bool()
-    return [tokenizer.decode(r[m], skip_special_tokens=True) for r, m in zip(batch.batch[K.RESPONSES], mask)]
+    """Every real response token: in a multi-turn rollout the whole conversation after the prompt, tool and
+    user turns included (their `response_mask` is 0 but `attention_mask` is 1)."""
+    responses = batch.batch[K.RESPONSES]
+    mask = batch.batch[K.ATTENTION_MASK][:, -responses.shape[1]:].bool()
+    return [tokenizer.decode(r[m], skip_special_tokens=True) for r, m in zip(responses, mask)]
 
 
 def write_jsonl(out_dir: str, step: int, prompts, responses, scores, extra: dict[str, list[Any]]) -> str:
@@ -120,8 +140,17 @@ def _jsonable(v):
 
 
 def dump_generations(tokenizer, batch: DataProto, out_dir: str, step: int, extra: dict[str, list]) -> str:
-    """Dump the training rollouts of one step (trainer.rollout_data_dir)."""
+    """Dump the training rollouts of one step (trainer.rollout_data_dir). Multi-turn rows also get
+    `model_text` (only the tokens the loss trains on: `response_mask` 1, the model's turns), `num_turns` and
+    the trajectory's counters (`tool_calls`, `truncated`, ...)."""
     prompts = _decode(tokenizer, batch.batch[K.PROMPTS])
     responses = _decode_responses(tokenizer, batch)
     scores = batch.batch[K.TOKEN_LEVEL_SCORES].sum(-1).tolist()
+    if K.AGENT_METRICS in batch.non_tensor_batch:
+        mask = batch.batch[K.RESPONSE_MASK].bool()
+        counters = list(batch.non_tensor_batch[K.AGENT_METRICS])
+        extra = {**extra, "model_text": [tokenizer.decode(r[m], skip_special_tokens=True)
+                                         for r, m in zip(batch.batch[K.RESPONSES], mask)],
+                 "num_turns": [int(n) for n in batch.non_tensor_batch[K.NUM_TURNS]],
+                 **{name: [c.get(name) for c in counters] for name in sorted(counters[0])}}
     return write_jsonl(out_dir, step, prompts, responses, scores, extra)

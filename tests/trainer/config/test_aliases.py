@@ -45,14 +45,18 @@ def test_critic_global_micro_batch(small_cfg):
     assert cfg.critic.ppo_micro_batch_size_per_gpu == 4 and cfg.critic.forward_micro_batch_size_per_gpu == 4
 
 
-def test_multi_turn_flag_maps_to_enable_then_is_refused(small_cfg):
+def test_multi_turn_flag_maps_to_enable(small_cfg):
     cfg = small_cfg({f"{ARR}.rollout.multi_turn": False})
     with pytest.warns(ConfigWarning, match="multi_turn.enable=False"):
         validate_config(cfg)
     assert cfg.actor_rollout_ref.rollout.multi_turn.enable is False
     assert cfg.actor_rollout_ref.rollout.multi_turn.tokenization_sanity_check_mode == "strict"
-    with pytest.warns(ConfigWarning), pytest.raises(ConfigError, match="not supported yet: .*multi_turn.enable=true"):
-        validate_config(small_cfg({f"{ARR}.rollout.multi_turn": True}))
+    assert cfg.data.return_raw_chat is False
+    cfg = small_cfg({f"{ARR}.rollout.multi_turn": True})
+    with pytest.warns(ConfigWarning, match="multi_turn.enable=True"):
+        validate_config(cfg)
+    assert cfg.actor_rollout_ref.rollout.multi_turn.enable is True
+    assert cfg.data.return_raw_chat is True  # follows multi_turn.enable: agent loops need the chat messages
 
 
 def test_logger_string_and_remove_previous_ckpt(small_cfg):

@@ -30,7 +30,7 @@ REFUSED = {
     "grpo_qwen2_5_3b_gsm8k_lora": "actor_rollout_ref.model.lora_rank",
     "grpo_qwen3_1_7b": "actor_rollout_ref.model.use_liger",
     "gspo_3b_math": "actor_rollout_ref.actor.entropy_checkpointing",  # rollout.mode=async comes later
-    "sglang_multiturn_qwen2_5_3b_gsm8k": "actor_rollout_ref.rollout.multi_turn.enable",
+    "sglang_multiturn_qwen2_5_3b_gsm8k": "actor_rollout_ref.rollout.multi_turn.format",  # qwen: hermes only
 }
 
 def dry_run(compose_fn, overrides: list[str], capsys) -> tuple[int, str, str, list[str]]:

@@ -94,11 +94,13 @@ def test_deprecated_keys_map_with_a_warning(small_cfg, old, value, new, expected
     assert typed.select(new) == expected
 
 
-def test_moved_multi_turn_paths_are_refused_under_their_new_name(small_cfg):
+def test_moved_multi_turn_paths_are_checked_under_their_new_name(small_cfg):
     cfg = small_cfg({f"{ARR}.rollout.tool_kwargs.tools_config_file": "/tools.yaml"})
     with pytest.warns(ConfigWarning, match="tool_config_path"), pytest.raises(ConfigError) as err:
         typed_config(cfg)
-    assert f"not supported yet: {ARR}.rollout.multi_turn.tool_config_path=/tools.yaml (multi-turn rollouts" in str(err.value)
+    assert str(err.value).startswith(f"{ARR}.rollout.multi_turn.tool_config_path=/tools.yaml, "
+                                     f"{ARR}.rollout.multi_turn.enable=false: agent loops, tools and interactions "
+                                     "run only in multi-turn rollouts; use")
 
 
 @pytest.mark.parametrize("synonym, value, key", [

@@ -81,3 +81,64 @@ def test_empty_training_file_says_so(capsys, tiny_model_dir, tmp_path):
     assert _run([f"actor_rollout_ref.model.path={tiny_model_dir}", f"critic.model.path={tiny_model_dir}",
                  f"data.train_files={empty}", "data.val_files=null"]) == 2
     assert f"data.train_files={empty}: no training rows" in capsys.readouterr().err
+
+
+# --- multi-turn rollouts: YAML entries and the names in the data are checked over the whole data set ---------
+MULTI_TURN = ["actor_rollout_ref.rollout.multi_turn.enable=true", "actor_rollout_ref.rollout.name=vllm",
+              "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+              "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "data.max_prompt_length=256",
+              "algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=2"]
+CALCULATOR = "tools:\n  - class_name: rlpost.tools.calculator_tool.CalculatorTool\n    config: {type: native}\n"
+
+
+def _multi_turn_data(tmp_path, agent_names, interaction=None):
+    import pandas as pd
+
+    rows = [{"data_source": "rlpost/arith", "prompt": [{"role": "user", "content": f"What is {i} * 3?"}],
+             "reward_model": {"style": "rule", "ground_truth": str(3 * i)}, "agent_name": name,
+             "extra_info": {"index": i, "interaction_kwargs": {"name": interaction or "none", "ground_truth": "3"}}
+             if interaction else {"index": i}} for i, name in enumerate(agent_names)]
+    pd.DataFrame(rows).to_parquet(tmp_path / "train.parquet")
+    return [f"data.train_files={tmp_path / 'train.parquet'}", "data.val_files=null"]
+
+
+def _tools_yaml(tmp_path, text=CALCULATOR):
+    path = tmp_path / "tools.yaml"
+    path.write_text(text)
+    return f"actor_rollout_ref.rollout.multi_turn.tool_config_path={path}"
+
+
+def test_unregistered_agent_name_lists_the_registered_ones(capsys, tiny_model_dir, tmp_path):
+    data = _multi_turn_data(tmp_path, ["tool_agent", "tool_agent", "my_agent", "tool_agent"])
+    status = _run([f"actor_rollout_ref.model.path={tiny_model_dir}", *MULTI_TURN, *data, _tools_yaml(tmp_path)])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"error: data.train_files={tmp_path / 'train.parquet'}: agent_name values ['my_agent'] "
+                          "are not registered agent loops; registered: ['single_turn_agent', 'tool_agent']"), err
+
+
+def test_unknown_tool_class_and_bad_schema_name_the_yaml_entry(capsys, tiny_model_dir, tmp_path):
+    data = _multi_turn_data(tmp_path, ["tool_agent"] * 4)
+    bad_class = CALCULATOR + "  - class_name: my_pkg.tools.Nope\n    config: {type: native}\n"
+    status = _run([f"actor_rollout_ref.model.path={tiny_model_dir}", *MULTI_TURN, *data,
+                   _tools_yaml(tmp_path, bad_class)])
+    err = capsys.readouterr().err
+    assert status == 2 and f"{tmp_path / 'tools.yaml'}: tools[1] (class_name 'my_pkg.tools.Nope'): unknown tool " \
+                          "class" in err, err
+    bad_schema = CALCULATOR + "    tool_schema: {type: func, function: {name: calculator}}\n"
+    status = _run([f"actor_rollout_ref.model.path={tiny_model_dir}", *MULTI_TURN, *data,
+                   _tools_yaml(tmp_path, bad_schema)])
+    err = capsys.readouterr().err
+    assert status == 2 and "tools.yaml: tools[0]" in err and "bad tool_schema" in err, err
+
+
+def test_unknown_interaction_name_stops_start_up(capsys, tiny_model_dir, tmp_path):
+    data = _multi_turn_data(tmp_path, ["tool_agent"] * 4, interaction="gsm8kk")
+    interactions = tmp_path / "interaction.yaml"
+    interactions.write_text("interaction:\n  - name: gsm8k\n    class_name: "
+                            "rlpost.interactions.gsm8k_interaction.Gsm8kInteraction\n    config: {}\n")
+    status = _run([f"actor_rollout_ref.model.path={tiny_model_dir}", *MULTI_TURN, *data,
+                   f"actor_rollout_ref.rollout.multi_turn.interaction_config_path={interactions}"])
+    err = capsys.readouterr().err
+    assert status == 2 and "interaction_kwargs.name values ['gsm8kk'] are not configured interactions; " \
+                          "configured: ['gsm8k']" in err, err

@@ -44,6 +44,31 @@ def test_compute_data_metrics_with_critic():
         assert m[k] == pytest.approx(v, abs=1e-5), k
 
 
+def test_multi_turn_rows_add_multi_turn_metrics_and_count_tool_tokens_in_lengths():
+    """Row 0: model token, tool token (response_mask 0), model token -> response length 3 (= R: clipped).
+    Per-row counters of the agent loops become the multi_turn/* metrics (means, max, batch totals)."""
+    import numpy as np
+
+    batch = _batch()
+    batch.batch[keys.RESPONSES] = torch.tensor([[5, 6, 7], [7, 0, 0]])
+    batch.batch[keys.ATTENTION_MASK] = torch.tensor([[0, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])
+    batch.batch[keys.RESPONSE_MASK] = torch.tensor([[1, 0, 1], [1, 0, 0]])
+    for k in (keys.TOKEN_LEVEL_SCORES, keys.TOKEN_LEVEL_REWARDS, keys.ADVANTAGES, keys.RETURNS, keys.VALUES):
+        batch.batch[k] = torch.cat([batch.batch[k], torch.zeros(2, 1)], dim=1)
+    stats = np.empty(2, dtype=object)
+    stats[:] = [{"tool_calls": 2.0, "tool_errors": 1.0, "bad_tool_calls": 0.0, "interaction_turns": 1.0,
+                 "truncated": 1.0, "tokenization_mismatch": 0.0},
+                {"tool_calls": 0.0, "tool_errors": 0.0, "bad_tool_calls": 3.0, "interaction_turns": 0.0,
+                 "truncated": 0.0, "tokenization_mismatch": 1.0}]
+    batch.non_tensor_batch = {keys.NUM_TURNS: np.array([5, 2]), keys.AGENT_METRICS: stats}
+    m = mu.compute_data_metrics(batch, use_critic=False)
+    assert m["response_length/max"] == 3.0 and m["response_length/clip_ratio"] == 0.5
+    assert {k: v for k, v in m.items() if k.startswith("multi_turn/")} == pytest.approx({
+        "multi_turn/num_turns/mean": 3.5, "multi_turn/num_turns/max": 5.0, "multi_turn/tool_calls/mean": 1.0,
+        "multi_turn/interaction_turns/mean": 0.5, "multi_turn/tool_errors": 1.0, "multi_turn/bad_tool_calls": 3.0,
+        "multi_turn/truncated_frac": 0.5, "multi_turn/tokenization_mismatch_frac": 0.5})
+
+
 def test_compute_data_metrics_without_critic():
     m = mu.compute_data_metrics(_batch(), use_critic=False)
     assert not any(k.startswith("critic/values") for k in m) and "critic/vf_explained_var" not in m

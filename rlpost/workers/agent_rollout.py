@@ -1,0 +1,127 @@
+"""Multi-turn rollouts inside the rollout worker (`rollout.multi_turn.enable=true`).
+
+Each row of a `generate_sequences` call runs its agent loop (`rlpost.agent`: `tool_agent`,
+`single_turn_agent` or a user loop, by the row's `agent_name`); all of this rank's trajectories run at once
+on one asyncio event loop, and their engine requests go to the rollout's agent front
+(`BaseRollout.agent_engine`: continuous batching on vLLM, batched `generate` on HF). The result has the
+single-turn batch fields, so the trainer treats both alike:
+
+    prompts (B, P), responses (B, R), input_ids / attention_mask / position_ids (B, P+R)
+    response_mask (B, R)       1 on the model's tokens, 0 on tool and user tokens
+    rollout_log_probs (B, R)   with rollout.calculate_log_probs (0 on tool and user tokens)
+
+plus per-row fields: `__num_turns__`, `agent_metrics` (the trajectory's counters, summed up as the
+`multi_turn/*` step metrics by the trainer), `tool_rewards`, `turn_scores`; and `rm_scores` when every
+loop scored its own trajectory. P = data.max_prompt_length, R = data.max_response_length (all turns).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlpost import keys
+from rlpost.agent import AgentLoopConfig, AgentLoopOutput, AgentResources, collate_agent_outputs, run_agent_loops
+from rlpost.protocol import DataProto
+from rlpost.rollout.async_engine import AgentEngine, sampling_kwargs
+from rlpost.rollout.base import BaseRollout, resolve_sampling
+from rlpost.rollout.utils import eos_id_set
+
+
+class AgentRollout:
+    """The agent loops of one rollout worker.
+
+    Args:
+        rollout_config: `actor_rollout_ref.rollout` (multi_turn.*, agent.*, prompt_length, response_length).
+        tokenizer: the policy tokenizer with its chat template.
+
+    Tools, interactions and the user agent loops of `agent.agent_loop_config_path` load here, once per worker.
+    """
+
+    def __init__(self, rollout_config: Any, tokenizer: Any) -> None:
+        self.rollout_config, self.tokenizer = rollout_config, tokenizer
+        self.config = AgentLoopConfig.from_rollout_config(rollout_config)
+        self.resources = AgentResources.from_config(self.config)
+        self.prompt_length = int(rollout_config.prompt_length)
+        self.response_length = int(rollout_config.response_length)
+
+    def generate_sequences(self, rollout: BaseRollout, prompts: DataProto) -> DataProto:
+        """One trajectory per row of `prompts`.
+
+        Reads non-tensor `raw_prompt` (and `raw_prompt_ids`, `agent_name`, `tools_kwargs`, `interaction_kwargs`
+        when present); meta_info `eos_token_id`, `pad_token_id`, `validate`, `do_sample`, `chat_template_kwargs`.
+        Writes the fields of the module docstring; the input's non-tensor fields and meta_info carried through.
+        """
+        meta = prompts.meta_info
+        spec = resolve_sampling(self.rollout_config, meta)
+        pad_id = int(meta.get(keys.META_PAD_TOKEN_ID) or 0)
+        config = dataclasses.replace(self.config, template_kwargs=dict(meta.get(keys.META_CHAT_TEMPLATE_KWARGS) or {}))
+        engine = rollout.agent_engine(eos_id_set(meta.get(keys.META_EOS_TOKEN_ID)))
+        rows = [{k: v[i] for k, v in prompts.non_tensor_batch.items()} for i in range(len(prompts))]
+        outputs = asyncio.run(self._run(rows, engine, config, sampling_kwargs(spec)))
+        tensors = collate_agent_outputs(outputs, self.prompt_length, self.response_length, pad_id)
+        if not spec.logprobs:
+            tensors.pop(keys.ROLLOUT_LOG_PROBS, None)
+        elif keys.ROLLOUT_LOG_PROBS not in tensors:
+            raise RuntimeError("rollout.calculate_log_probs=true, but an agent loop returned no log-probs")
+        scores = self_scored(outputs, tensors[keys.ATTENTION_MASK][:, -self.response_length:])
+        if scores is not None:
+            tensors[keys.RM_SCORES] = scores
+        non_tensors = {**prompts.non_tensor_batch, **_row_fields(outputs)}
+        return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=dict(meta))
+
+    async def _run(self, rows: list[dict], engine: AgentEngine, config: AgentLoopConfig,
+                   params: dict[str, Any]) -> list[AgentLoopOutput]:
+        limit = self.prompt_length + self.response_length
+
+        async def generate(prompt_ids: list[int], sampling_params: dict[str, Any]):
+            # the engine's context is prompt + response length: only a prompt longer than P can exceed it
+            if len(prompt_ids) + int(sampling_params["max_tokens"]) > limit:
+                raise ValueError(f"a conversation of {len(prompt_ids)} tokens does not fit the engine's "
+                                 f"{limit} (data.max_prompt_length + data.max_response_length): its prompt is longer "
+                                 f"than data.max_prompt_length={self.prompt_length} once rendered for the agent loop "
+                                 "(tool schemas included); raise data.max_prompt_length")
+            return await engine.generate(prompt_ids, sampling_params)
+
+        try:
+            return await run_agent_loops(rows, generate, config, self.tokenizer, params, self.resources)
+        finally:
+            await engine.close()
+
+
+def _objects(values: list[Any]) -> np.ndarray:
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
+
+
+def _row_fields(outputs: list[AgentLoopOutput]) -> dict[str, np.ndarray]:
+    return {
+        keys.NUM_TURNS: np.array([o.num_turns for o in outputs], dtype=np.int64),
+        keys.AGENT_METRICS: _objects([dict(o.metrics) for o in outputs]),
+        keys.TOOL_REWARDS: _objects([dict(o.extra_fields.get("tool_rewards") or {}) for o in outputs]),
+        keys.TURN_SCORES: _objects([list(o.extra_fields.get("turn_scores") or []) for o in outputs]),
+    }
+
+
+def self_scored(outputs: list[AgentLoopOutput], response_attention: torch.Tensor) -> torch.Tensor | None:
+    """`rm_scores` (B, R) from the loops' own `reward_score`s, placed on each row's last response token;
+    None when no loop scored. The reward managers then pass these scores through.
+
+    Raises:
+        ValueError: some trajectories carry a score and others do not.
+    """
+    given = [o.reward_score is not None for o in outputs]
+    if not any(given):
+        return None
+    if not all(given):
+        raise ValueError(f"{sum(given)} of {len(outputs)} agent-loop outputs carry a reward_score: either every "
+                         "loop scores its trajectory or none does (the reward function scores the rest)")
+    scores = torch.zeros(response_attention.shape, dtype=torch.float32)
+    last = (response_attention.sum(-1) - 1).clamp(min=0)
+    scores[torch.arange(len(outputs)), last] = torch.tensor([float(o.reward_score) for o in outputs])
+    return scores

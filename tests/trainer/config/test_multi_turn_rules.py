@@ -1,0 +1,69 @@
+"""Start-up rules of multi-turn rollouts: the keys are accepted with multi_turn.enable, refused (or flagged)
+where they cannot work, and the tool-use reward kwargs need multi-turn rollouts."""
+
+import warnings
+
+import pytest
+
+from rlpost.trainer.config import ConfigError, ConfigWarning, validate_config
+
+ARR = "actor_rollout_ref"
+MT = f"{ARR}.rollout.multi_turn"
+
+
+def test_multi_turn_keys_are_accepted(small_cfg):
+    cfg = small_cfg({f"{MT}.enable": True, f"{ARR}.rollout.name": "hf", f"{MT}.tool_config_path": "/t.yaml",
+                     f"{MT}.interaction_config_path": "/i.yaml", f"{MT}.max_assistant_turns": 3,
+                     f"{MT}.tool_timeout_s": 5.0, f"{ARR}.rollout.agent.agent_loop_config_path": "/a.yaml",
+                     f"{ARR}.rollout.agent.default_agent_loop": "tool_agent",
+                     "custom_reward_function.reward_kwargs.use_tool_bonus": True,
+                     "custom_reward_function.reward_kwargs.tool_bonus": 0.1,
+                     "custom_reward_function.reward_kwargs.multi_tool_penalty": 0.05})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConfigWarning)
+        validate_config(cfg)
+    assert cfg.data.return_raw_chat is True and cfg.data.tool_config_path == "/t.yaml"  # both follow multi_turn
+
+
+def test_agent_num_workers_is_accepted_with_a_notice(small_cfg):
+    with pytest.warns(ConfigWarning, match=r"agent.num_workers=2 accepted: rlpost runs the agent loops of each "
+                                           "rollout worker on one asyncio event loop"):
+        validate_config(small_cfg({f"{MT}.enable": True, f"{ARR}.rollout.agent.num_workers": 2}))
+
+
+RULES = [
+    ({f"{MT}.enable": True, f"{ARR}.rollout.name": "sglang", "trainer.device": "cuda"},
+     f"not supported yet: {ARR}.rollout.name=sglang with {MT}.enable=true: multi-turn rollouts run on the vllm or "
+     f"hf engine; use {ARR}.rollout.name=vllm."),
+    ({f"{MT}.enable": True, f"{ARR}.rollout.tensor_model_parallel_size": 2, "trainer.device": "cuda"},
+     f"not supported yet: {ARR}.rollout.tensor_model_parallel_size=2 with {MT}.enable=true"),
+    ({f"{MT}.enable": True, "data.return_raw_chat": False},
+     f"{MT}.enable=true, data.return_raw_chat=false: agent loops render each conversation from the chat messages "
+     "of the row; use data.return_raw_chat=true."),
+    ({f"{ARR}.rollout.agent.default_agent_loop": "tool_agent"},
+     f"{ARR}.rollout.agent.default_agent_loop=tool_agent, {MT}.enable=false: agent loops, tools and interactions "
+     f"run only in multi-turn rollouts; use {MT}.enable=true."),
+    ({f"{MT}.enable": True, f"{MT}.format": "qwen"},
+     f"not supported yet: {MT}.format=qwen (a parser for this tool-call format is not built); use {MT}.format=hermes."),
+    ({f"{MT}.enable": True, f"{MT}.completion_callback": "m.f"},
+     f"not supported yet: {MT}.completion_callback=m.f (the multi-turn completion callback is not built)"),
+    ({f"{MT}.enable": True, f"{MT}.tool_timeout_s": 0.0}, f"{MT}.tool_timeout_s=0.0: must be > 0"),
+    ({"custom_reward_function.reward_kwargs.use_tool_bonus": True,
+      "custom_reward_function.reward_kwargs.tool_bonus": 0.1},
+     "tool-use shaping counts the tool calls of multi-turn rollouts; use " f"{MT}.enable=true."),
+    ({f"{MT}.enable": True, "custom_reward_function.reward_kwargs.use_tool_bonus": True},
+     "custom_reward_function.reward_kwargs.use_tool_bonus=true, custom_reward_function.reward_kwargs.tool_bonus=null: "
+     "the bonus needs a size"),
+    ({f"{MT}.enable": True, "custom_reward_function.reward_kwargs.tool_bonus": 0.2},
+     "custom_reward_function.reward_kwargs.tool_bonus=0.2, custom_reward_function.reward_kwargs.use_tool_bonus=null: "
+     "the bonus is paid only when it is switched on"),
+]
+
+
+@pytest.mark.parametrize(("values", "message"), RULES)
+def test_rule(small_cfg, values, message):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConfigWarning)
+        with pytest.raises(ConfigError) as err:
+            validate_config(small_cfg(values))
+    assert message in str(err.value)
