@@ -85,7 +85,8 @@ def check_ground_truth(dataset: Any, files_key: str, required: bool = True) -> N
     file_rows = getattr(dataset, "file_rows", None)
     where = ("{} row {}".format(*row_origin(file_rows, missing[0])) if file_rows
              else f"row {missing[0]}")
-    column = "has no 'ground_truth'" if keys.REWARD_MODEL in rows[missing[0]] else f"has no column {keys.REWARD_MODEL!r}"
+    column = ("has no 'ground_truth'" if keys.REWARD_MODEL in rows[missing[0]]
+              else f"has no column {keys.REWARD_MODEL!r}")
     message = (f"{files_key}: {where} {column} ({len(missing)} of {len(rows)} rows lack "
                f"{keys.REWARD_MODEL}.ground_truth); the rule-based reward scores each response against it, so "
                f"every response would be compared with None. Add a column {keys.REWARD_MODEL!r} with "
