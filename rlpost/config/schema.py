@@ -299,6 +299,7 @@ class TrainerConfig(BaseConfig):
     val_only: bool
     test_freq: int
     critic_warmup: int
+    max_nonfinite_steps: int
     default_hdfs_dir: str | None
     del_local_ckpt_after_load: bool
     default_local_dir: str

@@ -48,7 +48,18 @@ def read_parquet_files(files: str | list[str]) -> "Any":
         frames.append(pd.read_parquet(f))
     if not frames:
         raise ValueError("no data files given")
-    return pd.concat(frames, ignore_index=True)
+    frame = pd.concat(frames, ignore_index=True)
+    frame.attrs["file_rows"] = [(str(f), len(part)) for f, part in zip(files, frames)]  # to name a row's file
+    return frame
+
+
+def row_origin(file_rows: list[tuple[str, int]], row: int) -> tuple[str, int]:
+    """(file, row within that file) of row `row` of the concatenated files."""
+    for path, n in file_rows:
+        if row < n:
+            return path, row
+        row -= n
+    raise IndexError(row)
 
 
 def truncate(ids: list[int], max_len: int, mode: str, row: int) -> list[int]:
@@ -102,14 +113,18 @@ class RLHFDataset(Dataset):
             raise ValueError(f"data.truncation={self.truncation!r} must be one of {TRUNCATIONS}")
         self.data_files = data_files
         frame = read_parquet_files(data_files)
+        self.file_rows = frame.attrs["file_rows"]
         if max_samples > 0:
             frame = frame.iloc[:max_samples]
         self._check_columns(frame, config)
         self.rows = frame.to_dict("records")
         self.has_agent_name = keys.AGENT_NAME in frame.columns
         self.texts = [self._template(self._messages(r)) for r in self.rows]
+        workers = int(config.filter_overlong_prompts_workers)
         if config.filter_overlong_prompts:
-            self._filter_overlong(int(config.filter_overlong_prompts_workers))
+            self._filter_overlong(workers)
+        elif self.truncation == "error":
+            self._check_lengths(workers)
 
     def _check_columns(self, frame: Any, config: Any) -> None:
         columns = list(frame.columns)
@@ -130,8 +145,8 @@ class RLHFDataset(Dataset):
         return self.tokenizer.apply_chat_template(messages, tools=self.tool_schemas, add_generation_prompt=True,
                                                   tokenize=False, **self.chat_template_kwargs)
 
-    def _filter_overlong(self, workers: int) -> None:
-        """Drop rows whose templated prompt is longer than max_prompt_length (token count)."""
+    def _prompt_lengths(self, workers: int) -> list[int]:
+        """Token count of every templated prompt."""
         chunks = [self.texts[i : i + 1024] for i in range(0, len(self.texts), 1024)]
 
         def lengths(chunk: list[str]) -> list[int]:
@@ -139,7 +154,25 @@ class RLHFDataset(Dataset):
 
         # Fast tokenizers release the GIL, so threads are enough to use several cores.
         with ThreadPoolExecutor(max_workers=max(workers, 1)) as pool:
-            all_lengths = [n for part in pool.map(lengths, chunks) for n in part]
+            return [n for part in pool.map(lengths, chunks) for n in part]
+
+    def _check_lengths(self, workers: int) -> None:
+        """With truncation=error, fail now on any over-long prompt instead of when its batch is drawn."""
+        lengths = self._prompt_lengths(workers)
+        over = [i for i, n in enumerate(lengths) if n > self.max_prompt_length]
+        if not over:
+            return
+        path, row = row_origin(self.file_rows, over[0])
+        raise ValueError(
+            f"{path} row {row}: prompt is {lengths[over[0]]} tokens, longer than data.max_prompt_length="
+            f"{self.max_prompt_length} (data.truncation=error); {len(over)} of {len(lengths)} prompts are "
+            f"over, the longest {max(lengths)} tokens. Set data.max_prompt_length={max(lengths)}, "
+            f"data.filter_overlong_prompts=true (drops them), or data.truncation=left"
+        )
+
+    def _filter_overlong(self, workers: int) -> None:
+        """Drop rows whose templated prompt is longer than max_prompt_length (token count)."""
+        all_lengths = self._prompt_lengths(workers)
         keep = [i for i, n in enumerate(all_lengths) if n <= self.max_prompt_length]
         self.rows = [self.rows[i] for i in keep]
         self.texts = [self.texts[i] for i in keep]

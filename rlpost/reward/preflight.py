@@ -1,11 +1,14 @@
-"""Check the reward function on a few validation samples before any worker starts."""
+"""Check the reward function and the ground truth it needs, on the data, before any worker starts."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from rlpost import keys
 from rlpost.reward import base
+
+logger = logging.getLogger(__name__)
 
 
 def check_reward_fn(
@@ -51,3 +54,44 @@ def check_reward_fn(
     else:
         results = [base.call_reward_fn(reward_fn, s) for s in samples]
     return [base.split_result(r, s)[0] for r, s in zip(results, samples)]
+
+
+def _ground_truth(row: Any) -> Any:
+    reward_model = row.get(keys.REWARD_MODEL)
+    return reward_model.get("ground_truth") if isinstance(reward_model, dict) else None
+
+
+def check_ground_truth(dataset: Any, files_key: str, required: bool = True) -> None:
+    """Every row of `dataset` has `reward_model.ground_truth`, which rule-based scorers compare against.
+
+    Reads `dataset.rows` (all rows of an `RLHFDataset`, no tokenization), else the first 16 items.
+
+    Args:
+        dataset: the training or validation dataset.
+        files_key: the config key of its files (`data.train_files`), named in the message.
+        required: raise (built-in scorers); False only warns (a custom function may not need it).
+
+    Raises:
+        ValueError: naming the key, the file, the first row without it and how many lack it.
+    """
+    from rlpost.data.rl_dataset import row_origin
+
+    rows = getattr(dataset, "rows", None)
+    if rows is None:
+        rows = [dataset[i] for i in range(min(len(dataset), 16))]
+    missing = [i for i, row in enumerate(rows) if _ground_truth(row) is None]
+    if not missing:
+        return
+    file_rows = getattr(dataset, "file_rows", None)
+    where = ("{} row {}".format(*row_origin(file_rows, missing[0])) if file_rows
+             else f"row {missing[0]}")
+    column = ("has no 'ground_truth'" if keys.REWARD_MODEL in rows[missing[0]]
+              else f"has no column {keys.REWARD_MODEL!r}")
+    message = (f"{files_key}: {where} {column} ({len(missing)} of {len(rows)} rows lack "
+               f"{keys.REWARD_MODEL}.ground_truth); the rule-based reward scores each response against it, so "
+               f"every response would be compared with None. Add a column {keys.REWARD_MODEL!r} with "
+               f"{{'ground_truth': ...}} per row (see examples/data_preprocess), or set "
+               f"custom_reward_function.path to a function that needs none")
+    if required:
+        raise ValueError(message)
+    logger.warning("%s (custom_reward_function.path is set: continuing)", message)

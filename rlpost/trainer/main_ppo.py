@@ -48,12 +48,17 @@ def run(cfg: DictConfig) -> int:
         print(dry_run_plan(to_typed(cfg)))
         return 0
     from rlpost.trainer.ppo.launch import InputError
+    from rlpost.trainer.ppo.nonfinite import NonFiniteError
+    from rlpost.utils.checkpoint import CheckpointError
 
     try:
         run_ppo(cfg)
-    except InputError as err:
+    except (InputError, CheckpointError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except NonFiniteError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 3
     return 0
 
 

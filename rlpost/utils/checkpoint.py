@@ -9,7 +9,7 @@ Layout under `trainer.default_local_dir` (the `root`)::
         critic/       # written by CriticWorker.save_checkpoint
         data.pt       # dataloader state, written by the trainer
         manifest.json # {"step", "epoch", "world_size", "config_hash", "config_fields", "contents",
-                      #  "complete": true, "time"}
+                      #  "files": {relative path: {"size", "blake2b"}}, "complete": true, "time"}
       .tmp_global_step_M/   # a save in progress (or one that crashed); never resumed from
 
 A save is `tmp = mgr.begin(step)`, then everyone writes into `tmp`, then `mgr.commit(step, manifest)`:
@@ -17,6 +17,8 @@ the manifest is written into `tmp`, `tmp` is renamed to `global_step_N` (one `os
 POSIX file system), and only then the latest file is replaced. A crash at any moment therefore leaves
 either the previous checkpoint set untouched plus a `.tmp_*` folder, or the new checkpoint complete.
 Old checkpoints are pruned only after a commit, so there is always one complete checkpoint on disk.
+`commit` records a checksum of every file; a resume verifies them (`verify_files`), so a shard damaged
+in place (same size) is named instead of loaded, and `resume_mode=auto` falls back to the newest intact one.
 
 This module imports neither torch nor omegaconf: it only moves folders and reads small JSON files.
 """
@@ -57,6 +59,10 @@ CONFIG_HASH_KEYS = (
     "trainer.nnodes",
     "trainer.n_gpus_per_node",
 )
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be resumed from: its files differ from what its manifest recorded."""
+
 
 _STEP_RE = re.compile(rf"^{STEP_PREFIX}(\d+)$")
 
@@ -108,6 +114,43 @@ def build_manifest(
         "config_fields": config_fields(cfg) if cfg is not None else None,
         "contents": list(contents or []),
     }
+
+
+def file_checksums(ckpt_dir: str | Path) -> dict[str, dict[str, Any]]:
+    """{relative path: {"size", "blake2b"}} of every file under `ckpt_dir` except the manifest."""
+    root = Path(ckpt_dir)
+    out = {}
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        rel = path.relative_to(root).as_posix()
+        if rel != MANIFEST_FILE:
+            out[rel] = {"size": path.stat().st_size, "blake2b": _blake2b(path)}
+    return out
+
+
+def _blake2b(path: Path) -> str:
+    digest = hashlib.blake2b(digest_size=16)  # fast on CPU; integrity against damage, not an attacker
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def verify_files(ckpt_dir: str | Path, manifest: Mapping[str, Any]) -> list[str]:
+    """Problems with the files the manifest lists: "<path>: missing / size A != B / checksum mismatch".
+
+    Empty when all match, or when the manifest predates checksums (no "files" entry).
+    """
+    root = Path(ckpt_dir)
+    problems = []
+    for rel, want in (manifest.get("files") or {}).items():
+        path = root / rel
+        if not path.is_file():
+            problems.append(f"{path}: missing")
+        elif path.stat().st_size != want["size"]:
+            problems.append(f"{path}: size {path.stat().st_size} bytes, saved as {want['size']}")
+        elif _blake2b(path) != want["blake2b"]:
+            problems.append(f"{path}: checksum mismatch (the file changed after it was saved)")
+    return problems
 
 
 def read_manifest(ckpt_dir: str | Path) -> dict[str, Any] | None:
@@ -233,7 +276,8 @@ class CheckpointManager:
         tmp, final = self.tmp_dir(step), self.step_dir(step)
         if not tmp.is_dir():
             raise FileNotFoundError(f"commit({step}) without begin({step}): {tmp} does not exist")
-        body = {**dict(manifest), "step": int(step), "complete": True, "time": time.time()}
+        body = {**dict(manifest), "step": int(step), "files": file_checksums(tmp), "complete": True,
+                "time": time.time()}
         atomic_write_text(tmp / MANIFEST_FILE, json.dumps(body, indent=2, sort_keys=True))
         old = None
         if final.exists():
@@ -316,16 +360,34 @@ class CheckpointManager:
             logger.info("resume_mode=disable: training from scratch")
             return None
         if resume_mode == "resume_path":
-            return self._explicit_resume(resume_path)
+            path = self._explicit_resume(resume_path)
+            problems = verify_files(path, read_manifest(path) or {})
+            if problems:
+                intact = CheckpointManager(path.parent).newest_intact()
+                hint = (f"the newest intact checkpoint is {intact} (set trainer.resume_from_path to it)"
+                        if intact is not None else "no intact checkpoint is left beside it")
+                raise CheckpointError(f"trainer.resume_from_path={str(path)!r} is damaged: {'; '.join(problems)}; "
+                                 f"{hint}")
+            return path
         self.clean_stale()  # also restores a step whose re-save crashed mid-swap
         if resume_path is not None:
             logger.warning("trainer.resume_from_path=%s is not used with resume_mode=auto", resume_path)
-        latest = self.find_latest_complete()
-        if latest is None:
-            logger.info("resume_mode=auto: no complete checkpoint under %s, training from scratch", self.root)
-            return None
-        logger.info("resume_mode=auto: resuming from %s (step %d)", latest[1], latest[0])
-        return latest[1]
+        for step, path in reversed(self.list_complete()):
+            problems = verify_files(path, read_manifest(path) or {})
+            if not problems:
+                logger.info("resume_mode=auto: resuming from %s (step %d)", path, step)
+                return path
+            logger.warning("resume_mode=auto: checkpoint %s is damaged, not resuming from it: %s; "
+                           "trying the previous one", path, "; ".join(problems))
+        logger.warning("resume_mode=auto: no intact checkpoint under %s, training from scratch", self.root)
+        return None
+
+    def newest_intact(self) -> Path | None:
+        """The newest complete checkpoint whose files all verify."""
+        for _, path in reversed(self.list_complete()):
+            if not verify_files(path, read_manifest(path) or {}):
+                return path
+        return None
 
     @staticmethod
     def _explicit_resume(resume_path: str | Path | None) -> Path:

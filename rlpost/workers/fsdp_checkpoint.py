@@ -4,7 +4,10 @@ Layout of `local_path` (one file per rank and content; reload needs the same wor
     model_world_size_{W}_rank_{r}.pt    this rank's shard of every state-dict entry
     optim_world_size_{W}_rank_{r}.pt    this rank's shard of the optimiser state
     extra_state_world_size_{W}_rank_{r}.pt   lr_scheduler state + torch/numpy/python RNG
-    huggingface/                        (content "hf_model") full HF folder + tokenizer, rank 0 writes
+    huggingface/                        config.json (+ generation_config) + tokenizer, always, rank 0 writes;
+                                        with content "hf_model" also the full weights
+The HF config and tokenizer are written on every save so that `python -m rlpost.model_merger` can turn any
+checkpoint into a HF folder.
 """
 
 from __future__ import annotations
@@ -92,6 +95,18 @@ def save_hf_model(model: torch.nn.Module, local_path: str, tokenizer: Any = None
     dist.barrier()
 
 
+def save_hf_config(model: torch.nn.Module, local_path: str, tokenizer: Any = None) -> None:
+    """Rank 0 writes the model's config (+ generation config) and the tokenizer to `local_path/huggingface`."""
+    if dist.get_rank() != 0:
+        return
+    out = os.path.join(local_path, "huggingface")
+    model.config.save_pretrained(out)
+    if getattr(model, "generation_config", None) is not None:
+        model.generation_config.save_pretrained(out)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(out)
+
+
 def save_fsdp_checkpoint(local_path: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
                          lr_scheduler: Any, contents: Iterable[str], tokenizer: Any = None) -> None:
     """Write the chosen `contents` of this rank into `local_path` (every rank calls it)."""
@@ -106,6 +121,8 @@ def save_fsdp_checkpoint(local_path: str, model: torch.nn.Module, optimizer: tor
         torch.save(extra, _file(local_path, "extra_state"))
     if "hf_model" in contents:
         save_hf_model(model, local_path, tokenizer)
+    else:
+        save_hf_config(model, local_path, tokenizer)
     dist.barrier()
 
 

@@ -84,10 +84,10 @@ def test_truncation_modes(tokenizer, tmp_path, mode):
 
 def test_truncation_error_names_row_and_length(tokenizer, tmp_path):
     long_q = "What is 1 + 2? " * 10
-    ds = RLHFDataset(write(tmp_path, rows(["short", long_q])), tokenizer, data_cfg(max_prompt_length=16))
+    path = write(tmp_path, rows(["short", long_q]))
     n = len(templated_ids(tokenizer, long_q))
-    with pytest.raises(ValueError, match=f"data row 1: prompt is {n} tokens.*max_prompt_length=16"):
-        ds[1]
+    with pytest.raises(ValueError, match=f"d.parquet row 1: prompt is {n} tokens.*max_prompt_length=16"):
+        RLHFDataset(path, tokenizer, data_cfg(max_prompt_length=16))  # found at construction, not when drawn
 
 
 def test_filter_overlong_prompts(tokenizer, tmp_path):

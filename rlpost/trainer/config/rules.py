@@ -26,7 +26,8 @@ POSITIVE_INTS = (
     "critic.ppo_max_token_len_per_gpu", "critic.forward_max_token_len_per_gpu",
     "reward_model.forward_max_token_len_per_gpu", "reward_model.sandbox_fusion.max_concurrent",
     "algorithm.kl_ctrl.horizon", "trainer.total_epochs", "trainer.nnodes", "trainer.n_gpus_per_node",
-    "trainer.ray_wait_register_center_timeout", f"{ARR}.nccl_timeout", "data.gen_batch_size",
+    "trainer.ray_wait_register_center_timeout", "trainer.max_nonfinite_steps", f"{ARR}.nccl_timeout",
+    "data.gen_batch_size",
     f"{ARR}.rollout.multi_turn.max_parallel_calls", f"{ARR}.rollout.multi_turn.max_tool_response_length",
 )
 POSITIVE_OR_NULL = (

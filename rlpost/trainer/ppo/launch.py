@@ -76,7 +76,7 @@ def build_trainer(config: DictConfig):
         val_ds = (create_rl_dataset(data_cfg.val_files, data_cfg, tokenizer, is_train=False)
                   if data_cfg.val_files else None)
         check_multi_turn_inputs(config, {"data.train_files": train_ds, "data.val_files": val_ds})
-        reward_fn, val_reward_fn = build_reward_fns(config, tokenizer, val_ds)
+        reward_fn, val_reward_fn = build_reward_fns(config, tokenizer, train_ds, val_ds)
         role_worker_mapping, mapping = default_role_worker_mapping(config)
         trainer_cfg = config.trainer
         pools = ResourcePoolManager(
@@ -137,14 +137,20 @@ def load_tokenizer(config: DictConfig):
     return tok
 
 
-def build_reward_fns(config: DictConfig, tokenizer, val_dataset=None):
-    """Reward managers for training and validation, checked on a few validation samples first."""
+def build_reward_fns(config: DictConfig, tokenizer, train_dataset=None, val_dataset=None):
+    """Reward managers for training and validation. A rule-based reward is first checked on a few training
+    and validation rows, and every row must carry the ground truth it scores against."""
     from rlpost.reward import check_reward_fn, load_reward_manager, reward_fn_spec
+    from rlpost.reward.preflight import check_ground_truth
 
     kwargs = dict(config.reward_model.reward_kwargs)
     reward_fn = load_reward_manager(config, tokenizer, num_examine=0, **kwargs)
     val_reward_fn = load_reward_manager(config, tokenizer, num_examine=1, **kwargs)
-    if val_dataset is not None and not config.reward_model.enable:
-        check_reward_fn(reward_fn_spec(config).resolve(), val_dataset,
-                        reward_fn_key=config.data.reward_fn_key)
+    if config.reward_model.enable:
+        return reward_fn, val_reward_fn
+    builtin = config.custom_reward_function.path is None
+    for key, dataset in (("data.train_files", train_dataset), ("data.val_files", val_dataset)):
+        if dataset is not None:
+            check_ground_truth(dataset, key, required=builtin)
+            check_reward_fn(reward_fn_spec(config).resolve(), dataset, reward_fn_key=config.data.reward_fn_key)
     return reward_fn, val_reward_fn

@@ -171,6 +171,7 @@ class RayPPOTrainer:
             self.tracker.finish()
 
     def _train_loop(self) -> dict[str, float]:
+        from rlpost.trainer.ppo.nonfinite import NonFiniteGuard
         from rlpost.utils.tracking import StepProgress
 
         trainer_cfg = self.config.trainer
@@ -185,6 +186,7 @@ class RayPPOTrainer:
             if trainer_cfg.val_only:
                 return val_metrics
         progress = StepProgress(self.total_training_steps, initial_step=self.global_steps)
+        guard = NonFiniteGuard(trainer_cfg.max_nonfinite_steps)
         metrics: dict[str, float] = {}
         batches = self._train_batches()
         for batch_dict in batches:
@@ -197,9 +199,10 @@ class RayPPOTrainer:
                 print(f"[rlpost] stopping at step {self.global_steps}: {err}")
                 break
             metrics["training/epoch"] = self.epoch
+            nonfinite = guard.observe(self.global_steps, metrics)
             if self._due(trainer_cfg.test_freq, is_last) and self.validator.enabled:
                 metrics.update(self._validate())
-            if self._due(trainer_cfg.save_freq, is_last):
+            if self._due(trainer_cfg.save_freq, is_last) and not nonfinite:
                 with _timer("save_checkpoint", timing := {}):
                     self._save_checkpoint()
                 metrics["timing_s/save_checkpoint"] = timing["save_checkpoint"]
@@ -243,6 +246,8 @@ class RayPPOTrainer:
                 batch, reward_keys = self._generate_filtered(batch, more_batches, timing, metrics)
             else:
                 batch, reward_keys = self._generate_and_score(batch, timing)
+            if "reward_timeout" in batch.non_tensor_batch:  # prime manager: samples that scored 0.0 by time-out
+                metrics["reward/timeout_count"] = int(np.sum(batch.non_tensor_batch["reward_timeout"]))
             if self.config.trainer.balance_batch:
                 self._balance_batch(batch, metrics)
             with _timer("old_log_prob", timing):
