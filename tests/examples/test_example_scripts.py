@@ -172,6 +172,7 @@ def test_multiturn_tiny_cpu_script_dry_run(interaction, tmp_path):
     else:
         assert rollout.multi_turn.interaction_config_path is None
     assert "devices: 2 CPU worker processes" in plan and "total training steps: 2" in plan
+    assert "multi-turn: an agent loop per row (agent_name column, else tool_agent), tools: " in plan
 
 
 def test_multiturn_example_yamls_load_in_verl_shape():
