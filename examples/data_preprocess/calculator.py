@@ -80,11 +80,15 @@ def sft_rows(pairs: list[tuple[int, int]], tools_json: str, tool_rate: float, rn
     return rows
 
 
+# Hermes / Qwen2.5 markup that chat templates wrap around tools, calls and tool results.
+MARKUP = "# Tools\n<tools>\n</tools>\n<tool_call>\n</tool_call>\n<tool_response>\n</tool_response>"
+
+
 def corpus(rows: list[dict], tools_json: str) -> list[str]:
-    """Text lines of the transcripts and schemas, for the tokenizer."""
+    """Text lines of the transcripts, the schemas and the tool markup, for the tokenizer."""
     lines = [json.dumps(s) for s in json.loads(tools_json)]
     for row in rows:
-        lines += [m["content"] for m in row["prompt"]] + [row["response"]]
+        lines += [m["content"] for m in row["prompt"]] + [row["response"], MARKUP]
     return lines
 
 

@@ -17,6 +17,15 @@ DEFAULT_AGENT_LOOP = "single_turn_agent"
 TOOL_AGENT_LOOP = "tool_agent"
 
 
+def default_agent_loop(configured: str | None, tool_config_path: str | None,
+                       interaction_config_path: str | None) -> str:
+    """Loop of rows without `agent_name`: `agent.default_agent_loop` when set, else `tool_agent` when a tools
+    or interaction YAML is configured, else `single_turn_agent`."""
+    if configured:
+        return configured
+    return TOOL_AGENT_LOOP if tool_config_path or interaction_config_path else DEFAULT_AGENT_LOOP
+
+
 def _check_choice(key: str, value: Any, choices: tuple[str, ...] | list[str]) -> None:
     if value not in choices:
         raise ValueError(f"actor_rollout_ref.rollout.{key}={value!r}: must be one of {list(choices)}")
@@ -84,8 +93,7 @@ class AgentLoopConfig:
         before this point. `agent.default_agent_loop: null` means `tool_agent` when a tools or interaction
         YAML is configured, else `single_turn_agent`."""
         mt, agent = rollout.multi_turn, rollout.agent
-        default_loop = agent.default_agent_loop or (
-            TOOL_AGENT_LOOP if mt.tool_config_path or mt.interaction_config_path else DEFAULT_AGENT_LOOP)
+        default_loop = default_agent_loop(agent.default_agent_loop, mt.tool_config_path, mt.interaction_config_path)
         return cls(
             response_length=int(rollout.response_length),
             max_assistant_turns=mt.max_assistant_turns,

@@ -156,7 +156,7 @@ def test_multiturn_tiny_cpu_script_dry_run(interaction, tmp_path):
     data, model = tmp_path / "data", tmp_path / "model"
     data.mkdir()
     model.mkdir()
-    (data / "train.parquet").write_text("")
+    pd.DataFrame({"prompt": ["p"] * 64}).to_parquet(data / "train.parquet")
     (model / "config.json").write_text("{}")
     env = {"HOME": str(tmp_path), "DATA_DIR": str(data), "MODEL_PATH": str(model), "WORK_DIR": str(tmp_path / "w"),
            **({"INTERACTION": interaction} if interaction else {})}
@@ -172,6 +172,7 @@ def test_multiturn_tiny_cpu_script_dry_run(interaction, tmp_path):
     else:
         assert rollout.multi_turn.interaction_config_path is None
     assert "devices: 2 CPU worker processes" in plan and "total training steps: 2" in plan
+    assert "multi-turn: an agent loop per row (agent_name column, else tool_agent), tools: " in plan
 
 
 def test_multiturn_example_yamls_load_in_verl_shape():

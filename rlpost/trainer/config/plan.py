@@ -64,12 +64,21 @@ def _algorithm(c: PPOTrainerConfig) -> list[str]:
 def _processes(c: PPOTrainerConfig, devices: int) -> list[str]:
     kind = "CPU worker processes" if c.trainer.device == "cpu" else "GPUs (one worker process each)"
     rollout = c.actor_rollout_ref.rollout
-    return [
+    lines = [
         f"devices: {devices} {kind} = trainer.nnodes={c.trainer.nnodes} x trainer.n_gpus_per_node="
         f"{c.trainer.n_gpus_per_node} (trainer.device={c.trainer.device})",
         f"rollout: {rollout.name} engine in each actor process, tensor_model_parallel_size="
         f"{rollout.tensor_model_parallel_size}, {devices // rollout.tensor_model_parallel_size} engine(s)",
     ]
+    mt = rollout.multi_turn
+    if mt.enable:
+        from rlpost.agent.config import default_agent_loop
+
+        default = default_agent_loop(rollout.agent.default_agent_loop, mt.tool_config_path, mt.interaction_config_path)
+        lines.append(f"multi-turn: an agent loop per row (agent_name column, else {default}), tools: "
+                     f"{mt.tool_config_path or 'none'}, interactions: {mt.interaction_config_path or 'none'}; "
+                     f"{rollout.response_length} response tokens for all turns together")
+    return lines
 
 
 def _roles(c: PPOTrainerConfig) -> list[str]:

@@ -98,7 +98,7 @@ def check_masks(dump: list[dict]) -> None:
 
 
 def test_grpo_tool_agent_with_calculator(workspace):
-    rows, dump = run_main_ppo(workspace, "tool", "data", "data.max_response_length=64")
+    rows, dump = run_main_ppo(workspace, "tool", "data", "data.max_response_length=96")
     train = check(rows)
     assert all(r["multi_turn/tool_calls/mean"] > 0 for r in train), [r["multi_turn/tool_calls/mean"] for r in train]
     assert all(r["multi_turn/num_turns/max"] >= 4 for r in train)
@@ -116,4 +116,13 @@ def test_grpo_tool_agent_with_gsm8k_interaction(workspace):
     retried = [d for d in dump if d["interaction_turns"] > 0 and "Your response is" in d["response"]]
     assert retried, dump  # the interaction's reply is part of the conversation the model continues
     assert all("Your response is" not in d["model_text"] for d in retried)
+    check_masks(dump)
+
+
+def test_grpo_tool_agent_on_the_hf_engine(workspace):
+    """The batched HF fallback: both FSDP ranks stay in step while their trajectories take different turns."""
+    rows, dump = run_main_ppo(workspace, "hf", "data", "data.max_response_length=96",
+                              "actor_rollout_ref.rollout.name=hf")
+    train = check(rows)
+    assert all(r["multi_turn/tool_calls/mean"] > 0 for r in train)
     check_masks(dump)
