@@ -86,7 +86,7 @@ def test_empty_training_file_says_so(capsys, tiny_model_dir, tmp_path):
 # --- multi-turn rollouts: YAML entries and the names in the data are checked over the whole data set ---------
 MULTI_TURN = ["actor_rollout_ref.rollout.multi_turn.enable=true", "actor_rollout_ref.rollout.name=vllm",
               "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-              "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "data.max_prompt_length=256",
+              "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "data.max_prompt_length=1024",
               "algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=2"]
 CALCULATOR = "tools:\n  - class_name: rlpost.tools.calculator_tool.CalculatorTool\n    config: {type: native}\n"
 
