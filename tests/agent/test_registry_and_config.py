@@ -36,12 +36,15 @@ def test_builtin_loops():
 def test_user_loop_from_yaml(tmp_path, chat_tokenizer):
     path = tmp_path / "loops.yaml"
     path.write_text("- name: echo_test\n  _target_: test_registry_and_config.EchoLoop\n  token: 9\n")
-    assert load_agent_loops(path) == ["echo_test"]
-    assert load_agent_loops(path) == ["echo_test"]  # loading the same file again is not a conflict
-    config = AgentLoopConfig(response_length=8, default_agent_loop="echo_test")
-    (out,) = asyncio.run(run_agent_loops([{"raw_prompt": []}], None, config, chat_tokenizer,
-                                         resources=AgentResources()))
-    assert out.response_ids == [9]
+    try:
+        assert load_agent_loops(path) == ["echo_test"]
+        assert load_agent_loops(path) == ["echo_test"]  # loading the same file again is not a conflict
+        config = AgentLoopConfig(response_length=8, default_agent_loop="echo_test")
+        (out,) = asyncio.run(run_agent_loops([{"raw_prompt": []}], None, config, chat_tokenizer,
+                                             resources=AgentResources()))
+        assert out.response_ids == [9]
+    finally:  # the registry is process-wide: later tests list the registered loops
+        AGENT_LOOPS._entries.pop("echo_test", None)
 
 
 @pytest.mark.parametrize(
