@@ -64,9 +64,9 @@ def memory_metrics() -> dict[str, float]:
 class _FSDPRole(Worker):
     """Shared start-up and checkpoint plumbing of the two FSDP workers."""
 
-    def __init__(self) -> None:
+    def __init__(self, timeout_s: float = 1800.0) -> None:
         super().__init__()
-        init_distributed(self.device)
+        init_distributed(self.device, timeout_s=timeout_s)
         self._saved: list[str] = []
 
     def _offload(self, module: torch.nn.Module, optimizer: Any, fsdp_cfg: Any) -> None:
@@ -137,7 +137,7 @@ class ActorRolloutRefWorker(_FSDPRole):
     def __init__(self, config: Any, role: str) -> None:
         if role not in ROLES:
             raise ValueError(f"role={role!r} is not one of {ROLES}")
-        super().__init__()
+        super().__init__(timeout_s=float(config.nccl_timeout))  # actor_rollout_ref.nccl_timeout
         self.config = config
         self.role = role
         self._is_actor = role in ("actor", "actor_rollout", "actor_rollout_ref")
