@@ -100,8 +100,9 @@ class BaseRollout(abc.ABC):
         Raises:
             NotImplementedError: this engine has no multi-turn front.
         """
-        raise NotImplementedError(f"the {type(self).__name__} engine has no multi-turn (agent loop) front; "
-                                  "use actor_rollout_ref.rollout.name=vllm or hf")
+        # Start-up validation refuses this combination first; this guards direct (non-main_ppo) use.
+        raise NotImplementedError(f"not supported yet: actor_rollout_ref.rollout.multi_turn.enable=true with the "
+                                  f"{type(self).__name__} engine; use actor_rollout_ref.rollout.name=vllm or hf")
 
     def sleep(self) -> None:
         """Release generation memory (KV cache; on GPU also weights) while the actor trains."""
