@@ -29,7 +29,7 @@ class MixedPrecisionConfig(BaseConfig):
 
 @dataclass(frozen=True)
 class FsdpConfig(BaseConfig):
-    """`actor.fsdp_config` and `critic.model.fsdp_config`."""
+    """`actor.fsdp_config`, `ref.fsdp_config` and `critic.model.fsdp_config`."""
 
     wrap_policy: WrapPolicyConfig
     param_offload: bool
@@ -38,28 +38,6 @@ class FsdpConfig(BaseConfig):
     reshard_after_forward: bool
     fsdp_size: int
     forward_prefetch: bool
-    model_dtype: str
-    use_orig_params: bool
-    strategy: str
-    ulysses_sequence_parallel_size: int
-    entropy_from_logits_with_chunking: bool
-    use_torch_compile: bool
-    entropy_checkpointing: bool
-    forward_only: bool
-    mixed_precision: MixedPrecisionConfig
-
-
-@dataclass(frozen=True)
-class RefFsdpConfig(BaseConfig):
-    """`actor_rollout_ref.ref.fsdp_config`."""
-
-    param_offload: bool
-    optimizer_offload: bool
-    offload_policy: bool
-    fsdp_size: int
-    reshard_after_forward: bool
-    forward_prefetch: bool
-    wrap_policy: WrapPolicyConfig
     model_dtype: str
     use_orig_params: bool
     strategy: str
@@ -222,7 +200,7 @@ class RefConfig(BaseConfig):
     """`actor_rollout_ref.ref`."""
 
     strategy: str
-    fsdp_config: RefFsdpConfig
+    fsdp_config: FsdpConfig
     log_prob_micro_batch_size: int | None
     log_prob_micro_batch_size_per_gpu: int | None
     log_prob_use_dynamic_bsz: bool
