@@ -73,7 +73,10 @@ def build_engine(config: DictConfig, tokenizer, device: str):
     from rlpost.workers.fsdp_workers import ActorRolloutRefWorker
 
     init_ray(config.ray_init)
-    worker_cfg = OmegaConf.create({"model": model_config(config), "rollout": rollout_config(config)})
+    from rlpost.trainer.config.defaults import default_of
+
+    worker_cfg = OmegaConf.create({"model": model_config(config), "rollout": rollout_config(config),
+                                   "nccl_timeout": default_of("actor_rollout_ref.nccl_timeout")})
     pool = RayResourcePool([int(config.trainer.n_gpus_per_node)] * int(config.trainer.nnodes),
                            use_gpu=device == "cuda", name_prefix="generation")
     group = RayWorkerGroup(pool, RayClassWithInitArgs(ActorRolloutRefWorker, config=worker_cfg, role="rollout"))
