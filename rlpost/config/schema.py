@@ -92,6 +92,8 @@ class CriticModelConfig(BaseConfig):
     lora_rank: int
     lora_alpha: int
     target_modules: str | list[str]
+    exclude_modules: str | list[str] | None
+    lora_adapter_path: str | None
     fsdp_config: FsdpConfig
 
 

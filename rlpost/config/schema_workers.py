@@ -130,6 +130,13 @@ class FusedKernelOptionsConfig(BaseConfig):
 
 
 @dataclass(frozen=True)
+class LoraOptionsConfig(BaseConfig):
+    """`actor_rollout_ref.model.lora`."""
+
+    merge: bool
+
+
+@dataclass(frozen=True)
 class ModelConfig(BaseConfig):
     """`actor_rollout_ref.model`."""
 
@@ -150,6 +157,7 @@ class ModelConfig(BaseConfig):
     target_modules: str | list[str]
     exclude_modules: str | list[str] | None
     lora_adapter_path: str | None
+    lora: LoraOptionsConfig
     hf_config_path: str | None
     tokenizer_path: str | None
     custom_chat_template: str | None

@@ -22,7 +22,8 @@ def engine_names() -> list[str]:
     return sorted(set(_ENGINE_MODULES) | set(ROLLOUT_REGISTRY.names()))
 
 
-def build_rollout(config: Any, model_path: str, tokenizer: Any, device: str, module: Any = None):
+def build_rollout(config: Any, model_path: str, tokenizer: Any, device: str, module: Any = None,
+                  lora_rank: int = 0):
     """Create the engine named by `config.name` (actor_rollout_ref.rollout).
 
     Args:
@@ -31,6 +32,7 @@ def build_rollout(config: Any, model_path: str, tokenizer: Any, device: str, mod
         tokenizer: the HF tokenizer.
         device: "cpu" or "cuda".
         module: the actor's model; required by "hf", which generates with it.
+        lora_rank: > 0 when the engine is to serve the actor's LoRA adapter (`BaseRollout.load_adapter`).
 
     Returns:
         a `BaseRollout`.
@@ -45,4 +47,5 @@ def build_rollout(config: Any, model_path: str, tokenizer: Any, device: str, mod
         raise ValueError(
             f"actor_rollout_ref.rollout.name={name!r} is not a rollout engine; valid: {sorted(_ENGINE_MODULES)}"
         )
-    return ROLLOUT_REGISTRY.get(name)(config, model_path, tokenizer, device, module=module)
+    extra = {"lora_rank": lora_rank} if lora_rank > 0 else {}
+    return ROLLOUT_REGISTRY.get(name)(config, model_path, tokenizer, device, module=module, **extra)

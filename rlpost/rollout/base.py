@@ -93,6 +93,15 @@ class BaseRollout(abc.ABC):
         May be called while the engine sleeps: it wakes what the load needs (the KV cache may stay
         released until `wake_up`)."""
 
+    def load_adapter(self, path: str) -> None:
+        """Serve the PEFT adapter folder `path` (LoRA with `model.lora.merge=false`) from the next generation on.
+
+        Raises:
+            NotImplementedError: this engine cannot serve an adapter.
+        """
+        raise NotImplementedError(f"not supported yet: serving a LoRA adapter from the {type(self).__name__} engine; "
+                                  "set actor_rollout_ref.model.lora.merge=true (full weights are synced instead)")
+
     def agent_engine(self, stop_ids: set[int]) -> AgentEngine:
         """The async `generate` the agent loops of a multi-turn rollout call (`rlpost.rollout.async_engine`),
         stopping at `stop_ids`; built per `generate_sequences` call.

@@ -51,10 +51,12 @@ def _generate_kwargs(spec: SamplingSpec, eos_ids: set[int], pad_id: int) -> dict
 @ROLLOUT_REGISTRY.register("hf")
 class HFRollout(BaseRollout):
     """Generates with `module.generate` (module may be FSDP2-wrapped). Without a module, loads one from
-    `model_path` (standalone use and tests)."""
+    `model_path` (standalone use and tests). A LoRA actor's module holds its adapter already: `lora_rank` and
+    `load_adapter` change nothing."""
 
     def __init__(
-        self, config: Any, model_path: str, tokenizer: Any, device: str, module: torch.nn.Module | None = None
+        self, config: Any, model_path: str, tokenizer: Any, device: str, module: torch.nn.Module | None = None,
+        lora_rank: int = 0,
     ) -> None:
         self.config, self.tokenizer, self.device = config, tokenizer, device
         if module is None:
@@ -102,6 +104,9 @@ class HFRollout(BaseRollout):
     def agent_engine(self, stop_ids: set[int]) -> HFBatchEngine:
         """Batched `generate` for the agent loops (see `HFBatchEngine`)."""
         return HFBatchEngine(self, stop_ids)
+
+    def load_adapter(self, path: str) -> None:
+        """No-op: the module generating is the actor's, adapter included."""
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """No-op: the engine IS the actor's module, so it always has the current weights. The iterator is

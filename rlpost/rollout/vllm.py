@@ -35,6 +35,7 @@ from rlpost.rollout.utils import assemble_output, eos_id_set, prompt_token_lists
 logger = logging.getLogger(__name__)
 
 _DISK_FORMATS = {"hf": "auto", "auto": "auto", "safetensors": "safetensors", "pt": "pt"}
+_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the max_lora_rank values vLLM accepts
 
 
 def _load_format(value: str) -> str:
@@ -77,11 +78,22 @@ def _parallel_kwargs(config: Any, device: str) -> dict[str, Any]:
     return out
 
 
-def engine_kwargs(config: Any, model_path: str, device: str) -> dict[str, Any]:
+def _lora_kwargs(lora_rank: int) -> dict[str, Any]:
+    """One LoRA adapter slot of at least `lora_rank` (the actor's adapter, replaced after each update)."""
+    if lora_rank <= 0:
+        return {}
+    if lora_rank > _LORA_RANKS[-1]:
+        raise ValueError(f"actor_rollout_ref.model.lora_rank={lora_rank}: vLLM serves adapters up to rank "
+                         f"{_LORA_RANKS[-1]}; use a smaller rank or actor_rollout_ref.model.lora.merge=true")
+    return {"enable_lora": True, "max_loras": 1, "max_lora_rank": min(r for r in _LORA_RANKS if r >= lora_rank)}
+
+
+def engine_kwargs(config: Any, model_path: str, device: str, lora_rank: int = 0) -> dict[str, Any]:
     """Translate the rollout config into `vllm.LLM(...)` keyword arguments (pure; tested directly).
 
     `max_model_len: null` means prompt_length + response_length; `engine_kwargs.vllm` entries (null ones
-    dropped) are passed last and win; its `seed` is the base of the per-replica seed.
+    dropped) are passed last and win; its `seed` is the base of the per-replica seed. `lora_rank` > 0 reserves
+    an adapter slot (the engine serves the actor's LoRA adapter, `VLLMRollout.load_adapter`).
     """
     tp = int(config.tensor_model_parallel_size)
     rank, _ = _rank_world()
@@ -106,6 +118,7 @@ def engine_kwargs(config: Any, model_path: str, device: str) -> dict[str, Any]:
         "logprobs_mode": "processed_logprobs",
         "enable_sleep_mode": device == "cuda" and bool(config.free_cache_engine),
         **_parallel_kwargs(config, device),
+        **_lora_kwargs(lora_rank),
     }
     if config.cudagraph_capture_sizes is not None:
         kwargs["compilation_config"] = {"cudagraph_capture_sizes": [int(n) for n in config.cudagraph_capture_sizes]}
@@ -153,14 +166,14 @@ class VLLMStepEngine(SteppedEngine):
         stop_ids: EOS ids that end a completion (kept in its ids).
     """
 
-    def __init__(self, llm: LLM, stop_ids: set[int]) -> None:
+    def __init__(self, llm: LLM, stop_ids: set[int], lora_request: Any = None) -> None:
         super().__init__()
-        self.engine, self.stop_ids = llm.llm_engine, stop_ids
+        self.engine, self.stop_ids, self.lora_request = llm.llm_engine, stop_ids, lora_request
 
     def _add(self, request_id: str, prompt_ids: list[int], spec: SamplingSpec) -> None:
         params = sampling_params(spec, self.stop_ids)
         params.output_kind = RequestOutputKind.FINAL_ONLY  # one output per request, when it finishes
-        self.engine.add_request(request_id, {"prompt_token_ids": prompt_ids}, params)
+        self.engine.add_request(request_id, {"prompt_token_ids": prompt_ids}, params, lora_request=self.lora_request)
 
     def _step(self) -> list[tuple[str, list[int], list[float] | None]]:
         finished = []
@@ -195,7 +208,9 @@ def _refresh_cpu_packed(model: torch.nn.Module) -> int:
 @ROLLOUT_REGISTRY.register("vllm")
 class VLLMRollout(BaseRollout):
     """In-process vLLM engine. `name_map` renames HF weight names for archs whose vLLM names differ
-    (Qwen2/Llama: identical, so None)."""
+    (Qwen2/Llama: identical, so None). `lora_rank` > 0: the engine keeps the base weights and serves the
+    actor's LoRA adapter (`load_adapter`); its sleep then keeps the weights in host memory (level 1), since
+    they are not re-synced each step."""
 
     def __init__(
         self,
@@ -205,16 +220,20 @@ class VLLMRollout(BaseRollout):
         device: str,
         module: torch.nn.Module | None = None,
         name_map: Callable[[str], str] | None = None,
+        lora_rank: int = 0,
     ) -> None:
         self.config, self.tokenizer, self.device, self.name_map = config, tokenizer, device, name_map
         self.free_cache_engine = bool(config.free_cache_engine)
         # With an actor in this process every generation can be preceded by a weight sync, so sleep drops
         # the weights (level 2) instead of copying them to host memory and back only to overwrite them.
-        self.sleep_level = 2 if module is not None else 1
+        self.sleep_level = 2 if module is not None and lora_rank == 0 else 1
+        self.lora_request: Any = None  # the adapter served since the last `load_adapter`
         self._asleep: tuple[str, ...] = ()
         self.rank, _ = _rank_world()
         self.last_sync_breakdown: dict[str, float] = {}
-        kwargs = engine_kwargs(config, model_path, device)
+        kwargs = engine_kwargs(config, model_path, device, lora_rank)
+        if lora_rank > 0:
+            kwargs["load_format"] = "auto"  # the frozen base comes from model_path, only the adapter is synced
         start = time.perf_counter()
         self.llm = LLM(**kwargs)
         logger.info("vLLM engine started in %.1f s (%s, %s)", time.perf_counter() - start, device, kwargs["dtype"])
@@ -230,7 +249,8 @@ class VLLMRollout(BaseRollout):
         stop_ids = eos_id_set(prompts.meta_info.get(keys.META_EOS_TOKEN_ID))
         requests = [{"prompt_token_ids": ids} for ids in prompt_token_lists(prompts)]
         outputs = self.llm.generate(
-            requests, sampling_params(spec, stop_ids), use_tqdm=self.rank == 0 and len(requests) > 64
+            requests, sampling_params(spec, stop_ids), use_tqdm=self.rank == 0 and len(requests) > 64,
+            lora_request=self.lora_request,
         )
         token_ids = [list(o.outputs[0].token_ids) for o in outputs]
         log_probs = [_sampled_log_probs(o.outputs[0]) for o in outputs] if spec.logprobs else None
@@ -238,7 +258,22 @@ class VLLMRollout(BaseRollout):
 
     def agent_engine(self, stop_ids: set[int]) -> VLLMStepEngine:
         """Continuous batching over this engine for the agent loops (see `VLLMStepEngine`)."""
-        return VLLMStepEngine(self.llm, stop_ids)
+        return VLLMStepEngine(self.llm, stop_ids, self.lora_request)
+
+    def load_adapter(self, path: str) -> None:
+        """Serve the PEFT adapter folder `path` from the next request on, replacing the previous one (a new
+        adapter id makes vLLM load the new tensors). Clears the prefix cache: cached KV used the old adapter."""
+        from vllm.lora.request import LoRARequest
+
+        start = time.perf_counter()
+        old = self.lora_request
+        new_id = 1 if old is None else old.lora_int_id + 1
+        self.lora_request = LoRARequest(f"actor_{new_id}", new_id, path)
+        if old is not None:
+            self.llm.llm_engine.remove_lora(old.lora_int_id)
+        self.llm.llm_engine.add_lora(self.lora_request)
+        self.llm.reset_prefix_cache()
+        self.last_sync_breakdown["adapter"] = time.perf_counter() - start
 
     def _named(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
         for name, tensor in named_tensors:

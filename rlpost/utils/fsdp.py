@@ -146,19 +146,28 @@ def iter_full_params(model: torch.nn.Module, dtype: torch.dtype | None = None
         yield name, tensor
 
 
-def local_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """This rank's shard of every state-dict entry (plain tensors, CPU copies) for per-rank checkpoints."""
+def trainable_names(model: torch.nn.Module) -> set[str]:
+    """State-dict names of the parameters that train (a LoRA model: its adapters, not the frozen base)."""
+    return {name for name, p in model.named_parameters() if p.requires_grad}
+
+
+def local_state(model: torch.nn.Module, only: set[str] | None = None) -> dict[str, torch.Tensor]:
+    """This rank's shard of every state-dict entry (or of the names in `only`), as CPU copies, for per-rank
+    checkpoints."""
     out = {}
     for name, tensor in model.state_dict().items():
+        if only is not None and name not in only:
+            continue
         local = tensor.to_local() if isinstance(tensor, DTensor) else tensor
         out[name] = local.detach().to("cpu", copy=True)
     return out
 
 
 @torch.no_grad()
-def load_local_state(model: torch.nn.Module, shards: dict[str, torch.Tensor]) -> None:
-    """Copy per-rank shards saved by `local_state` back into the sharded params (same world size)."""
-    current = model.state_dict()
+def load_local_state(model: torch.nn.Module, shards: dict[str, torch.Tensor], only: set[str] | None = None) -> None:
+    """Copy per-rank shards saved by `local_state` back into the sharded params (same world size); with
+    `only`, just those entries (the rest keeps what the model loaded)."""
+    current = {k: v for k, v in model.state_dict().items() if only is None or k in only}
     missing = set(current) - set(shards)
     if missing:
         raise KeyError(f"checkpoint lacks {sorted(missing)[:5]}")

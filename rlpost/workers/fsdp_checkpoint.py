@@ -5,7 +5,10 @@ Layout of `local_path` (one file per rank and content; reload needs the same wor
     optim_world_size_{W}_rank_{r}.pt    this rank's shard of the optimiser state
     extra_state_world_size_{W}_rank_{r}.pt   lr_scheduler state + torch/numpy/python RNG
     huggingface/                        config.json (+ generation_config) + tokenizer, always, rank 0 writes;
-                                        with content "hf_model" also the full weights
+                                        with content "hf_model" also the full weights (LoRA: merged)
+    lora_adapter/                       LoRA only, always: the PEFT adapter (adapter_config.json +
+                                        adapter_model.safetensors); the model shards then hold only the
+                                        trainable (adapter) entries, the frozen base comes from model.path
 The HF config and tokenizer are written on every save so that `python -m rlpost.model_merger` can turn any
 checkpoint into a HF folder.
 """
@@ -21,7 +24,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
-from rlpost.utils.fsdp import iter_full_params, load_local_state, local_state
+from rlpost.utils.fsdp import iter_full_params, load_local_state, local_state, trainable_names
+from rlpost.utils.lora import ADAPTER_DIR, adapter_tensors, merged_params, save_adapter
 
 CONTENTS = ("model", "optimizer", "extra", "hf_model")
 
@@ -81,11 +85,13 @@ def _set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state(state["cuda"])
 
 
-def save_hf_model(model: torch.nn.Module, local_path: str, tokenizer: Any = None) -> None:
-    """Gather full tensors one at a time (all ranks take part); rank 0 writes `local_path/huggingface`."""
+def save_hf_model(model: torch.nn.Module, local_path: str, tokenizer: Any = None, lora: bool = False) -> None:
+    """Gather full tensors one at a time (all ranks take part); rank 0 writes `local_path/huggingface`
+    (a LoRA model's adapters folded into their base weights)."""
     out = os.path.join(local_path, "huggingface")
     full = {}
-    for name, tensor in iter_full_params(model):
+    named = iter_full_params(model)
+    for name, tensor in (merged_params(model, named, None) if lora else named):
         if dist.get_rank() == 0:
             full[name] = tensor.detach().cpu()
     if dist.get_rank() == 0:
@@ -107,31 +113,45 @@ def save_hf_config(model: torch.nn.Module, local_path: str, tokenizer: Any = Non
         tokenizer.save_pretrained(out)
 
 
+def save_lora_adapter(model: torch.nn.Module, peft_config: Any, local_path: str) -> None:
+    """Gather the adapter (all ranks take part); rank 0 writes the PEFT folder `local_path/lora_adapter`."""
+    tensors = adapter_tensors(iter_full_params(model))
+    if dist.get_rank() == 0:
+        save_adapter(os.path.join(local_path, ADAPTER_DIR), tensors, peft_config)
+
+
 def save_fsdp_checkpoint(local_path: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
-                         lr_scheduler: Any, contents: Iterable[str], tokenizer: Any = None) -> None:
-    """Write the chosen `contents` of this rank into `local_path` (every rank calls it)."""
+                         lr_scheduler: Any, contents: Iterable[str], tokenizer: Any = None,
+                         peft_config: Any = None) -> None:
+    """Write the chosen `contents` of this rank into `local_path` (every rank calls it). With `peft_config`
+    (a LoRA model) the shards hold the trainable entries only, and the adapter is saved in PEFT's layout."""
     contents = _check_contents(contents)
     os.makedirs(local_path, exist_ok=True)
+    lora = peft_config is not None
     if "model" in contents:
-        torch.save(local_state(model), _file(local_path, "model"))
+        torch.save(local_state(model, trainable_names(model) if lora else None), _file(local_path, "model"))
+    if lora:
+        save_lora_adapter(model, peft_config, local_path)
     if "optimizer" in contents and optimizer is not None:
         torch.save(_optim_local(optimizer), _file(local_path, "optim"))
     if "extra" in contents:
         extra = {"rng": _rng_state(), "lr_scheduler": lr_scheduler.state_dict() if lr_scheduler else None}
         torch.save(extra, _file(local_path, "extra_state"))
     if "hf_model" in contents:
-        save_hf_model(model, local_path, tokenizer)
+        save_hf_model(model, local_path, tokenizer, lora)
     else:
         save_hf_config(model, local_path, tokenizer)
     dist.barrier()
 
 
 def load_fsdp_checkpoint(local_path: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
-                         lr_scheduler: Any, contents: Iterable[str]) -> None:
-    """Restore what `save_fsdp_checkpoint` wrote (same world size); missing files raise FileNotFoundError."""
+                         lr_scheduler: Any, contents: Iterable[str], lora: bool = False) -> None:
+    """Restore what `save_fsdp_checkpoint` wrote (same world size); missing files raise FileNotFoundError.
+    `lora`: the shards hold the trainable entries only."""
     contents = [c for c in _check_contents(contents) if c != "hf_model"]
     if "model" in contents:
-        load_local_state(model, torch.load(_file(local_path, "model"), weights_only=False))
+        load_local_state(model, torch.load(_file(local_path, "model"), weights_only=False),
+                         trainable_names(model) if lora else None)
     if "optimizer" in contents and optimizer is not None:
         _optim_restore(optimizer, torch.load(_file(local_path, "optim"), weights_only=False))
     if "extra" in contents:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -22,6 +23,7 @@ from rlpost.utils.checkpoint import prune_oldest
 from rlpost.utils.distributed import consecutive_groups, gather_in_group, init_distributed
 from rlpost.utils.fsdp import (apply_fsdp2, compute_dtype, iter_full_params, load_model_to, move_optimizer,
                                offload_model, to_dtype)
+from rlpost.utils.lora import apply_lora, lora_enabled
 from rlpost.utils.model import load_model
 from rlpost.utils.optim import build_lr_scheduler, build_optimizer
 from rlpost.workers.actor import DataParallelPPOActor
@@ -89,18 +91,27 @@ class _FSDPRole(Worker):
                     param_dtype=fsdp_cfg.mixed_precision.param_dtype)
 
     def _build_trainable(self, model_cfg: Any, optim_cfg: Any, fsdp_cfg: Any, value_model: bool,
-                         total_training_steps: int | None):
+                         total_training_steps: int | None, group: str):
         """Load (fp32 master weights), shard, then AdamW + an LR schedule over `total_training_steps`
-        (None: `optim.total_training_steps`, see `rlpost.utils.optim.resolve_total_steps`)."""
-        module = load_model(model_cfg, torch.float32, value_model=value_model)
+        (None: `optim.total_training_steps`, see `rlpost.utils.optim.resolve_total_steps`).
+
+        With `lora_rank` > 0 the base loads in the compute dtype and stays frozen; PEFT adapters (float32) are
+        the only parameters the optimizer sees. Returns (module, optimizer, scheduler, peft model or None);
+        `module` is the HF model (holding the adapters), the one that is sharded and run.
+        """
+        lora = lora_enabled(model_cfg)
+        dtype = compute_dtype(self.device, fsdp_cfg.mixed_precision.param_dtype) if lora else torch.float32
+        module = load_model(model_cfg, dtype, value_model=value_model)
+        peft_model = apply_lora(module, model_cfg, group, value_model) if lora else None
         self._shard(module, fsdp_cfg, trainable=True)
-        optimizer = build_optimizer(module.parameters(), optim_cfg)
-        return module, optimizer, build_lr_scheduler(optimizer, optim_cfg, total_training_steps)
+        optimizer = build_optimizer([p for p in module.parameters() if p.requires_grad], optim_cfg)
+        return module, optimizer, build_lr_scheduler(optimizer, optim_cfg, total_training_steps), peft_model
 
     def _save(self, local_path: str, module, optimizer, scheduler, fsdp_cfg, global_step: int,
-              max_ckpt_to_keep: int | None, save_contents) -> None:
+              max_ckpt_to_keep: int | None, save_contents, peft_model: Any = None) -> None:
         self._onload(module, optimizer, fsdp_cfg)
-        save_fsdp_checkpoint(local_path, module, optimizer, scheduler, save_contents, self.tokenizer)
+        save_fsdp_checkpoint(local_path, module, optimizer, scheduler, save_contents, self.tokenizer,
+                             None if peft_model is None else peft_model.peft_config["default"])
         self._offload(module, optimizer, fsdp_cfg)
         if local_path not in self._saved:
             self._saved.append(local_path)
@@ -110,9 +121,9 @@ class _FSDPRole(Worker):
             del self._saved[:-max_ckpt_to_keep]
 
     def _load(self, local_path: str, module, optimizer, scheduler, fsdp_cfg, load_contents,
-              del_local_after_load: bool) -> None:
+              del_local_after_load: bool, lora: bool = False) -> None:
         self._onload(module, optimizer, fsdp_cfg)
-        load_fsdp_checkpoint(local_path, module, optimizer, scheduler, load_contents)
+        load_fsdp_checkpoint(local_path, module, optimizer, scheduler, load_contents, lora)
         self._offload(module, optimizer, fsdp_cfg)
         if del_local_after_load and self.rank == 0:
             shutil.rmtree(local_path, ignore_errors=True)
@@ -132,6 +143,8 @@ class ActorRolloutRefWorker(_FSDPRole):
     Attributes:
         mini_batch_rows: rows per PPO mini-batch on this rank (actor.ppo_mini_batch_size x rollout.n / ranks);
             None without an actor.
+        actor_peft: the PEFT model around `actor_module` with LoRA (model.lora_rank > 0), else None. The
+            reference policy of a LoRA actor is the actor with its adapters disabled (no second model).
     """
 
     def __init__(self, config: Any, role: str) -> None:
@@ -146,7 +159,9 @@ class ActorRolloutRefWorker(_FSDPRole):
         self.actor = self.ref_policy = self.rollout = None
         self.agent_rollout = None  # multi-turn rollouts (rollout.multi_turn.enable), set in init_model
         self._tp_group, self._tp_rank = None, 0  # rollout tensor-parallel peers, set in init_model
-        self.actor_module = self.actor_optimizer = self.actor_lr_scheduler = None
+        self.actor_module = self.actor_optimizer = self.actor_lr_scheduler = self.actor_peft = None
+        self._ref_in_actor = False  # LoRA: reference log-probs come from the actor with adapters off
+        self._lora_sync = None  # LoRA: `rlpost.workers.lora_sync.LoraSync`, set in init_model
         self.mini_batch_rows = None
         if self._is_actor:
             self.mini_batch_rows = rows_per_rank(config.actor.ppo_mini_batch_size, config.rollout.n, self.world_size,
@@ -178,11 +193,15 @@ class ActorRolloutRefWorker(_FSDPRole):
             self.tokenizer.chat_template = model_cfg.custom_chat_template
         if self._is_actor:
             acfg = self.config.actor
-            self.actor_module, self.actor_optimizer, self.actor_lr_scheduler = self._build_trainable(
-                model_cfg, acfg.optim, acfg.fsdp_config, False, total_training_steps)
+            self.actor_module, self.actor_optimizer, self.actor_lr_scheduler, self.actor_peft = self._build_trainable(
+                model_cfg, acfg.optim, acfg.fsdp_config, False, total_training_steps, "actor_rollout_ref.model")
             self.actor = DataParallelPPOActor(acfg, self.actor_module, self.actor_optimizer,
                                               bool(model_cfg.use_remove_padding), self.mini_batch_rows)
-        if self._is_ref:
+        self._ref_in_actor = self._is_ref and self.actor_peft is not None
+        if self._ref_in_actor:
+            self.ref_policy = DataParallelPPOActor(self.config.ref, self.actor_module, None,
+                                                   bool(model_cfg.use_remove_padding))
+        elif self._is_ref:
             # A separate frozen FSDP module even when it starts from the actor's weights: the actor moves.
             # Frozen, so it is loaded straight in the compute dtype (no fp32 master copy).
             ref_fsdp = self.config.ref.fsdp_config
@@ -200,8 +219,13 @@ class ActorRolloutRefWorker(_FSDPRole):
             if self.world_size > 1:
                 tp = int(self.config.rollout.tensor_model_parallel_size)
                 self._tp_group, self._tp_rank = consecutive_groups(tp)
+            if self.actor_peft is not None:
+                from rlpost.workers.lora_sync import LoraSync
+
+                self._lora_sync = LoraSync(self.actor_module, self.actor_peft, bool(model_cfg.lora.merge))
             self.rollout = build_rollout(self.config.rollout, model_cfg.path, self.tokenizer, self.device,
-                                         module=self.actor_module)
+                                         module=self.actor_module,
+                                         lora_rank=self._lora_sync.engine_lora_rank if self._lora_sync else 0)
             if self.config.rollout.multi_turn.enable:
                 from rlpost.workers.agent_rollout import AgentRollout
 
@@ -223,7 +247,10 @@ class ActorRolloutRefWorker(_FSDPRole):
         fsdp_cfg = self.config.actor.fsdp_config
         self._onload(self.actor_module, None, fsdp_cfg)
         dtype = to_dtype(self.config.rollout.dtype)
-        self.rollout.update_weights(iter_full_params(self.actor_module, dtype))
+        if self._lora_sync is not None:
+            self._lora_sync.sync(self.rollout, dtype)
+        else:
+            self.rollout.update_weights(iter_full_params(self.actor_module, dtype))
         self._offload(self.actor_module, None, fsdp_cfg)
         return time.perf_counter() - start
 
@@ -279,12 +306,17 @@ class ActorRolloutRefWorker(_FSDPRole):
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
-        """Reads `input_ids`, `attention_mask`, `position_ids`, `responses`; writes `ref_log_prob` (B, R)."""
-        fsdp_cfg = self.config.ref.fsdp_config
-        self._onload(self.ref_module, None, fsdp_cfg)
+        """Reads `input_ids`, `attention_mask`, `position_ids`, `responses`; writes `ref_log_prob` (B, R).
+        A LoRA actor computes them itself with its adapters disabled (the base model is the reference)."""
+        if self._ref_in_actor:
+            module, fsdp_cfg, adapters_off = self.actor_module, self.config.actor.fsdp_config, self.actor_peft.disable_adapter()
+        else:
+            module, fsdp_cfg, adapters_off = self.ref_module, self.config.ref.fsdp_config, nullcontext()
+        self._onload(module, None, fsdp_cfg)
         self._log_prob_meta(data, self.config.ref)
-        log_probs, _ = self.ref_policy.compute_log_prob(_on_device(data, self.device), calculate_entropy=False)
-        self._offload(self.ref_module, None, fsdp_cfg)
+        with adapters_off:
+            log_probs, _ = self.ref_policy.compute_log_prob(_on_device(data, self.device), calculate_entropy=False)
+        self._offload(module, None, fsdp_cfg)
         return DataProto.from_dict(tensors=_to_cpu({keys.REF_LOG_PROB: log_probs}))
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
@@ -310,14 +342,14 @@ class ActorRolloutRefWorker(_FSDPRole):
                         save_contents: tuple = DEFAULT_CONTENTS) -> None:
         """Per-rank shards of model / optimizer / extra (LR schedule, RNG) (+ `hf_model`) into local_path."""
         self._save(local_path, self.actor_module, self.actor_optimizer, self.actor_lr_scheduler,
-                   self.config.actor.fsdp_config, global_step, max_ckpt_to_keep, save_contents)
+                   self.config.actor.fsdp_config, global_step, max_ckpt_to_keep, save_contents, self.actor_peft)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, local_path: str, load_contents: tuple = DEFAULT_CONTENTS,
                         del_local_after_load: bool = False) -> None:
         """Restore what `save_checkpoint` wrote (same world size), then re-sync the rollout weights."""
         self._load(local_path, self.actor_module, self.actor_optimizer, self.actor_lr_scheduler,
-                   self.config.actor.fsdp_config, load_contents, del_local_after_load)
+                   self.config.actor.fsdp_config, load_contents, del_local_after_load, self.actor_peft is not None)
         if self.rollout is not None:
             self._sync_weights()
 
@@ -354,8 +386,8 @@ class CriticWorker(_FSDPRole):
         model_cfg = self.config.model
         self.tokenizer = AutoTokenizer.from_pretrained(model_cfg.tokenizer_path,
                                                        trust_remote_code=bool(model_cfg.trust_remote_code))
-        self.module, self.optimizer, self.lr_scheduler = self._build_trainable(
-            model_cfg, self.config.optim, self.fsdp_config, True, total_training_steps)
+        self.module, self.optimizer, self.lr_scheduler, self.peft = self._build_trainable(
+            model_cfg, self.config.optim, self.fsdp_config, True, total_training_steps, "critic.model")
         self.critic = DataParallelPPOCritic(self.config, self.module, self.optimizer,
                                             bool(model_cfg.use_remove_padding), self.mini_batch_rows)
         self._offload(self.module, self.optimizer, self.fsdp_config)
@@ -390,11 +422,11 @@ class CriticWorker(_FSDPRole):
                         save_contents: tuple = DEFAULT_CONTENTS) -> None:
         """Per-rank shards of model / optimizer / extra (+ `hf_model`) into local_path."""
         self._save(local_path, self.module, self.optimizer, self.lr_scheduler, self.fsdp_config,
-                   global_step, max_ckpt_to_keep, save_contents)
+                   global_step, max_ckpt_to_keep, save_contents, self.peft)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, local_path: str, load_contents: tuple = DEFAULT_CONTENTS,
                         del_local_after_load: bool = False) -> None:
         """Restore what `save_checkpoint` wrote (same world size)."""
         self._load(local_path, self.module, self.optimizer, self.lr_scheduler, self.fsdp_config,
-                   load_contents, del_local_after_load)
+                   load_contents, del_local_after_load, self.peft is not None)

@@ -94,7 +94,22 @@ def _roles(c: PPOTrainerConfig) -> list[str]:
     if c.reward_model.enable:
         reward = f"reward model {c.reward_model.model.path} (its scores replace the rule scorer's)"
     return [f"roles: {', '.join(roles)} (adv_estimator={c.algorithm.adv_estimator})",
-            f"reward: {reward} via reward_manager={c.reward_model.reward_manager}"]
+            f"reward: {reward} via reward_manager={c.reward_model.reward_manager}", *_lora(c)]
+
+
+def _lora(c: PPOTrainerConfig) -> list[str]:
+    model, lines = c.actor_rollout_ref.model, []
+    if model.lora_rank > 0:
+        sync = ("adapter folded into the base, full weights synced" if model.lora.merge
+                else "engine loads the base from model.path and serves the adapter; only adapter tensors synced")
+        lines.append(f"LoRA: actor trains rank-{model.lora_rank} adapters (alpha {model.lora_alpha}, target_modules="
+                     f"{model.target_modules}) on a frozen base; rollout: {sync} (model.lora.merge="
+                     f"{str(model.lora.merge).lower()})")
+        if need_reference_policy(c):
+            lines.append("LoRA: reference log-probs = the actor with its adapters disabled (no reference model loaded)")
+    if need_critic(c) and c.critic.model.lora_rank > 0:
+        lines.append(f"LoRA: critic trains rank-{c.critic.model.lora_rank} adapters and its value head")
+    return lines
 
 
 def _update_plan(role: str, mini: int, micro: Any, dynamic: bool, epochs: int, c: PPOTrainerConfig) -> list[str]:

@@ -196,6 +196,23 @@ def check_combinations(c: PPOTrainerConfig) -> None:
              "(or trainer.resume_mode=auto)")
 
 
+def check_lora(c: PPOTrainerConfig) -> None:
+    """LoRA sizes of the policy and the critic; engines that can take the trained adapter."""
+    for group, model in ((f"{ARR}.model", c.actor_rollout_ref.model), ("critic.model", c.critic.model)):
+        if model.lora_rank < 0:
+            fail(f"{group}.lora_rank={model.lora_rank}", "must be 0 (LoRA off) or a rank >= 1", f"{group}.lora_rank=32")
+        if model.lora_alpha <= 0:
+            fail(f"{group}.lora_alpha={model.lora_alpha}", "the LoRA scaling must be > 0",
+                 f"{group}.lora_alpha={max(2 * model.lora_rank, 16)}")
+        if model.lora_adapter_path is not None and model.lora_rank == 0:
+            fail(f"{group}.lora_adapter_path={model.lora_adapter_path}, {group}.lora_rank=0",
+                 "a saved adapter is trained further only with LoRA on", f"{group}.lora_rank=<the adapter's r>")
+    rollout = c.actor_rollout_ref.rollout
+    if c.actor_rollout_ref.model.lora_rank > 0 and rollout.name == "sglang":
+        fail(f"not supported yet: {ARR}.model.lora_rank={c.actor_rollout_ref.model.lora_rank} with "
+             f"{ARR}.rollout.name=sglang", "LoRA weights reach the vLLM and HF engines only", f"{ARR}.rollout.name=vllm")
+
+
 # Engines with a multi-turn (agent loop) front: `BaseRollout.agent_engine`.
 MULTI_TURN_ENGINES = ("vllm", "hf")
 

@@ -66,10 +66,11 @@ def build_trainer(config: DictConfig):
     from rlpost.trainer.ppo.ray_trainer import RayPPOTrainer
     from rlpost.trainer.ppo.roles import default_role_worker_mapping
 
-    from rlpost.trainer.ppo.preflight import check_model_and_data_paths
+    from rlpost.trainer.ppo.preflight import check_lora_inputs, check_model_and_data_paths
 
     try:  # bad input fails here, in seconds and with one message, before the workers start
         check_model_and_data_paths(config)
+        check_lora_inputs(config)
         tokenizer = load_tokenizer(config)
         data_cfg = config.data
         train_ds = create_rl_dataset(data_cfg.train_files, data_cfg, tokenizer)

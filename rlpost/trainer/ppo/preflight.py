@@ -32,6 +32,22 @@ def check_model_and_data_paths(config: Any) -> None:
                                  "made by examples/data_preprocess/gsm8k.py")
 
 
+def check_lora_inputs(config: Any) -> None:
+    """With LoRA on: `target_modules` select layers of the model, and a `lora_adapter_path` is an adapter folder
+    of the configured rank (its layer shapes are checked when the workers load it)."""
+    from rlpost.utils.lora import check_adapter_folder, check_target_modules, lora_enabled
+
+    groups = {"actor_rollout_ref.model": config.actor_rollout_ref.model}
+    if need_critic(config):
+        groups["critic.model"] = config.critic.model
+    for group, model_cfg in groups.items():
+        if not lora_enabled(model_cfg):
+            continue
+        check_target_modules(model_cfg, group)
+        if model_cfg.lora_adapter_path is not None:
+            check_adapter_folder(str(model_cfg.lora_adapter_path), model_cfg, None, group)
+
+
 def check_devices(config: Any) -> None:
     """One node: the devices `trainer.n_gpus_per_node` asks for exist here (else Ray would wait, then time out)."""
     trainer = config.trainer
