@@ -3,6 +3,9 @@
     python -m rlpost.model_merger merge --backend fsdp --local_dir ckpts/global_step_10/actor --target_dir out/
     python -m rlpost.model_merger test  --backend fsdp --local_dir ckpts/global_step_10/actor --test_hf_dir out/
 
+A LoRA checkpoint (it has `lora_adapter/`) exports its PEFT adapter folder as it is, or with `--merge_lora` the
+base model (`adapter_config.json`'s base_model_name_or_path, or `--base_model`) with the adapter folded in.
+
 Shard format (version `rlpost-fsdp-v1`), one folder per role::
 
     model_world_size_{W}_rank_{r}.pt   # torch.save'd dict: state-dict name (HF name) -> this rank's local
@@ -184,6 +187,44 @@ def merge(local_dir: str | Path, target_dir: str | Path, dtype: torch.dtype | No
     return target
 
 
+LORA_SUBDIR = "lora_adapter"
+
+
+def merge_lora(local_dir: str | Path, target_dir: str | Path, merge_into_base: bool, base_model: str | None = None,
+               dtype: torch.dtype | None = None) -> Path:
+    """Export the LoRA adapter of `local_dir`: the PEFT folder itself, or the merged HF model.
+
+    Raises:
+        FileNotFoundError: the checkpoint has no adapter, or the base model folder is missing (named).
+    """
+    adapter, target = Path(local_dir) / LORA_SUBDIR, Path(target_dir)
+    if not (adapter / "adapter_config.json").is_file():
+        raise FileNotFoundError(f"{adapter / 'adapter_config.json'} is missing: {local_dir} is not a LoRA checkpoint")
+    hf_dir = Path(local_dir) / HF_SUBDIR
+    tokenizer_files = [f for f in hf_dir.iterdir() if f.is_file() and "token" in f.name] if hf_dir.is_dir() else []
+    target.mkdir(parents=True, exist_ok=True)
+    if not merge_into_base:
+        for src in [*adapter.iterdir(), *tokenizer_files]:
+            shutil.copy2(src, target / src.name)
+        return target
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
+
+    base = base_model or json.loads((adapter / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    if not base or not Path(base).is_dir():
+        raise FileNotFoundError(f"base model {base!r} (from {adapter / 'adapter_config.json'}) is not a local folder; "
+                                "pass --base_model <the HF folder the run trained on>")
+    value_model = json.loads((adapter / "adapter_config.json").read_text()).get("task_type") == "TOKEN_CLS"
+    cls = AutoModelForTokenClassification if value_model else AutoModelForCausalLM
+    extra = {"num_labels": 1} if value_model else {}
+    model = cls.from_pretrained(base, dtype=dtype or torch.float32, **extra)
+    merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    merged.save_pretrained(target, safe_serialization=True)
+    for src in tokenizer_files:
+        shutil.copy2(src, target / src.name)
+    return target
+
+
 def _load_safetensors_dir(hf_dir: str | Path) -> dict[str, torch.Tensor]:
     """All tensors of the `*.safetensors` files of a HF folder."""
     from safetensors.torch import load_file
@@ -233,6 +274,9 @@ def _parser() -> argparse.ArgumentParser:
         if op == "merge":
             p.add_argument("--target_dir", required=True, help="output folder for from_pretrained")
             p.add_argument("--dtype", default="auto", choices=sorted(_DTYPES), help="weights dtype (auto: as saved)")
+            p.add_argument("--merge_lora", action="store_true",
+                           help="LoRA checkpoint: write the base model with the adapter merged (default: the adapter)")
+            p.add_argument("--base_model", default=None, help="LoRA: base HF folder (default: from adapter_config.json)")
         else:
             p.add_argument("--test_hf_dir", required=True, help="HF folder to compare against")
             p.add_argument("--atol", type=float, default=1e-6, help="max allowed abs diff per tensor")
@@ -244,6 +288,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.backend != "fsdp":
         raise SystemExit(f"not supported yet: --backend {args.backend} (only fsdp)")
+    if args.operation == "merge" and (Path(args.local_dir) / LORA_SUBDIR).is_dir():
+        out = merge_lora(args.local_dir, args.target_dir, args.merge_lora, args.base_model, _DTYPES[args.dtype])
+        print(f"saved {'merged HF model' if args.merge_lora else 'LoRA adapter (PEFT folder)'} to {out}")
+        return 0
     if args.operation == "merge":
         out = merge(args.local_dir, args.target_dir, _DTYPES[args.dtype])
         print(f"saved HF model to {out}")

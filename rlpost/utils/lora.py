@@ -21,6 +21,7 @@ import torch
 ADAPTER_NAME = "default"
 ADAPTER_DIR = "lora_adapter"  # sub-folder of a checkpoint holding the PEFT adapter
 _PEFT_PREFIX = "base_model.model."
+_SAVED_COPY = f".modules_to_save.{ADAPTER_NAME}."  # a fully trained module (a value model's head)
 
 
 def lora_enabled(model_cfg: Any) -> bool:
@@ -178,21 +179,23 @@ def merged_params(model: torch.nn.Module, named: Iterable[tuple[str, torch.Tenso
             merged = torch.addmm(base, b, a, alpha=_scaling(model, owner))  # never in place: base may be the param
             yield f"{owner}.weight", merged if dtype is None else merged.to(dtype)
             continue
-        if ".lora_" in name:
-            continue  # dropout / embedding adapters are not produced by LoRA on linear layers
-        name = name.replace(".base_layer.", ".")
+        if ".lora_" in name or ".original_module." in name:
+            continue  # a trained copy (modules_to_save) replaces the original module
+        name = name.replace(".base_layer.", ".").replace(_SAVED_COPY, ".")
         yield name, tensor if dtype is None else tensor.to(dtype)
     if pending:
         raise RuntimeError(f"LoRA layers without their pair: {sorted(pending)[:4]}")
 
 
 def adapter_tensors(named: Iterable[tuple[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """The adapter entries of `named` under PEFT's saved names (`base_model.model.X.lora_A.weight`), on CPU.
-    Every entry of `named` is consumed (each full tensor may be a collective)."""
+    """The adapter entries of `named` (and trained module copies, e.g. a value head) under PEFT's saved names
+    (`base_model.model.X.lora_A.weight`, `base_model.model.score.weight`), on CPU. Every entry of `named` is
+    consumed (each full tensor may be a collective)."""
     out = {}
     for name, tensor in named:
-        if ".lora_A." in name or ".lora_B." in name:
-            out[_PEFT_PREFIX + name.replace(f".{ADAPTER_NAME}.", ".")] = tensor.detach().to("cpu", copy=True)
+        if ".lora_A." in name or ".lora_B." in name or _SAVED_COPY in name:
+            saved = name.replace(_SAVED_COPY, ".").replace(f".{ADAPTER_NAME}.", ".")
+            out[_PEFT_PREFIX + saved] = tensor.detach().to("cpu", copy=True)
     return out
 
 

@@ -102,3 +102,39 @@ def test_grpo_with_reward_model(workspace):
     check_metrics(rows)
     scores = [r[k] for r in rows if "timing_s/step" in r for k in ("critic/score/max", "critic/score/min")]
     assert any(abs(s - round(s)) > 1e-6 for s in scores), scores  # not the rule scorer's 0/1
+
+
+def test_lora_actor_and_critic_then_export(workspace, tmp_path):
+    """GAE with LoRA on actor (vLLM serves the adapter, reference = adapters off) and critic; the checkpoint
+    holds adapters only and exports as a PEFT folder or, merged, as a HF model computing what PEFT computes."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    rows = run_main_ppo(workspace, "lora", "algorithm.adv_estimator=gae", f"critic.model.path={workspace['model']}",
+                        "critic.ppo_mini_batch_size=2", "critic.ppo_micro_batch_size_per_gpu=2",
+                        "critic.forward_micro_batch_size_per_gpu=4", "critic.model.lora_rank=8",
+                        "actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.lora_alpha=16",
+                        "actor_rollout_ref.actor.optim.lr=1e-3", "actor_rollout_ref.actor.use_kl_loss=true",
+                        "actor_rollout_ref.rollout.calculate_log_probs=true", "trainer.save_freq=3")
+    check_metrics(rows, ("actor/kl_loss", "timing_s/ref", "critic/vf_loss", "training/rollout_probs_diff_mean"))
+    assert rows[-1]["training/rollout_probs_diff_mean"] < 0.05  # the engine generates with the trained adapter
+    ckpt = workspace["root"] / "lora" / "global_step_3"
+    shard = torch.load(ckpt / "actor" / "model_world_size_2_rank_0.pt", weights_only=False)
+    assert shard and all(".lora_" in k for k in shard)  # the frozen base is not copied into checkpoints
+    merger = [sys.executable, "-m", "rlpost.model_merger", "merge", "--backend", "fsdp"]
+    for role in ("actor", "critic"):
+        for flag, out in (([], "adapter"), (["--merge_lora"], "merged")):
+            proc = subprocess.run([*merger, "--local_dir", str(ckpt / role), "--target_dir",
+                                   str(tmp_path / role / out), *flag], capture_output=True, text=True, timeout=120)
+            assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "actor" / "adapter" / "adapter_model.safetensors").is_file()
+    assert (tmp_path / "critic" / "merged" / "model.safetensors").is_file()
+    ids = torch.tensor([[5, 17, 30, 41, 9, 12]])
+    base = AutoModelForCausalLM.from_pretrained(workspace["model"], dtype=torch.float32)
+    with torch.no_grad():
+        want = PeftModel.from_pretrained(base, str(tmp_path / "actor" / "adapter")).eval()(ids).logits
+        got = AutoModelForCausalLM.from_pretrained(tmp_path / "actor" / "merged", dtype=torch.float32)(ids).logits
+        plain = AutoModelForCausalLM.from_pretrained(workspace["model"], dtype=torch.float32)(ids).logits
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=0)
+    assert (got - plain).abs().max() > 1e-4  # three updates moved the policy away from the base
