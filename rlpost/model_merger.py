@@ -275,8 +275,8 @@ def _parser() -> argparse.ArgumentParser:
             p.add_argument("--target_dir", required=True, help="output folder for from_pretrained")
             p.add_argument("--dtype", default="auto", choices=sorted(_DTYPES), help="weights dtype (auto: as saved)")
             p.add_argument("--merge_lora", action="store_true",
-                           help="LoRA checkpoint: write the base model with the adapter merged (default: the adapter)")
-            p.add_argument("--base_model", default=None, help="LoRA: base HF folder (default: from adapter_config.json)")
+                           help="LoRA checkpoint: write the base model with the adapter merged (default: adapter)")
+            p.add_argument("--base_model", default=None, help="LoRA: base HF folder (default: adapter_config.json)")
         else:
             p.add_argument("--test_hf_dir", required=True, help="HF folder to compare against")
             p.add_argument("--atol", type=float, default=1e-6, help="max allowed abs diff per tensor")

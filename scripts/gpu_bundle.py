@@ -27,7 +27,8 @@ from pathlib import Path
 # (FLASH_ATTN backend, dense Qwen2), Ray and Hydra. Verified on an H200 (shared/gpu-host-packages.txt);
 # everything else vLLM declares (torch, numpy, transformers, triton, ...) is already on that host.
 HOST_LACKS = """
-annotated_types==0.8.0 anthropic==2.14.0 antlr4_python3_runtime==4.9.3 apache_tvm_ffi==0.1.9 astor==0.8.1
+accelerate==1.15.0 annotated_types==0.8.0 anthropic==2.14.0 antlr4_python3_runtime==4.9.3 apache_tvm_ffi==0.1.9
+astor==0.8.1
 blake3==1.0.11 cachetools==8.0.2 cbor2==6.3.0 cffi==2.1.1 codetiming==1.4.0 compressed_tensors==0.17.0
 cryptography==50.0.2 depyf==0.20.0 dill==0.4.1 diskcache==5.6.3 dnspython==2.9.2 docstring_parser==0.18.0
 email_validator==2.4.0 fastapi==0.136.3 flashinfer_python==0.6.12 googleapis_common_protos==1.76.0
@@ -41,7 +42,7 @@ opentelemetry_exporter_otlp_proto_common==1.45.2 opentelemetry_exporter_otlp_pro
 opentelemetry_exporter_otlp_proto_http==1.45.2 opentelemetry_proto==1.45.2 opentelemetry_sdk==1.45.2
 opentelemetry_semantic_conventions==0.66b2 opentelemetry_semantic_conventions_ai==0.5.1 outlines_core==0.2.14
 partial_json_parser==0.2.1.1.post7 prometheus_fastapi_instrumentator==8.1.0 pybase64==1.5.1
-pycountry==26.2.16 pycparser==3.12 pydantic==2.14.4 pydantic_core==2.50.5 pydantic_extra_types==2.11.1
+peft==0.21.2 pycountry==26.2.16 pycparser==3.12 pydantic==2.14.4 pydantic_core==2.50.5 pydantic_extra_types==2.11.1
 pydantic_settings==2.16.3 pyjwt==2.15.1 python_dotenv==1.2.4 python_json_logger==4.2.0
 python_multipart==0.0.34 pyvers==0.2.3 pyzmq==27.3.0 ray==2.60.0 referencing==0.37.0 rpds_py==2026.9.1
 setproctitle==1.3.8 sniffio==1.3.1 sse_starlette==3.7.0 starlette==1.10.0 supervisor==4.3.0

@@ -3,6 +3,7 @@
 #
 #   bash scripts/quickstart.sh                 # everything below, from a fresh clone
 #   ALGO=ppo bash scripts/quickstart.sh        # PPO with a critic (GAE) instead of GRPO
+#   LORA_RANK=16 bash scripts/quickstart.sh    # train LoRA adapters (PEFT) instead of the full model
 #   QUICKSTART_DIR=/tmp/qs bash scripts/quickstart.sh
 #
 # 1. set up .venv (scripts/setup_env.sh)
@@ -32,6 +33,13 @@ MODEL=$WORK/model
 DATA=$WORK/data
 SFT_DIR=$WORK/sft
 RUN_DIR=$WORK/$ALGO
+LORA_RANK=${LORA_RANK:-0}
+LORA_ARGS=()
+if [ "$LORA_RANK" -gt 0 ]; then  # adapters learn with a larger step than full fine-tuning
+  LORA_ARGS=(actor_rollout_ref.model.lora_rank="$LORA_RANK" actor_rollout_ref.model.lora_alpha=$((2 * LORA_RANK))
+             actor_rollout_ref.actor.optim.lr="${LORA_LR:-2e-3}")
+  RUN_DIR=$WORK/${ALGO}_lora$LORA_RANK
+fi
 log() { echo "[quickstart $(date +%H:%M:%S)] $*"; }
 
 if [ ! -f "$MODEL/config.json" ]; then
@@ -73,6 +81,6 @@ OMP_NUM_THREADS=1 python -m rlpost.trainer.main_ppo --config-path="$ROOT/example
     trainer.total_training_steps="$GRPO_STEPS" \
     trainer.test_freq="$GRPO_STEPS" \
     trainer.default_local_dir="$RUN_DIR" \
-    "$@"
+    "${LORA_ARGS[@]}" "$@"
 log "$ALGO wall time: $((SECONDS - start)) s (start-up and both validations included)"
 python scripts/quickstart_eval.py "$RUN_DIR"

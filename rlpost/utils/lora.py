@@ -39,7 +39,8 @@ def peft_config(model_cfg: Any, value_model: bool = False, base_path: str | None
 
     exclude = model_cfg.exclude_modules
     return LoraConfig(
-        r=int(model_cfg.lora_rank), lora_alpha=int(model_cfg.lora_alpha), target_modules=_targets(model_cfg.target_modules),
+        r=int(model_cfg.lora_rank), lora_alpha=int(model_cfg.lora_alpha),
+        target_modules=_targets(model_cfg.target_modules),
         exclude_modules=None if exclude is None else _targets(exclude), lora_dropout=0.0, bias="none",
         task_type=TaskType.TOKEN_CLS if value_model else TaskType.CAUSAL_LM,
         modules_to_save=["score"] if value_model else None,

@@ -309,7 +309,8 @@ class ActorRolloutRefWorker(_FSDPRole):
         """Reads `input_ids`, `attention_mask`, `position_ids`, `responses`; writes `ref_log_prob` (B, R).
         A LoRA actor computes them itself with its adapters disabled (the base model is the reference)."""
         if self._ref_in_actor:
-            module, fsdp_cfg, adapters_off = self.actor_module, self.config.actor.fsdp_config, self.actor_peft.disable_adapter()
+            module, fsdp_cfg = self.actor_module, self.config.actor.fsdp_config
+            adapters_off = self.actor_peft.disable_adapter()
         else:
             module, fsdp_cfg, adapters_off = self.ref_module, self.config.ref.fsdp_config, nullcontext()
         self._onload(module, None, fsdp_cfg)

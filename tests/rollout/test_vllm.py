@@ -215,3 +215,14 @@ def test_engine_kwargs_mapping_and_errors(monkeypatch):
         _load_format("bogus")
     with pytest.raises(NotImplementedError, match="not supported yet: .*swap_space"):
         engine_kwargs(_rollout_cfg("actor_rollout_ref.rollout.engine_kwargs.swap_space=4"), "/m", "cpu")
+
+
+def test_engine_kwargs_reserve_one_lora_slot_of_a_valid_rank():
+    from rlpost.rollout.vllm import engine_kwargs
+
+    assert "enable_lora" not in engine_kwargs(_rollout_cfg(), "/m", "cpu")
+    kw = engine_kwargs(_rollout_cfg(), "/m", "cpu", lora_rank=12)
+    assert (kw["enable_lora"], kw["max_loras"], kw["max_lora_rank"]) == (True, 1, 16)  # vLLM's next allowed rank
+    assert engine_kwargs(_rollout_cfg(), "/m", "cpu", lora_rank=64)["max_lora_rank"] == 64
+    with pytest.raises(ValueError, match="lora_rank=1024: vLLM serves adapters up to rank 512; .*lora.merge=true"):
+        engine_kwargs(_rollout_cfg(), "/m", "cpu", lora_rank=1024)

@@ -210,7 +210,8 @@ def check_lora(c: PPOTrainerConfig) -> None:
     rollout = c.actor_rollout_ref.rollout
     if c.actor_rollout_ref.model.lora_rank > 0 and rollout.name == "sglang":
         fail(f"not supported yet: {ARR}.model.lora_rank={c.actor_rollout_ref.model.lora_rank} with "
-             f"{ARR}.rollout.name=sglang", "LoRA weights reach the vLLM and HF engines only", f"{ARR}.rollout.name=vllm")
+             f"{ARR}.rollout.name=sglang", "LoRA weights reach the vLLM and HF engines only",
+             f"{ARR}.rollout.name=vllm")
 
 
 # Engines with a multi-turn (agent loop) front: `BaseRollout.agent_engine`.

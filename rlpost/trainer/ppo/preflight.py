@@ -7,6 +7,7 @@ the data files, and whether this machine has the devices the config asks for. Ea
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from typing import Any
 
@@ -43,6 +44,9 @@ def check_lora_inputs(config: Any) -> None:
     for group, model_cfg in groups.items():
         if not lora_enabled(model_cfg):
             continue
+        if importlib.util.find_spec("peft") is None:
+            raise ValueError(f"{group}.lora_rank={model_cfg.lora_rank} needs PEFT, which is not installed: "
+                             "pip install 'rlpost[lora]' (or peft), or set the rank to 0")
         check_target_modules(model_cfg, group)
         if model_cfg.lora_adapter_path is not None:
             check_adapter_folder(str(model_cfg.lora_adapter_path), model_cfg, None, group)
