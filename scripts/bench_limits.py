@@ -37,10 +37,15 @@ sys.path.append(str(REPO))  # after PYTHONPATH: a snapshot of rlpost put there w
 QWEN05 = dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
               intermediate_size=4864, vocab_size=151936, max_position_embeddings=32768, rope_theta=1000000.0,
               rms_norm_eps=1e-6, tie_word_embeddings=True)
+# Qwen2.5-7B's architecture (random weights).
+QWEN7 = dict(hidden_size=3584, num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4,
+             intermediate_size=18944, vocab_size=152064, max_position_embeddings=32768, rope_theta=1000000.0,
+             rms_norm_eps=1e-6, tie_word_embeddings=False)
+ARCHS = {"0.5b": QWEN05, "7b": QWEN7}
 
 
-def build_model(out_dir: str | Path, seed: int = 0) -> Path:
-    """Save a random-weight Qwen2.5-0.5B-architecture model (bf16) + a small BPE tokenizer into out_dir."""
+def build_model(out_dir: str | Path, seed: int = 0, arch: str = "0.5b") -> Path:
+    """Save a random-weight Qwen2.5-architecture model (`ARCHS[arch]`, bf16) + a small BPE tokenizer into out_dir."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from rlpost.utils.tiny_model import build_tokenizer
@@ -48,11 +53,13 @@ def build_model(out_dir: str | Path, seed: int = 0) -> Path:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tok = build_tokenizer(out)
-    config = Qwen2Config(**QWEN05, bos_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
+    config = Qwen2Config(**ARCHS[arch], bos_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
                          pad_token_id=tok.pad_token_id, dtype="bfloat16")
     torch.manual_seed(seed)
     with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
-        model = Qwen2ForCausalLM(config).to(torch.bfloat16)
+        torch.set_default_dtype(torch.bfloat16)  # a 7B model is built in bf16 directly (no fp32 copy)
+        model = Qwen2ForCausalLM(config)
+        torch.set_default_dtype(torch.float32)
     model.save_pretrained(str(out), safe_serialization=True)
     del model
     return out
