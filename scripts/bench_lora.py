@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -38,7 +39,8 @@ def run_mode(mode: str, args: argparse.Namespace, model: Path, data: Path, out: 
     lora = [] if mode == "full" else [f"actor_rollout_ref.model.lora_rank={args.rank}",
                                       f"actor_rollout_ref.model.lora_alpha={2 * args.rank}",
                                       "actor_rollout_ref.actor.optim.lr=1e-5"]
-    run_dir = Path(f"/tmp/run_lora_{mode}")
+    run_dir = Path(f"/tmp/run_lora_{args.arch}_{mode}")
+    shutil.rmtree(run_dir, ignore_errors=True)  # metrics.jsonl is appended to: start each run empty
     cmd = ["bash", "examples/grpo_trainer/run_qwen2_5_0_5b_gpu.sh",
            f"data.train_batch_size={args.prompts}", "data.max_response_length=512", "data.val_files=null",
            f"actor_rollout_ref.actor.ppo_mini_batch_size={args.prompts}",

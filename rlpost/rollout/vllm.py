@@ -266,6 +266,7 @@ class VLLMRollout(BaseRollout):
         from vllm.lora.request import LoRARequest
 
         start = time.perf_counter()
+        self._wake_weights()  # the adapter slots live in the weights' memory
         old = self.lora_request
         new_id = 1 if old is None else old.lora_int_id + 1
         self.lora_request = LoRARequest(f"actor_{new_id}", new_id, path)
@@ -292,9 +293,7 @@ class VLLMRollout(BaseRollout):
         weights, device = self._named(named_tensors), self.device
         direct = self._direct_load
         start = time.perf_counter()
-        if "weights" in self._asleep:  # wake the weights only; the KV cache stays released until wake_up
-            self.llm.wake_up(tags=["weights"])
-            self._asleep = tuple(t for t in self._asleep if t != "weights")
+        self._wake_weights()
         woke = time.perf_counter()
 
         def _load(worker: Any) -> None:
@@ -318,6 +317,12 @@ class VLLMRollout(BaseRollout):
         self.last_sync_breakdown = {"wake": woke - start, "load": loaded - woke, "reset": end - loaded}
         logger.info("vLLM weights synced in %.3f s (%s)", self.last_sync_s,
                     ", ".join(f"{k} {v:.3f}" for k, v in self.last_sync_breakdown.items()))
+
+    def _wake_weights(self) -> None:
+        """Wake the weights only (after a sleep); the KV cache stays released until `wake_up`."""
+        if "weights" in self._asleep:
+            self.llm.wake_up(tags=["weights"])
+            self._asleep = tuple(t for t in self._asleep if t != "weights")
 
     @property
     def _direct_load(self) -> bool:

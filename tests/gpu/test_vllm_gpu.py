@@ -13,8 +13,6 @@ import torch
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
 
-from omegaconf import OmegaConf  # noqa: E402
-
 from rlpost import keys  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(280)]
@@ -44,13 +42,19 @@ def engine(tiny_model_dir, hf_model):
 
     from rlpost.rollout import build_rollout
 
-    cfg = OmegaConf.create({
-        "name": "vllm", "prompt_length": P, "response_length": R, "dtype": "bfloat16",
-        "load_format": "dummy_dtensor", "enforce_eager": True, "gpu_memory_utilization": GPU_MEM,
-        "free_cache_engine": True, "calculate_log_probs": True, "temperature": 1.0, "do_sample": True,
-        "ignore_eos": True, "tensor_model_parallel_size": 1, "max_num_seqs": 64, "max_num_batched_tokens": 2048,
-        "val_kwargs": {"do_sample": False, "temperature": 0.0, "top_k": -1, "top_p": 1.0, "n": 1},
-    })
+    from _compose import compose_config
+
+    arr = "actor_rollout_ref"
+    cfg = compose_config(
+        "trainer.device=cuda", "trainer.n_gpus_per_node=1", f"data.max_prompt_length={P}",
+        f"data.max_response_length={R}", "data.train_batch_size=8", f"{arr}.actor.ppo_mini_batch_size=8",
+        f"{arr}.actor.ppo_micro_batch_size_per_gpu=8", "critic.ppo_micro_batch_size_per_gpu=8",
+        f"{arr}.rollout.name=vllm", f"{arr}.rollout.dtype=bfloat16", f"{arr}.rollout.load_format=dummy_dtensor",
+        f"{arr}.rollout.enforce_eager=true", f"{arr}.rollout.gpu_memory_utilization={GPU_MEM}",
+        f"{arr}.rollout.free_cache_engine=true", f"{arr}.rollout.calculate_log_probs=true",
+        f"{arr}.rollout.ignore_eos=true", f"{arr}.rollout.tensor_model_parallel_size=1",
+        f"{arr}.rollout.max_num_seqs=64", f"{arr}.rollout.max_num_batched_tokens=2048",
+    ).actor_rollout_ref.rollout
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     rollout = build_rollout(cfg, tiny_model_dir, tok, "cuda")
     rollout.update_weights((k, v.to(torch.bfloat16)) for k, v in hf_model.state_dict().items())
