@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from _fsdp_helpers import make_batch, spawn
+from _fsdp_helpers import arr_config, full_config, gather_all, make_batch, shard_of, spawn
 from rlpost import keys
 
 pytestmark = pytest.mark.timeout(300)
@@ -63,9 +63,83 @@ def _forward_backward(rank: int, cases: list[tuple[int, int, int, bool]]) -> Non
             torch.testing.assert_close(grad / size, want_grads[name], atol=1e-6, rtol=1e-5, msg=name)
 
 
-def test_two_ranks_match_single_rank(tmp_path):
-    """The tiny model's layout (one KV head for two ranks), and 4 heads / 2 KV heads with checkpointing."""
-    spawn(_forward_backward, ([(2, 1, 2, False), (4, 2, 2, True)],), str(tmp_path), world=2)
+def _masked(t: torch.Tensor, batch: dict) -> torch.Tensor:
+    """Values on response tokens only: the position after a sequence's last token predicts whatever the packing
+    put next, which differs between micro-batch splits and is never used."""
+    return t * batch[keys.RESPONSE_MASK]
+
+
+def _prompts(batch: dict, rank: int):
+    """This rank's left-padded prompts, for greedy generation."""
+    mask = batch[keys.ATTENTION_MASK][:, :batch[keys.PROMPTS].shape[1]]
+    prompts = {keys.INPUT_IDS: batch[keys.PROMPTS], keys.ATTENTION_MASK: mask,
+               keys.POSITION_IDS: (mask.cumsum(-1) - 1).clamp(min=0)}
+    data = shard_of(prompts, rank, 2)
+    data.meta_info.update({keys.META_DO_SAMPLE: False, keys.META_VALIDATE: False})
+    return data
+
+
+def _actor_results(rank: int, model_dir: str, size: int) -> dict[str, torch.Tensor]:
+    """What the trainer gets from an actor_rollout_ref worker (Ulysses size `size` for actor and reference):
+    log-probs, entropies (fixed and dynamic micro-batches), reference log-probs, greedy HF generation on the
+    actor's (patched) module, the grad norm of one update on all 8 rows and the log-probs after it."""
+    from rlpost.workers.fsdp_workers import ActorRolloutRefWorker
+
+    cfg = arr_config(model_dir, "actor_rollout_ref.model.use_remove_padding=true",
+                     "actor_rollout_ref.model.enable_gradient_checkpointing=true",
+                     f"actor_rollout_ref.actor.ulysses_sequence_parallel_size={size}",
+                     "actor_rollout_ref.actor.ppo_mini_batch_size=8", "actor_rollout_ref.actor.use_kl_loss=true",
+                     "actor_rollout_ref.actor.entropy_coeff=0.01")
+    w = ActorRolloutRefWorker(cfg, role="actor_rollout_ref")
+    w.init_model(total_training_steps=2)
+    batch = make_batch(len(w.tokenizer))
+    out = w.compute_log_prob(shard_of(batch, rank, 2))
+    res = {"logp": gather_all(out.batch[keys.OLD_LOG_PROBS]), "ent": gather_all(out.batch[keys.ENTROPYS])}
+    w.config.rollout.log_prob_use_dynamic_bsz = True
+    res["logp_dyn"] = gather_all(w.compute_log_prob(shard_of(batch, rank, 2)).batch[keys.OLD_LOG_PROBS])
+    res["ref"] = gather_all(w.compute_ref_log_prob(shard_of(batch, rank, 2)).batch[keys.REF_LOG_PROB])
+    res["generated"] = gather_all(w.generate_sequences(_prompts(batch, rank)).batch[keys.RESPONSES])
+    extra = {keys.OLD_LOG_PROBS: res["logp"], keys.REF_LOG_PROB: res["ref"] - 0.1,
+             keys.ADVANTAGES: torch.linspace(-1, 1, 40).reshape(8, 5)}
+    metrics = w.update_actor(shard_of(batch, rank, 2, **extra)).meta_info[keys.META_METRICS]
+    res["grad_norm"] = torch.tensor(metrics["actor/grad_norm"])
+    res["logp_after"] = gather_all(w.compute_log_prob(shard_of(batch, rank, 2)).batch[keys.OLD_LOG_PROBS])
+    return {k: v if k in ("generated", "grad_norm") else _masked(v, batch) for k, v in res.items()}
+
+
+def _critic_results(rank: int, model_dir: str, size: int) -> dict[str, torch.Tensor]:
+    """Values before and after one critic update on all 8 rows, and its grad norm (Ulysses size `size`)."""
+    from rlpost.workers.fsdp_workers import CriticWorker
+
+    cfg = full_config(model_dir, f"critic.ulysses_sequence_parallel_size={size}", "critic.enable=true",
+                      "critic.optim.lr_warmup_steps=0").critic
+    w = CriticWorker(cfg)
+    torch.manual_seed(0)  # the value head is freshly initialised: the same head for both sizes
+    w.init_model(total_training_steps=2)
+    batch = make_batch(len(w.tokenizer))
+    res = {"values": gather_all(w.compute_values(shard_of(batch, rank, 2)).batch[keys.VALUES])}
+    extra = {keys.VALUES: res["values"], keys.RETURNS: torch.linspace(-1, 1, 40).reshape(8, 5)}
+    metrics = w.update_critic(shard_of(batch, rank, 2, **extra)).meta_info[keys.META_METRICS]
+    res["grad_norm"] = torch.tensor(metrics["critic/grad_norm"])
+    res["values_after"] = gather_all(w.compute_values(shard_of(batch, rank, 2)).batch[keys.VALUES])
+    return res
+
+
+def _two_ranks(rank: int, model_dir: str) -> None:
+    _forward_backward(rank, [(2, 1, 2, False), (4, 2, 2, True)])
+    for results, before, after in ((_actor_results, "logp", "logp_after"), (_critic_results, "values", "values_after")):
+        want, got = results(rank, model_dir, 1), results(rank, model_dir, 2)
+        for key, value in want.items():
+            torch.testing.assert_close(got[key], value, atol=1e-5, rtol=1e-4, msg=key)
+        assert (got[after] - got[before]).abs().max() > 1e-3  # the update moved the model
+
+
+def test_two_ranks_match_single_rank(tmp_path, tiny_model_dir):
+    """The tiny model's layout (one KV head for two ranks), 4 heads / 2 KV heads with checkpointing, then the
+    FSDP2 workers: actor and reference with SP 2 (data-parallel size 1) against SP 1 (data-parallel size 2) on
+    the same 8 rows, through log-probs, an update (gradient accumulation over 2 micro-batches vs 1), generation;
+    the critic likewise."""
+    spawn(_two_ranks, (str(tiny_model_dir),), str(tmp_path), world=2)
 
 
 def test_four_ranks_match_single_rank(tmp_path):
