@@ -69,6 +69,10 @@ def _sequence_parallel_forward(module: torch.nn.Module, packed_ids: torch.Tensor
                  use_cache=False, **{SHARD_KWARG: shard}, **extra)
     logits = out.logits.squeeze(0)
     per_tok = logits_fn(logits if extra else logits[local], labels[local + shard.start])
+    if local.numel() == 0 and logits.requires_grad:
+        # No kept token in this slice, but the backward must still run through this rank's model: its
+        # all-to-alls pair with the other ranks'.
+        per_tok = per_tok + logits.sum() * 0
     buffer = per_tok.new_zeros((shard.length, *per_tok.shape[1:]))
     buffer = buffer.index_put((local,), per_tok)
     return gather_sequence(buffer, sp)[keep]

@@ -41,6 +41,14 @@ def _values_and_grads(model, batch, sp):
     return both.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
 
 
+def _long_prompt_batch() -> dict[str, torch.Tensor]:
+    """One row, 10 prompt and 2 response tokens: the first ranks' slices hold no response token at all."""
+    ids = torch.arange(3, 15)[None]
+    ones = torch.ones_like(ids)
+    return {keys.INPUT_IDS: ids, keys.ATTENTION_MASK: ones, keys.POSITION_IDS: torch.arange(12)[None],
+            keys.RESPONSES: ids[:, -2:], keys.RESPONSE_MASK: ones[:, -2:]}
+
+
 def _forward_backward(rank: int, cases: list[tuple[int, int, int, bool]]) -> None:
     """Each case (heads, kv_heads, SP size, gradient checkpointing): SP values equal the single-rank ones, and
     the SP group's gradients, averaged as FSDP averages them, equal the single-rank gradients."""
@@ -50,17 +58,18 @@ def _forward_backward(rank: int, cases: list[tuple[int, int, int, bool]]) -> Non
     from rlpost.utils.ulysses import new_sequence_parallel, use_ulysses_attention
 
     init_distributed("cpu")
-    batch = make_batch(VOCAB)
     for heads, kv_heads, size, checkpointing in cases:
         sp = new_sequence_parallel(size)
         model = _model(heads, kv_heads, checkpointing)
-        want, want_grads = _values_and_grads(model, batch, None)
-        use_ulysses_attention(model)
-        got, grads = _values_and_grads(model, batch, sp)
-        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
-        for name, grad in grads.items():
-            dist.all_reduce(grad, group=sp.group)
-            torch.testing.assert_close(grad / size, want_grads[name], atol=1e-6, rtol=1e-5, msg=name)
+        for batch in (make_batch(VOCAB), _long_prompt_batch()):
+            model.set_attn_implementation("sdpa")
+            want, want_grads = _values_and_grads(model, batch, None)
+            use_ulysses_attention(model)
+            got, grads = _values_and_grads(model, batch, sp)
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+            for name, grad in grads.items():
+                dist.all_reduce(grad, group=sp.group)
+                torch.testing.assert_close(grad / size, want_grads[name], atol=1e-6, rtol=1e-5, msg=name)
 
 
 def _masked(t: torch.Tensor, batch: dict) -> torch.Tensor:
