@@ -134,8 +134,19 @@ def _critic_results(rank: int, model_dir: str, size: int) -> dict[str, torch.Ten
     return res
 
 
+def _shuffle_draws_agree(rank: int) -> None:
+    """Ranks with different generator states draw the same numbers after `sync_rng` (a seedless shuffle)."""
+    from rlpost.utils.ulysses import new_sequence_parallel, sync_rng
+
+    torch.manual_seed(rank)
+    sync_rng(new_sequence_parallel(2))
+    draws = gather_all(torch.rand(4)).reshape(2, 4)
+    assert torch.equal(draws[0], draws[1])
+
+
 def _two_ranks(rank: int, model_dir: str) -> None:
     _forward_backward(rank, [(2, 1, 2, False), (4, 2, 2, True)])
+    _shuffle_draws_agree(rank)
     for results, before, after in ((_actor_results, "logp", "logp_after"), (_critic_results, "values", "values_after")):
         want, got = results(rank, model_dir, 1), results(rank, model_dir, 2)
         for key, value in want.items():
