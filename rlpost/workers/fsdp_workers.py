@@ -70,6 +70,7 @@ def own_rows(out: DataProto, start: int, rows: int) -> DataProto:
 
 
 def _sp_parts(sp: SequenceParallel | None) -> tuple[Any, int]:
+    """(group, rank in it) of a Ulysses group for `group_rows`; (None, 0) without one."""
     return (None, 0) if sp is None else (sp.group, sp.rank)
 
 
