@@ -4,15 +4,16 @@ float32 (SDPA's efficient kernel) and bfloat16 (the flash kernel, GQA without re
 
 from __future__ import annotations
 
-import os
-import traceback
+import sys
+from pathlib import Path
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from rlpost import keys
-from rlpost.utils.distributed import free_port
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workers"))
+from _fsdp_helpers import spawn  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(300)]
 
@@ -66,33 +67,17 @@ def _check(dtype: torch.dtype, sp, atol: float, rtol: float) -> None:
         torch.testing.assert_close(grad / sp.size / scale, want_grads[name] / scale, atol=atol, rtol=rtol, msg=name)
 
 
-def _worker(rank: int, world: int, port: int, err_dir: str) -> None:
-    os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
-                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
-    import torch.distributed as dist
+def _worker(rank: int) -> None:
+    from rlpost.utils.distributed import init_distributed
+    from rlpost.utils.ulysses import new_sequence_parallel
 
-    try:
-        from rlpost.utils.distributed import init_distributed
-        from rlpost.utils.ulysses import new_sequence_parallel
-
-        init_distributed("cuda")
-        torch.backends.cuda.matmul.allow_tf32 = False
-        sp = new_sequence_parallel(2)
-        _check(torch.float32, sp, atol=1e-4, rtol=1e-4)
-        _check(torch.bfloat16, sp, atol=3e-2, rtol=3e-2)
-    except BaseException:
-        with open(os.path.join(err_dir, f"err_{rank}.txt"), "w") as f:
-            f.write(traceback.format_exc())
-        raise
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+    init_distributed("cuda")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    sp = new_sequence_parallel(2)
+    _check(torch.float32, sp, atol=1e-4, rtol=1e-4)
+    _check(torch.bfloat16, sp, atol=3e-2, rtol=3e-2)
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
 def test_sequence_parallel_over_nccl_matches_one_gpu(tmp_path):
-    try:
-        mp.spawn(_worker, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True)
-    except Exception as exc:
-        errs = "\n".join(p.read_text() for p in sorted(tmp_path.glob("err_*.txt")))
-        raise AssertionError(errs or str(exc)) from exc
+    spawn(_worker, (), str(tmp_path), world=2)
