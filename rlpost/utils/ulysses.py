@@ -223,19 +223,23 @@ def ulysses_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     return heads_to_seq(out, sp).transpose(0, 1)[None], None
 
 
-def use_ulysses_attention(model: torch.nn.Module) -> None:
-    """Route `model`'s attention through `ulysses_attention` (registered once per process; masks for calls
-    without a shard are built as for SDPA).
+def use_ulysses_attention(model: torch.nn.Module, size: int) -> None:
+    """Route `model`'s attention through `ulysses_attention` for groups of `size` ranks (registered once per
+    process; masks for calls without a shard are built as for SDPA).
 
     Raises:
-        ValueError: the model does not dispatch attention through transformers' `AttentionInterface`.
+        ValueError: the attention heads do not split over `size` ranks, or the model does not dispatch
+            attention through transformers' `AttentionInterface`.
     """
     from transformers import AttentionInterface, PreTrainedModel
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
+    hf_model = next(m for m in model.modules() if isinstance(m, PreTrainedModel))  # under any wrapper
+    heads = hf_model.config.get_text_config().num_attention_heads
+    if heads % size:
+        raise ValueError(f"ulysses_sequence_parallel_size={size} must divide the model's {heads} attention heads")
     AttentionInterface.register(ATTENTION_NAME, ulysses_attention)
     ALL_MASK_ATTENTION_FUNCTIONS.register(ATTENTION_NAME, sdpa_mask)
-    hf_model = next(m for m in model.modules() if isinstance(m, PreTrainedModel))  # under any wrapper
     hf_model.set_attn_implementation(ATTENTION_NAME)
     if hf_model.config._attn_implementation != ATTENTION_NAME:
         raise ValueError(f"{type(hf_model).__name__} does not dispatch attention through transformers' "

@@ -216,7 +216,7 @@ class ActorRolloutRefWorker(_FSDPRole):
             self.actor = DataParallelPPOActor(acfg, self.actor_module, self.actor_optimizer,
                                               bool(model_cfg.use_remove_padding), self.mini_batch_rows, self.actor_sp)
             if self.actor_sp is not None:
-                use_ulysses_attention(self.actor_module)
+                use_ulysses_attention(self.actor_module, self.actor_sp.size)
         if self._is_ref:
             # A separate frozen FSDP module even when it starts from the actor's weights: the actor moves.
             # Frozen, so it is loaded straight in the compute dtype (no fp32 master copy).
@@ -227,7 +227,7 @@ class ActorRolloutRefWorker(_FSDPRole):
             self.ref_policy = DataParallelPPOActor(self.config.ref, ref_module, None,
                                                    bool(model_cfg.use_remove_padding), sp=self.ref_sp)
             if self.ref_sp is not None:
-                use_ulysses_attention(ref_module)
+                use_ulysses_attention(ref_module, self.ref_sp.size)
             self._offload(ref_module, None, ref_fsdp)
         if self._is_rollout:
             from rlpost.rollout import build_rollout
@@ -398,7 +398,7 @@ class CriticWorker(_FSDPRole):
         self.critic = DataParallelPPOCritic(self.config, self.module, self.optimizer,
                                             bool(model_cfg.use_remove_padding), self.mini_batch_rows, self.sp)
         if self.sp is not None:
-            use_ulysses_attention(self.module)
+            use_ulysses_attention(self.module, self.sp.size)
         self._offload(self.module, self.optimizer, self.fsdp_config)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)

@@ -57,7 +57,7 @@ def _check(dtype: torch.dtype, sp, atol: float, rtol: float) -> None:
     model.set_attn_implementation("sdpa")
     batch = {k: v.cuda() for k, v in _batch().items()}
     want, want_grads = _values_and_grads(model, batch, None)
-    use_ulysses_attention(model)
+    use_ulysses_attention(model, sp.size)
     got, grads = _values_and_grads(model, batch, sp)
     mask = batch[keys.RESPONSE_MASK].bool()
     torch.testing.assert_close(got[mask], want[mask], atol=atol, rtol=rtol)

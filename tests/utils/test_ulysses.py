@@ -32,3 +32,22 @@ def test_kv_heads_repeat_so_each_rank_keeps_its_query_groups():
     assert _repeat_kv_for_group(key, key, 2)[0] is key  # 2 KV heads split over 2 ranks as they are
     three = torch.zeros(1, 3, 2, 1)
     assert _repeat_kv_for_group(three, three, 2)[0].shape[1] == 6  # lcm(3, 2)
+
+
+def test_attention_is_selected_only_when_the_heads_split():
+    import pytest
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from rlpost.utils.ulysses import ATTENTION_NAME, use_ulysses_attention
+
+    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=32, hidden_size=32, intermediate_size=32, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=1, head_dim=16))
+    with pytest.raises(ValueError, match="ulysses_sequence_parallel_size=4 must divide the model's 2 attention"):
+        use_ulysses_attention(model, 4)
+    use_ulysses_attention(model, 2)
+    assert model.config._attn_implementation == ATTENTION_NAME
+    ids = torch.tensor([[3, 4, 5, 0], [6, 7, 8, 9]])
+    mask = (ids != 0).long()
+    plain = model(input_ids=ids, attention_mask=mask).logits  # no shard: plain SDPA with the padding mask
+    model.set_attn_implementation("sdpa")
+    torch.testing.assert_close(plain, model(input_ids=ids, attention_mask=mask).logits)

@@ -64,7 +64,7 @@ def _forward_backward(rank: int, cases: list[tuple[int, int, int, bool]]) -> Non
         for batch in (make_batch(VOCAB), _long_prompt_batch()):
             model.set_attn_implementation("sdpa")
             want, want_grads = _values_and_grads(model, batch, None)
-            use_ulysses_attention(model)
+            use_ulysses_attention(model, sp.size)
             got, grads = _values_and_grads(model, batch, sp)
             torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
             for name, grad in grads.items():
