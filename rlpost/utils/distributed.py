@@ -41,8 +41,10 @@ def init_distributed(device: str | None = None, timeout_s: float = 1800.0) -> No
     )
 
 
-def consecutive_groups(size: int, backend: str = "gloo") -> tuple[dist.ProcessGroup | None, int]:
+def consecutive_groups(size: int, backend: str | None = "gloo") -> tuple[dist.ProcessGroup | None, int]:
     """Split the default group into blocks of `size` consecutive ranks (e.g. tensor-parallel peers).
+
+    `backend` None gives the groups the default group's backends.
 
     Every rank must call this with the same `size` (creating a group is collective over all ranks).
     Returns (this rank's group, its index inside the block); (None, 0) when `size` is 1.

@@ -15,6 +15,8 @@ import torch
 from rlpost import keys
 from rlpost.algos import agg_loss, get_policy_loss_fn, kl_penalty
 from rlpost.utils.padding import next_token_labels, pad_output, unpad_input
+from rlpost.utils.ulysses import (SHARD_KWARG, SequenceParallel, gather_sequence, shard_packed_row, sp_size,
+                                  sync_rng)
 from rlpost.workers.batching import TensorDict, micro_batches, train_epochs
 
 _MODEL_INPUTS = (keys.INPUT_IDS, keys.ATTENTION_MASK, keys.POSITION_IDS, keys.RESPONSES)
@@ -44,18 +46,51 @@ def _response_positions(mask: torch.Tensor, r: int) -> tuple[torch.Tensor, torch
     return packed_pos[grid], grid
 
 
+def _sequence_parallel_forward(module: torch.nn.Module, packed_ids: torch.Tensor, packed_pos: torch.Tensor,
+                               mask: torch.Tensor, keep: torch.Tensor, logits_fn: Any,
+                               sp: SequenceParallel) -> torch.Tensor:
+    """`logits_fn` at the packed positions `keep`, each rank of the SP group running its slice of the row.
+
+    Every rank applies the head to the kept positions of its own slice, writes them into an (L, K) buffer and
+    the buffers are gathered along the sequence (`rlpost.utils.ulysses`), so all ranks return the same values.
+
+    Args:
+        packed_ids, packed_pos: (1, N) packed row. mask: (b, T) attention mask (sequence lengths).
+        keep: (n,) sorted packed positions whose output is wanted.
+
+    Returns:
+        (n, K) or (n,) per-token tensor, identical on every rank of the group.
+    """
+    labels = next_token_labels(packed_ids)
+    shard = shard_packed_row(packed_ids, packed_pos, mask.sum(-1), sp)
+    local = keep[(keep >= shard.start) & (keep < shard.start + shard.length)] - shard.start
+    extra = {"logits_to_keep": local} if _accepts_logits_to_keep(module) else {}
+    out = module(input_ids=shard.input_ids, position_ids=shard.position_ids, attention_mask=None,
+                 use_cache=False, **{SHARD_KWARG: shard}, **extra)
+    logits = out.logits.squeeze(0)
+    per_tok = logits_fn(logits if extra else logits[local], labels[local + shard.start])
+    if local.numel() == 0 and logits.requires_grad:
+        # No kept token in this slice, but the backward must still run through this rank's model: its
+        # all-to-alls pair with the other ranks'.
+        per_tok = per_tok + logits.sum() * 0
+    buffer = per_tok.new_zeros((shard.length, *per_tok.shape[1:]))
+    buffer = buffer.index_put((local,), per_tok)
+    return gather_sequence(buffer, sp)[keep]
+
+
 def forward_response_logits(module: torch.nn.Module, mb: TensorDict, use_remove_padding: bool,
-                            logits_fn: Any) -> torch.Tensor:
+                            logits_fn: Any, sp: SequenceParallel | None = None) -> torch.Tensor:
     """Run the model and return `logits_fn(out, labels)` at the positions that predict response tokens.
 
     Positions P-1 .. T-2 predict the response tokens P .. T-1. A causal LM applies its LM head to those
     positions only (`logits_to_keep`): the (b, T, V) logits of the prompt are never built. With
     remove-padding the real tokens are packed into one row (see `rlpost.utils.padding`) and the per-token
-    result is scattered back (zeros on pad positions).
+    result is scattered back (zeros on pad positions); with an SP group each rank runs a slice of that row.
 
     Args:
         mb: `input_ids`, `attention_mask`, `position_ids` (b, T) and `responses` (b, R).
         logits_fn: maps (model output tensor (n, C), labels (n,)) -> per-token tensor (n, K) or (n,).
+        sp: Ulysses group (needs `use_remove_padding`); None without sequence parallelism.
 
     Returns:
         (b, R) or (b, R, K) tensor.
@@ -64,8 +99,14 @@ def forward_response_logits(module: torch.nn.Module, mb: TensorDict, use_remove_
     b, t = ids.shape
     r = mb[keys.RESPONSES].shape[1]
     head_only = _accepts_logits_to_keep(module)
+    if sp is not None and not use_remove_padding:
+        raise ValueError("Ulysses sequence parallelism runs on packed rows: it needs use_remove_padding=true")
     if use_remove_padding:
         packed_ids, packed_pos, idx = unpad_input(ids, mask, pos)
+        if sp is not None:
+            keep, grid = _response_positions(mask, r)
+            per_tok = _sequence_parallel_forward(module, packed_ids, packed_pos, mask, keep, logits_fn, sp)
+            return pad_output(per_tok, grid, b, t)[:, -r - 1:-1]
         labels = next_token_labels(packed_ids)
         if not head_only:
             out = module(input_ids=packed_ids, position_ids=packed_pos, attention_mask=None, use_cache=False)
@@ -128,16 +169,19 @@ class DataParallelPPOActor:
             `grad_clip`, `policy_loss.loss_mode` and the keys that loss reads, see `rlpost.algos.losses`).
         module: the causal LM. optimizer: None for a frozen (reference) model.
         use_remove_padding: pack real tokens instead of running pad tokens.
-        mini_batch_rows: rows per PPO mini-batch on this rank (ppo_mini_batch_size x rollout.n / ranks).
+        mini_batch_rows: rows per PPO mini-batch on this rank (ppo_mini_batch_size x rollout.n / dp size).
+        sp: Ulysses group (all its ranks get the same rows); None without sequence parallelism.
     """
 
     def __init__(self, config: Any, module: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
-                 use_remove_padding: bool = False, mini_batch_rows: int | None = None) -> None:
+                 use_remove_padding: bool = False, mini_batch_rows: int | None = None,
+                 sp: SequenceParallel | None = None) -> None:
         self.config = config
         self.mini_batch_rows = mini_batch_rows  # rows per mini-batch on this rank; None for a frozen model
         self.module = module
         self.optimizer = optimizer
         self.use_remove_padding = use_remove_padding
+        self.sp = sp
 
     def _forward_micro_batch(self, mb: TensorDict, temperature: float, calculate_entropy: bool
                              ) -> tuple[torch.Tensor | None, torch.Tensor]:
@@ -146,7 +190,7 @@ class DataParallelPPOActor:
         def fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
             return token_logp_entropy(logits, labels, temperature, calculate_entropy)
 
-        both = forward_response_logits(self.module, mb, self.use_remove_padding, fn)
+        both = forward_response_logits(self.module, mb, self.use_remove_padding, fn, self.sp)
         return (both[..., 1] if calculate_entropy else None), both[..., 0]
 
     @torch.no_grad()
@@ -228,6 +272,8 @@ class DataParallelPPOActor:
             wanted.append(keys.ROLLOUT_IS_WEIGHTS)
         tensors = {k: data.batch[k] for k in wanted}
         temperature = float(data.meta_info.get(keys.META_TEMPERATURE, 1.0))
+        if self.sp is not None and cfg.shuffle and cfg.data_loader_seed is None:
+            sync_rng(self.sp)
         return train_epochs(self.module, self.optimizer, cfg, tensors,
                             lambda mb: self._micro_loss(mb, temperature), "actor",
-                            self.mini_batch_rows, cfg.data_loader_seed)
+                            self.mini_batch_rows, cfg.data_loader_seed, sp_size=sp_size(self.sp))

@@ -131,7 +131,7 @@ def _as_floats(values: dict[str, Any]) -> dict[str, float]:
 
 
 def train_epochs(module: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg: Any, tensors: TensorDict,
-                 micro_loss: Any, prefix: str, mini_batch_rows: int, shuffle_seed: int | None
+                 micro_loss: Any, prefix: str, mini_batch_rows: int, shuffle_seed: int | None, sp_size: int = 1
                  ) -> dict[str, list[float]]:
     """`ppo_epochs` x mini-batches of accumulated micro-batch losses, one optimiser step per mini-batch.
 
@@ -142,6 +142,8 @@ def train_epochs(module: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg:
         micro_loss: maps a micro-batch to (scalar loss, {metric: float or 0-dim tensor}).
         mini_batch_rows: rows per mini-batch on this rank (`rows_per_rank(ppo_mini_batch_size, n, dp)`).
         shuffle_seed: seed of the mini-batch shuffle (`mini_batches`); None: torch's global generator.
+        sp_size: Ulysses group size; the ranks of a group share each micro-batch, so a dynamic micro-batch
+            holds `ppo_max_token_len_per_gpu x sp_size` tokens.
 
     Returns:
         metric name -> one value per mini-batch (micro values weighted by their share).
@@ -152,7 +154,7 @@ def train_epochs(module: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg:
     for epoch in range(int(cfg.ppo_epochs)):
         for mini in mini_batches(tensors, mini_batch_rows, bool(cfg.shuffle), shuffle_seed, epoch):
             micros, _ = micro_batches(mini, cfg.ppo_micro_batch_size_per_gpu, bool(cfg.use_dynamic_bsz),
-                                      int(cfg.ppo_max_token_len_per_gpu))
+                                      int(cfg.ppo_max_token_len_per_gpu) * sp_size)
             grad_w, metric_w = loss_weights(micros, mode)
             optimizer.zero_grad(set_to_none=True)
             step: dict[str, Any] = {}

@@ -14,6 +14,7 @@ import torch
 from rlpost import keys
 from rlpost.algos import compute_value_loss
 from rlpost.utils.masked import masked_mean
+from rlpost.utils.ulysses import SequenceParallel, sp_size, sync_rng
 from rlpost.workers.actor import forward_response_logits
 from rlpost.workers.batching import TensorDict, micro_batches, train_epochs
 
@@ -33,19 +34,21 @@ class DataParallelPPOCritic:
             `ppo_epochs`, `shuffle`, `cliprange_value`, `loss_agg_mode`, `grad_clip`).
         module: the value model. optimizer: its AdamW. use_remove_padding: pack real tokens.
         mini_batch_rows: rows per mini-batch on this rank (critic.ppo_mini_batch_size x rollout_n / dp).
+        sp: Ulysses group (all its ranks get the same rows); None without sequence parallelism.
     """
 
     def __init__(self, config: Any, module: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
-                 use_remove_padding: bool, mini_batch_rows: int) -> None:
+                 use_remove_padding: bool, mini_batch_rows: int, sp: SequenceParallel | None = None) -> None:
         self.config = config
         self.module = module
         self.optimizer = optimizer
         self.use_remove_padding = use_remove_padding
         self.mini_batch_rows = mini_batch_rows
+        self.sp = sp
 
     def _values(self, mb: TensorDict) -> torch.Tensor:
         """(b, R) values at positions P-1 .. T-2, zeroed outside `attention_mask` of the response."""
-        vals = forward_response_logits(self.module, mb, self.use_remove_padding, _values_of)
+        vals = forward_response_logits(self.module, mb, self.use_remove_padding, _values_of, self.sp)
         resp_mask = mb[keys.ATTENTION_MASK][:, -vals.shape[1]:]
         return vals * resp_mask.to(vals.dtype)
 
@@ -78,5 +81,8 @@ class DataParallelPPOCritic:
         cfg = self.config
         wanted = [*_MODEL_INPUTS, keys.RESPONSE_MASK, keys.VALUES, keys.RETURNS]
         tensors = {k: data.batch[k] for k in wanted}
+        if self.sp is not None and cfg.shuffle and cfg.data_loader_seed is None:
+            sync_rng(self.sp)
         return train_epochs(self.module, self.optimizer, cfg, tensors, self._micro_loss, "critic",
-                            self.mini_batch_rows, shuffle_seed=self.config.data_loader_seed)
+                            self.mini_batch_rows, shuffle_seed=self.config.data_loader_seed,
+                            sp_size=sp_size(self.sp))

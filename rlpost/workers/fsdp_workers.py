@@ -26,6 +26,7 @@ from rlpost.utils.fsdp import (apply_fsdp2, compute_dtype, iter_full_params, loa
 from rlpost.utils.lora import apply_lora, lora_enabled
 from rlpost.utils.model import load_model
 from rlpost.utils.optim import build_lr_scheduler, build_optimizer
+from rlpost.utils.ulysses import SequenceParallel, new_sequence_parallel, sp_size, use_ulysses_attention
 from rlpost.workers.actor import DataParallelPPOActor
 from rlpost.workers.batching import rows_per_rank
 from rlpost.workers.critic import DataParallelPPOCritic
@@ -47,6 +48,32 @@ def _on_device(data: DataProto, device: str) -> DataProto:
 def _to_cpu(tensors: dict[str, torch.Tensor | None]) -> dict[str, torch.Tensor]:
     """Results leave the worker on CPU, so nothing CUDA goes through Ray (None entries dropped)."""
     return {k: v.cpu() for k, v in tensors.items() if v is not None}
+
+
+def group_rows(data: DataProto, group: Any, rank: int) -> tuple[DataProto, int]:
+    """The rows of every member of `group` (in rank order) and the index of this rank's first row.
+
+    Ranks that must process the same rows (tensor-parallel rollout peers, a Ulysses group) each receive their
+    own shard from the trainer and gather their peers' shards here. `group` None: `data` itself, 0.
+    """
+    if group is None:
+        return data, 0
+    parts = gather_in_group(data, group)
+    return DataProto.concat(parts), sum(len(p) for p in parts[:rank])
+
+
+def own_rows(out: DataProto, start: int, rows: int) -> DataProto:
+    """This rank's `rows` rows of a result computed on its group's rows (meta_info kept)."""
+    if start == 0 and len(out) == rows:
+        return out
+    mine = out.slice(start, start + rows)
+    mine.meta_info = out.meta_info
+    return mine
+
+
+def _sp_parts(sp: SequenceParallel | None) -> tuple[Any, int]:
+    """(group, rank in it) of a Ulysses group for `group_rows`; (None, 0) without one."""
+    return (None, 0) if sp is None else (sp.group, sp.rank)
 
 
 def _timed(metrics: dict, name: str, start: float) -> None:
@@ -163,18 +190,24 @@ class ActorRolloutRefWorker(_FSDPRole):
         self._ref_in_actor = False  # LoRA: reference log-probs come from the actor with adapters off
         self._lora_sync = None  # LoRA: `rlpost.workers.lora_sync.LoraSync`, set in init_model
         self.mini_batch_rows = None
+        # Ulysses groups (None without sequence parallelism); the data-parallel size is world / SP size.
+        self.actor_sp = new_sequence_parallel(int(config.actor.ulysses_sequence_parallel_size)) \
+            if self._is_actor else None
+        self.ref_sp = new_sequence_parallel(int(config.ref.ulysses_sequence_parallel_size)) if self._is_ref else None
         if self._is_actor:
-            self.mini_batch_rows = rows_per_rank(config.actor.ppo_mini_batch_size, config.rollout.n, self.world_size,
+            dp = self.world_size // int(config.actor.ulysses_sequence_parallel_size)
+            self.mini_batch_rows = rows_per_rank(config.actor.ppo_mini_batch_size, config.rollout.n, dp,
                                                  "actor_rollout_ref.actor.ppo_mini_batch_size")
 
-    def _log_prob_meta(self, data: DataProto, group: Any) -> None:
+    def _log_prob_meta(self, data: DataProto, group: Any, sp: SequenceParallel | None) -> None:
         """Forward-only micro-batching for `compute_(ref_)log_prob` from `group`'s log_prob_* keys
-        (per-device sizes: deprecated global ones were mapped at start-up)."""
+        (per-device sizes: deprecated global ones were mapped at start-up). The token budget is per device,
+        so a Ulysses group, whose devices share each micro-batch, packs SP size times as many tokens."""
         meta = data.meta_info
         meta.setdefault(keys.META_TEMPERATURE, float(self.config.rollout.temperature))
         meta["micro_batch_size"] = group.log_prob_micro_batch_size_per_gpu
         meta["use_dynamic_bsz"] = bool(group.log_prob_use_dynamic_bsz)
-        meta["max_token_len"] = int(group.log_prob_max_token_len_per_gpu)
+        meta["max_token_len"] = int(group.log_prob_max_token_len_per_gpu) * sp_size(sp)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self, total_training_steps: int | None = None) -> None:
@@ -196,11 +229,13 @@ class ActorRolloutRefWorker(_FSDPRole):
             self.actor_module, self.actor_optimizer, self.actor_lr_scheduler, self.actor_peft = self._build_trainable(
                 model_cfg, acfg.optim, acfg.fsdp_config, False, total_training_steps, "actor_rollout_ref.model")
             self.actor = DataParallelPPOActor(acfg, self.actor_module, self.actor_optimizer,
-                                              bool(model_cfg.use_remove_padding), self.mini_batch_rows)
+                                              bool(model_cfg.use_remove_padding), self.mini_batch_rows, self.actor_sp)
+            if self.actor_sp is not None:
+                use_ulysses_attention(self.actor_module, self.actor_sp.size)
         self._ref_in_actor = self._is_ref and self.actor_peft is not None
-        if self._ref_in_actor:
+        if self._ref_in_actor:  # the same module, hence the actor's sequence-parallel layout (checked at start-up)
             self.ref_policy = DataParallelPPOActor(self.config.ref, self.actor_module, None,
-                                                   bool(model_cfg.use_remove_padding))
+                                                   bool(model_cfg.use_remove_padding), sp=self.actor_sp)
         elif self._is_ref:
             # A separate frozen FSDP module even when it starts from the actor's weights: the actor moves.
             # Frozen, so it is loaded straight in the compute dtype (no fp32 master copy).
@@ -209,7 +244,9 @@ class ActorRolloutRefWorker(_FSDPRole):
             self._shard(ref_module, ref_fsdp, trainable=False)
             self.ref_module = ref_module
             self.ref_policy = DataParallelPPOActor(self.config.ref, ref_module, None,
-                                                   bool(model_cfg.use_remove_padding))
+                                                   bool(model_cfg.use_remove_padding), sp=self.ref_sp)
+            if self.ref_sp is not None:
+                use_ulysses_attention(ref_module, self.ref_sp.size)
             self._offload(ref_module, None, ref_fsdp)
         if self._is_rollout:
             from rlpost.rollout import build_rollout
@@ -283,14 +320,8 @@ class ActorRolloutRefWorker(_FSDPRole):
         """Generate this rank's rows. With tensor parallelism the trainer still hands every rank its own
         shard (the actor's data-parallel layout); the peers of one engine concatenate their shards,
         generate all of them together and each keeps its own rows back."""
-        if self._tp_group is None:
-            return self.rollout.generate_sequences(prompts)
-        parts = gather_in_group(prompts, self._tp_group)
-        out = self.rollout.generate_sequences(DataProto.concat(parts))
-        start = sum(len(p) for p in parts[:self._tp_rank])
-        mine = out.slice(start, start + len(prompts))
-        mine.meta_info = out.meta_info
-        return mine
+        rows, start = group_rows(prompts, self._tp_group, self._tp_rank)
+        return own_rows(self.rollout.generate_sequences(rows), start, len(prompts))
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_log_prob(self, data: DataProto) -> DataProto:
@@ -298,27 +329,33 @@ class ActorRolloutRefWorker(_FSDPRole):
         `entropys` (B, R). Micro-batching from rollout.log_prob_* keys."""
         fsdp_cfg = self.config.actor.fsdp_config
         self._onload(self.actor_module, None, fsdp_cfg)
-        self._log_prob_meta(data, self.config.rollout)
+        rows = len(data)
+        data, start = group_rows(data, *_sp_parts(self.actor_sp))
+        self._log_prob_meta(data, self.config.rollout, self.actor_sp)
         log_probs, ents = self.actor.compute_log_prob(_on_device(data, self.device), calculate_entropy=True)
         self._offload(self.actor_module, None, fsdp_cfg)
-        return DataProto.from_dict(tensors=_to_cpu({keys.OLD_LOG_PROBS: log_probs, keys.ENTROPYS: ents}),
-                                   meta_info={keys.META_TEMPERATURE: data.meta_info[keys.META_TEMPERATURE]})
+        out = DataProto.from_dict(tensors=_to_cpu({keys.OLD_LOG_PROBS: log_probs, keys.ENTROPYS: ents}),
+                                  meta_info={keys.META_TEMPERATURE: data.meta_info[keys.META_TEMPERATURE]})
+        return own_rows(out, start, rows)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
         """Reads `input_ids`, `attention_mask`, `position_ids`, `responses`; writes `ref_log_prob` (B, R).
         A LoRA actor computes them itself with its adapters disabled (the base model is the reference)."""
         if self._ref_in_actor:
-            module, fsdp_cfg = self.actor_module, self.config.actor.fsdp_config
+            module, fsdp_cfg, sp = self.actor_module, self.config.actor.fsdp_config, self.actor_sp
             adapters_off = self.actor_peft.disable_adapter()
         else:
-            module, fsdp_cfg, adapters_off = self.ref_module, self.config.ref.fsdp_config, nullcontext()
+            module, fsdp_cfg, sp = self.ref_module, self.config.ref.fsdp_config, self.ref_sp
+            adapters_off = nullcontext()
         self._onload(module, None, fsdp_cfg)
-        self._log_prob_meta(data, self.config.ref)
+        rows = len(data)
+        data, start = group_rows(data, *_sp_parts(sp))
+        self._log_prob_meta(data, self.config.ref, sp)
         with adapters_off:
             log_probs, _ = self.ref_policy.compute_log_prob(_on_device(data, self.device), calculate_entropy=False)
         self._offload(module, None, fsdp_cfg)
-        return DataProto.from_dict(tensors=_to_cpu({keys.REF_LOG_PROB: log_probs}))
+        return own_rows(DataProto.from_dict(tensors=_to_cpu({keys.REF_LOG_PROB: log_probs})), start, rows)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_actor(self, data: DataProto) -> DataProto:
@@ -329,6 +366,7 @@ class ActorRolloutRefWorker(_FSDPRole):
         fsdp_cfg = self.config.actor.fsdp_config
         self._onload(self.actor_module, self.actor_optimizer, fsdp_cfg)
         data.meta_info.setdefault(keys.META_TEMPERATURE, float(self.config.rollout.temperature))
+        data, _ = group_rows(data, *_sp_parts(self.actor_sp))
         metrics: dict[str, Any] = self.actor.update_policy(_on_device(data, self.device))
         metrics["actor/lr"] = self.actor_lr_scheduler.get_last_lr()[0]
         self.actor_lr_scheduler.step()
@@ -370,7 +408,9 @@ class CriticWorker(_FSDPRole):
     def __init__(self, config: Any) -> None:
         super().__init__()
         self.config = config
-        self.mini_batch_rows = rows_per_rank(config.ppo_mini_batch_size, config.rollout_n, self.world_size,
+        self.sp = new_sequence_parallel(int(config.ulysses_sequence_parallel_size))
+        self.mini_batch_rows = rows_per_rank(config.ppo_mini_batch_size, config.rollout_n,
+                                             self.world_size // int(config.ulysses_sequence_parallel_size),
                                              "critic.ppo_mini_batch_size")
         self.fsdp_config = config.model.fsdp_config
 
@@ -390,7 +430,9 @@ class CriticWorker(_FSDPRole):
         self.module, self.optimizer, self.lr_scheduler, self.peft = self._build_trainable(
             model_cfg, self.config.optim, self.fsdp_config, True, total_training_steps, "critic.model")
         self.critic = DataParallelPPOCritic(self.config, self.module, self.optimizer,
-                                            bool(model_cfg.use_remove_padding), self.mini_batch_rows)
+                                            bool(model_cfg.use_remove_padding), self.mini_batch_rows, self.sp)
+        if self.sp is not None:
+            use_ulysses_attention(self.module, self.sp.size)
         self._offload(self.module, self.optimizer, self.fsdp_config)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
@@ -398,12 +440,15 @@ class CriticWorker(_FSDPRole):
         """Reads `input_ids`, `attention_mask`, `position_ids`, `responses`; writes `values` (B, R)."""
         cfg = self.config
         self._onload(self.module, None, self.fsdp_config)
+        rows = len(data)
+        data, start = group_rows(data, *_sp_parts(self.sp))
         data.meta_info["micro_batch_size"] = cfg.forward_micro_batch_size_per_gpu
         data.meta_info["use_dynamic_bsz"] = bool(cfg.use_dynamic_bsz)
-        data.meta_info["max_token_len"] = int(cfg.forward_max_token_len_per_gpu)
+        # a per-device token budget: the devices of a Ulysses group share each micro-batch
+        data.meta_info["max_token_len"] = int(cfg.forward_max_token_len_per_gpu) * sp_size(self.sp)
         values = self.critic.compute_values(_on_device(data, self.device))
         self._offload(self.module, None, self.fsdp_config)
-        return DataProto.from_dict(tensors=_to_cpu({keys.VALUES: values}))
+        return own_rows(DataProto.from_dict(tensors=_to_cpu({keys.VALUES: values})), start, rows)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_critic(self, data: DataProto) -> DataProto:
@@ -411,6 +456,7 @@ class CriticWorker(_FSDPRole):
         `returns`; writes meta_info metrics critic/vf_loss, vf_clipfrac, vpred_mean, grad_norm, lr."""
         start = time.perf_counter()
         self._onload(self.module, self.optimizer, self.fsdp_config)
+        data, _ = group_rows(data, *_sp_parts(self.sp))
         metrics: dict[str, Any] = self.critic.update_critic(_on_device(data, self.device))
         metrics["critic/lr"] = self.lr_scheduler.get_last_lr()[0]
         self.lr_scheduler.step()

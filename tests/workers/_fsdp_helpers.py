@@ -74,6 +74,24 @@ def arr_config(model_dir: str, *overrides: str, rollout: str = "hf"):
 
 
 
+def shard_of(batch: dict, rank: int, world: int, **extra):
+    """This rank's contiguous share of the rows (what DP_COMPUTE_PROTO hands each rank), temperature 0.7."""
+    from rlpost.protocol import DataProto
+
+    n = next(iter(batch.values())).shape[0] // world
+    tensors = {k: v[rank * n:(rank + 1) * n].clone() for k, v in {**batch, **extra}.items()}
+    return DataProto.from_dict(tensors=tensors, meta_info={keys.META_TEMPERATURE: 0.7})
+
+
+def gather_all(t: torch.Tensor) -> torch.Tensor:
+    """Every rank's `t`, concatenated in rank order (the trainer's view of a DP_COMPUTE_PROTO result)."""
+    import torch.distributed as dist
+
+    parts = [torch.zeros_like(t) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, t.contiguous())
+    return torch.cat(parts)
+
+
 def _entry(rank: int, world: int, port: int, fn: Callable, args: tuple, err_dir: str) -> None:
     os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RLPOST_DEVICE": "cpu"})

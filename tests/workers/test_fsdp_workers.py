@@ -14,6 +14,8 @@ import torch
 
 from rlpost import keys
 from _fsdp_helpers import arr_config, make_batch, spawn, typed_full_config
+from _fsdp_helpers import gather_all as _gather
+from _fsdp_helpers import shard_of as _proto
 
 pytestmark = pytest.mark.timeout(280)
 
@@ -46,23 +48,6 @@ class RecordingRollout:
 
     def wake_up(self) -> None:
         self.calls.append("wake_up")
-
-
-def _proto(batch: dict, rank: int, world: int, **extra):
-    """This rank's contiguous share of the rows (what DP_COMPUTE_PROTO hands each rank)."""
-    from rlpost.protocol import DataProto
-
-    n = next(iter(batch.values())).shape[0] // world
-    tensors = {k: v[rank * n:(rank + 1) * n].clone() for k, v in {**batch, **extra}.items()}
-    return DataProto.from_dict(tensors=tensors, meta_info={keys.META_TEMPERATURE: 0.7})
-
-
-def _gather(t: torch.Tensor) -> torch.Tensor:
-    import torch.distributed as dist
-
-    parts = [torch.zeros_like(t) for _ in range(dist.get_world_size())]
-    dist.all_gather(parts, t.contiguous())
-    return torch.cat(parts)
 
 
 def _logp(worker, batch, rank, world, **meta):

@@ -11,6 +11,7 @@ import pytest
 import torch
 from _compose import SMALL, compose_config
 from _fsdp_helpers import R, make_batch, spawn
+from _fsdp_helpers import gather_all as _gather
 from rlpost import keys
 from rlpost.protocol import DataProto
 
@@ -62,14 +63,6 @@ def dirs(tmp_path_factory):
 def _share(batch: dict, rank: int, world: int) -> DataProto:
     n = next(iter(batch.values())).shape[0] // world
     return DataProto.from_dict(tensors={k: v[rank * n:(rank + 1) * n].clone() for k, v in batch.items()})
-
-
-def _gather(t: torch.Tensor) -> torch.Tensor:
-    import torch.distributed as dist
-
-    parts = [torch.zeros_like(t) for _ in range(dist.get_world_size())]
-    dist.all_gather(parts, t.contiguous())
-    return torch.cat(parts)
 
 
 def _run(rank: int, rm_dir: str, policy_dir: str, vocab: int, tmp: str) -> None:

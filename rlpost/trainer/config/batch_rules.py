@@ -1,8 +1,8 @@
 """Batch arithmetic checked at start-up: every global size splits into whole per-device pieces.
 
 Sizes in the config are global and counted in prompts (`ppo_mini_batch_size`) or per device and
-counted in responses (`*_micro_batch_size_per_gpu`); a worker normalises a mini-batch per device as
-`ppo_mini_batch_size * rollout.n / devices` responses (docs/design.md).
+counted in responses (`*_micro_batch_size_per_gpu`); a worker normalises a mini-batch per data-parallel rank as
+`ppo_mini_batch_size * rollout.n / dp` responses, dp = devices / the role's Ulysses size (docs/design.md).
 """
 
 import math
@@ -30,18 +30,19 @@ def check_batch_sizes(c: PPOTrainerConfig) -> None:
         )
     actor = c.actor_rollout_ref.actor
     _check_role(f"{ARR}.actor", actor.ppo_mini_batch_size, actor.ppo_micro_batch_size_per_gpu,
-                actor.use_dynamic_bsz, train, n, devices)
+                actor.use_dynamic_bsz, train, n, devices // actor.ulysses_sequence_parallel_size)
     if need_critic(c):
         critic = c.critic
         _check_role("critic", critic.ppo_mini_batch_size, critic.ppo_micro_batch_size_per_gpu,
-                    critic.use_dynamic_bsz, train, n, devices)
+                    critic.use_dynamic_bsz, train, n, devices // critic.ulysses_sequence_parallel_size)
     _check_forward_micro_batches(c)
     _check_lengths(c, devices)
 
 
-def _check_role(prefix: str, mini: int, micro: int | None, dynamic: bool, train: int, n: int, devices: int) -> None:
+def _check_role(prefix: str, mini: int, micro: int | None, dynamic: bool, train: int, n: int, dp: int) -> None:
+    """Mini-batches over the train batch and over the `dp` data-parallel ranks, micro-batches over those."""
     key = f"{prefix}.ppo_mini_batch_size"
-    ok = [d for d in range(1, train + 1) if train % d == 0 and (d * n) % devices == 0]
+    ok = [d for d in range(1, train + 1) if train % d == 0 and (d * n) % dp == 0]
     best = max([d for d in ok if d <= mini] or ok or [1])
     if mini * n > train * n:
         fail(f"{key}={mini} (x rollout.n={n} = {mini * n} responses) > data.train_batch_size x rollout.n "
@@ -50,20 +51,21 @@ def _check_role(prefix: str, mini: int, micro: int | None, dynamic: bool, train:
     if train % mini:
         fail(f"{key}={mini}, data.train_batch_size={train}",
              "ppo_mini_batch_size must divide train_batch_size (whole mini-batches per step)", f"{key}={best}")
-    if (mini * n) % devices:
-        fail(f"{key}={mini} x rollout.n={n} = {mini * n} responses, {devices} devices",
-             "a mini-batch must split evenly over the devices", f"{key}={best}")
+    if (mini * n) % dp:
+        fail(f"{key}={mini} x rollout.n={n} = {mini * n} responses, {dp} data-parallel ranks "
+             "(devices / ulysses_sequence_parallel_size)", "a mini-batch must split evenly over the data-parallel "
+             "ranks", f"{key}={best}")
     if dynamic:
         return
-    per_device = mini * n // devices
+    per_rank = mini * n // dp
     micro_key = f"{prefix}.ppo_micro_batch_size_per_gpu"
     if micro is None or micro < 1:
         fail(f"{micro_key}={micro}", "must be an integer >= 1 when use_dynamic_bsz=false",
-             f"{micro_key}={min(per_device, 8)}")
-    if per_device % micro:
-        fix = max(d for d in range(1, min(micro, per_device) + 1) if per_device % d == 0)
-        fail(f"{micro_key}={micro}, mini-batch per device = {key} x rollout.n / devices = {per_device}",
-             "the mini-batch per device must be a whole number of micro-batches", f"{micro_key}={fix}")
+             f"{micro_key}={min(per_rank, 8)}")
+    if per_rank % micro:
+        fix = max(d for d in range(1, min(micro, per_rank) + 1) if per_rank % d == 0)
+        fail(f"{micro_key}={micro}, mini-batch per data-parallel rank = {key} x rollout.n / dp = {per_rank}",
+             "the mini-batch per data-parallel rank must be a whole number of micro-batches", f"{micro_key}={fix}")
 
 
 def _check_forward_micro_batches(c: PPOTrainerConfig) -> None:
@@ -88,10 +90,12 @@ def _check_forward_micro_batches(c: PPOTrainerConfig) -> None:
 def _check_lengths(c: PPOTrainerConfig, devices: int) -> None:
     rollout, actor = c.actor_rollout_ref.rollout, c.actor_rollout_ref.actor
     longest = c.data.max_prompt_length + c.data.max_response_length
-    if actor.use_dynamic_bsz and actor.ppo_max_token_len_per_gpu < longest:
+    sp = actor.ulysses_sequence_parallel_size  # a Ulysses group's devices share each micro-batch
+    if actor.use_dynamic_bsz and actor.ppo_max_token_len_per_gpu * sp < longest:
         key = f"{ARR}.actor.ppo_max_token_len_per_gpu"
-        fail(f"{key}={actor.ppo_max_token_len_per_gpu}, data.max_prompt_length + data.max_response_length = "
-             f"{longest}", "one full-length sample must fit in a dynamic micro-batch", f"{key}={longest}")
+        fail(f"{key}={actor.ppo_max_token_len_per_gpu} x ulysses_sequence_parallel_size={sp}, "
+             f"data.max_prompt_length + data.max_response_length = {longest}",
+             "one full-length sample must fit in a dynamic micro-batch", f"{key}={-(-longest // sp)}")
     if rollout.max_model_len is not None and rollout.max_model_len < rollout.prompt_length + rollout.response_length:
         key = f"{ARR}.rollout.max_model_len"
         total = rollout.prompt_length + rollout.response_length

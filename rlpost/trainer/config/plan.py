@@ -5,6 +5,7 @@ from typing import Any
 
 from rlpost.trainer.config.batch_rules import n_devices
 from rlpost.trainer.config.roles import need_critic, need_reference_policy, need_reward_model
+from rlpost.trainer.config.rules import sequence_parallel_roles
 from rlpost.config.schema import PPOTrainerConfig
 
 
@@ -27,12 +28,13 @@ def dry_run_plan(c: PPOTrainerConfig) -> str:
              f"per step: {train} prompts -> {train * n} responses (data.train_batch_size={train} x rollout.n={n}); "
              f"{train * n // devices} responses per device"]
     actor = c.actor_rollout_ref.actor
+    lines += _sequence_parallel(c, devices)
     lines += _update_plan("actor", actor.ppo_mini_batch_size, actor.ppo_micro_batch_size_per_gpu,
-                          actor.use_dynamic_bsz, actor.ppo_epochs, c)
+                          actor.use_dynamic_bsz, actor.ppo_epochs, c, actor.ulysses_sequence_parallel_size)
     if need_critic(c):
         critic = c.critic
         lines += _update_plan("critic", critic.ppo_mini_batch_size, critic.ppo_micro_batch_size_per_gpu,
-                              critic.use_dynamic_bsz, critic.ppo_epochs, c)
+                              critic.use_dynamic_bsz, critic.ppo_epochs, c, critic.ulysses_sequence_parallel_size)
     lines += _algorithm(c)
     lines += _steps(c)
     return "\n".join(lines)
@@ -112,17 +114,30 @@ def _lora(c: PPOTrainerConfig) -> list[str]:
     return lines
 
 
-def _update_plan(role: str, mini: int, micro: Any, dynamic: bool, epochs: int, c: PPOTrainerConfig) -> list[str]:
-    n, train, devices = c.actor_rollout_ref.rollout.n, c.data.train_batch_size, n_devices(c)
+def _sequence_parallel(c: PPOTrainerConfig, devices: int) -> list[str]:
+    """One line naming the Ulysses sizes when a role uses sequence parallelism."""
+    roles = sequence_parallel_roles(c)
+    if all(size == 1 for _, size, _, _ in roles):
+        return []
+    sizes = ", ".join(f"{role.split('.')[-1]} {size} ({devices // size} data-parallel groups)"
+                      for role, size, _, _ in roles)
+    return [f"Ulysses sequence parallelism (devices per group, each running a slice of every packed sequence): "
+            f"{sizes}"]
+
+
+def _update_plan(role: str, mini: int, micro: Any, dynamic: bool, epochs: int, c: PPOTrainerConfig,
+                 sp: int) -> list[str]:
+    n, train, dp = c.actor_rollout_ref.rollout.n, c.data.train_batch_size, n_devices(c) // sp
     minis = train // mini
-    per_device = mini * n // devices
+    per_rank = mini * n // dp
+    where = "per device" if sp == 1 else f"per data-parallel group ({sp} devices share each micro-batch)"
     head = (f"{role}: {minis} mini-batches per step (ppo_mini_batch_size={mini} prompts = {mini * n} responses) "
             f"x ppo_epochs={epochs} = {minis * epochs} optimizer steps per step")
     if dynamic:
-        return [head, f"{role} per device: {per_device} responses per mini-batch, micro-batches by token count "
+        return [head, f"{role} {where}: {per_rank} responses per mini-batch, micro-batches by token count "
                       f"(use_dynamic_bsz=true)"]
-    count = per_device // micro
-    return [head, f"{role} per device: {per_device} responses per mini-batch = {count} micro-batch"
+    count = per_rank // micro
+    return [head, f"{role} {where}: {per_rank} responses per mini-batch = {count} micro-batch"
                   f"{'es' if count != 1 else ''} of {micro} (gradient accumulation {count})"]
 
 

@@ -5,10 +5,13 @@ valid value to use; legal but suspicious combinations only warn.
 """
 
 import difflib
+import json
+import os
 from typing import Any
 
 from rlpost.trainer.config.choices import enums
 from rlpost.trainer.config.errors import ConfigError, warn
+from rlpost.trainer.config.roles import need_critic, need_reference_policy
 from rlpost.config.schema import PPOTrainerConfig
 
 ARR = "actor_rollout_ref"
@@ -207,7 +210,13 @@ def check_lora(c: PPOTrainerConfig) -> None:
         if model.lora_adapter_path is not None and model.lora_rank == 0:
             fail(f"{group}.lora_adapter_path={model.lora_adapter_path}, {group}.lora_rank=0",
                  "a saved adapter is trained further only with LoRA on", f"{group}.lora_rank=<the adapter's r>")
-    rollout = c.actor_rollout_ref.rollout
+    arr, rollout = c.actor_rollout_ref, c.actor_rollout_ref.rollout
+    sp_actor, sp_ref = arr.actor.ulysses_sequence_parallel_size, arr.ref.ulysses_sequence_parallel_size
+    if arr.model.lora_rank > 0 and need_reference_policy(c) and sp_ref != sp_actor:
+        fail(f"{ARR}.model.lora_rank={arr.model.lora_rank}, {ARR}.ref.ulysses_sequence_parallel_size={sp_ref}, "
+             f"{ARR}.actor.ulysses_sequence_parallel_size={sp_actor}",
+             "with LoRA the reference is the actor with its adapters off, so it runs with the actor's layout",
+             f"{ARR}.ref.ulysses_sequence_parallel_size={sp_actor}")
     if c.actor_rollout_ref.model.lora_rank > 0 and rollout.name == "sglang":
         fail(f"not supported yet: {ARR}.model.lora_rank={c.actor_rollout_ref.model.lora_rank} with "
              f"{ARR}.rollout.name=sglang", "LoRA weights reach the vLLM and HF engines only",
@@ -263,3 +272,53 @@ def _check_tool_shaping(c: PPOTrainerConfig) -> None:
     if bonus is not None and not use:
         fail(f"{key}.tool_bonus={bonus}, {key}.use_tool_bonus={show(use)}", "the bonus is paid only when it is "
              "switched on", f"{key}.use_tool_bonus=true")
+
+
+def sequence_parallel_roles(c: PPOTrainerConfig) -> list[tuple[str, int, str, bool]]:
+    """(role key, Ulysses size, model key, its use_remove_padding) of each role the run creates."""
+    arr = c.actor_rollout_ref
+    roles = [(f"{ARR}.actor", arr.actor.ulysses_sequence_parallel_size, f"{ARR}.model", arr.model.use_remove_padding)]
+    if need_reference_policy(c):
+        roles.append((f"{ARR}.ref", arr.ref.ulysses_sequence_parallel_size, f"{ARR}.model",
+                      arr.model.use_remove_padding))
+    if need_critic(c):
+        roles.append(("critic", c.critic.ulysses_sequence_parallel_size, "critic.model",
+                      c.critic.model.use_remove_padding))
+    return roles
+
+
+def attention_heads(model_path: str) -> int | None:
+    """`num_attention_heads` from the model folder's config.json (or its text_config); None when the folder or
+    the key is not there (a hub name: the workers check the heads when they load the model)."""
+    path = os.path.join(os.path.expanduser(model_path), "config.json")
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        config = json.load(f)
+    heads = config.get("num_attention_heads") or (config.get("text_config") or {}).get("num_attention_heads")
+    return int(heads) if heads else None
+
+
+def check_sequence_parallel(c: PPOTrainerConfig) -> None:
+    """Ulysses sizes: each divides the number of devices and the model's attention heads, and runs on packed
+    rows (use_remove_padding=true)."""
+    devices = c.trainer.nnodes * c.trainer.n_gpus_per_node
+    paths = {f"{ARR}.model": c.actor_rollout_ref.model.path, "critic.model": c.critic.model.path}
+    for role, size, model_key, packed in sequence_parallel_roles(c):
+        key = f"{role}.ulysses_sequence_parallel_size"
+        if size < 1:
+            fail(f"{key}={size}", "must be an integer >= 1", f"{key}=1")
+        if size == 1:
+            continue
+        heads = attention_heads(paths[model_key])
+        valid = [d for d in range(1, devices + 1) if devices % d == 0 and (heads is None or heads % d == 0)]
+        if devices % size:
+            fail(f"{key}={size}, trainer.nnodes x trainer.n_gpus_per_node = {devices} devices",
+                 "Ulysses groups must tile the devices", f"one of {valid}")
+        if heads is not None and heads % size:
+            fail(f"{key}={size}, {model_key}.path={paths[model_key]} with {heads} attention heads",
+                 "each rank of a Ulysses group attends with an equal share of the heads", f"one of {valid}")
+        if not packed:
+            fail(f"{key}={size}, {model_key}.use_remove_padding=false",
+                 "Ulysses sequence parallelism splits the packed (remove-padding) row",
+                 f"{model_key}.use_remove_padding=true")

@@ -49,7 +49,9 @@ AREAS: tuple[tuple[str, str], ...] = (
     (f"{ARR}.hybrid_engine", "separate rollout devices"),
     ("reward_model.enable_resource_pool", "separate rollout devices"),
     ("lora", "LoRA"),
-    ("ulysses_sequence_parallel_size", "Ulysses sequence parallelism"),
+    ("fsdp_config.ulysses_sequence_parallel_size", "the engine-level Ulysses size (the role's "
+                                                   "ulysses_sequence_parallel_size is)"),
+    ("reward_model.ulysses_sequence_parallel_size", "Ulysses sequence parallelism for the reward model"),
     ("rollout_correction", "this rollout-correction option"),
     ("quantization", "quantized rollout"),
     ("use_liger", "Liger kernels"),
@@ -65,8 +67,9 @@ AREAS: tuple[tuple[str, str], ...] = (
     ("nsight", "profiling"),
 )
 
-SP_KEYS = (f"{ARR}.actor", f"{ARR}.actor.fsdp_config", f"{ARR}.ref", f"{ARR}.ref.fsdp_config", "critic",
-           "critic.model.fsdp_config", "reward_model")
+# Ulysses sizes still refused: the engine-level copies and the reward model's (the actor's, reference's and
+# critic's are built).
+SP_KEYS = (f"{ARR}.actor.fsdp_config", f"{ARR}.ref.fsdp_config", "critic.model.fsdp_config", "reward_model")
 ENGINE_KEYS = (f"{ARR}.actor.fsdp_config", f"{ARR}.ref.fsdp_config", "critic.model.fsdp_config")
 PROFILED = (f"{ARR}.actor", f"{ARR}.ref", f"{ARR}.rollout", "critic", "reward_model")
 

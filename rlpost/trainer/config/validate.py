@@ -13,7 +13,7 @@ from rlpost.trainer.config.convert import to_typed
 from rlpost.trainer.config.errors import ConfigError, warn
 from rlpost.trainer.config.roles import need_critic
 from rlpost.trainer.config.rules import (check_combinations, check_enums, check_lora, check_multi_turn,
-                                         check_ranges)
+                                         check_ranges, check_sequence_parallel)
 from rlpost.config.schema import PPOTrainerConfig
 from rlpost.trainer.config.unsupported import check_not_supported, notices
 
@@ -54,6 +54,7 @@ def typed_config(cfg: DictConfig) -> PPOTrainerConfig:
     check_multi_turn(typed)
     check_lora(typed)
     need_critic(typed)
+    check_sequence_parallel(typed)
     check_batch_sizes(typed)
     return typed
 

@@ -1,0 +1,81 @@
+"""Ulysses sizes at start-up: they divide the devices and the model's attention heads, need packed rows, and the
+batch arithmetic and the dry-run plan count data-parallel ranks as devices / size."""
+
+import json
+
+import pytest
+
+from rlpost.trainer.config import ConfigError, typed_config, validate_config
+from rlpost.trainer.config.plan import dry_run_plan
+
+ARR = "actor_rollout_ref"
+PACKED = {f"{ARR}.model.use_remove_padding": True}
+
+
+@pytest.fixture
+def model_with_heads(tmp_path):
+    """A model folder whose config.json declares `heads` attention heads (all the start-up check reads)."""
+
+    def _make(heads: int) -> str:
+        path = tmp_path / f"heads{heads}"
+        path.mkdir()
+        (path / "config.json").write_text(json.dumps({"model_type": "qwen2", "num_attention_heads": heads}))
+        return str(path)
+
+    return _make
+
+
+def _error(small_cfg, values: dict) -> str:
+    with pytest.raises(ConfigError) as err:
+        validate_config(small_cfg(values))
+    assert "\n" not in str(err.value)
+    return str(err.value)
+
+
+def test_size_must_divide_the_devices(small_cfg):
+    msg = _error(small_cfg, {**PACKED, f"{ARR}.actor.ulysses_sequence_parallel_size": 3})
+    assert f"{ARR}.actor.ulysses_sequence_parallel_size=3" in msg and "2 devices" in msg
+    assert "use one of [1, 2]" in msg
+
+
+def test_size_must_divide_the_attention_heads(small_cfg, model_with_heads):
+    msg = _error(small_cfg, {**PACKED, "trainer.n_gpus_per_node": 4, f"{ARR}.model.path": model_with_heads(2),
+                             f"{ARR}.actor.ulysses_sequence_parallel_size": 4})
+    assert f"{ARR}.actor.ulysses_sequence_parallel_size=4" in msg and "with 2 attention heads" in msg
+    assert "use one of [1, 2]" in msg
+
+
+def test_reference_and_critic_sizes_are_checked(small_cfg, model_with_heads):
+    msg = _error(small_cfg, {**PACKED, f"{ARR}.model.path": model_with_heads(2),
+                             f"{ARR}.ref.ulysses_sequence_parallel_size": 3})
+    assert msg.startswith(f"{ARR}.ref.ulysses_sequence_parallel_size=3")
+    msg = _error(small_cfg, {**PACKED, "critic.enable": True, "critic.ulysses_sequence_parallel_size": 2})
+    assert "critic.model.use_remove_padding=false" in msg and "use critic.model.use_remove_padding=true" in msg
+
+
+def test_needs_remove_padding(small_cfg):
+    msg = _error(small_cfg, {f"{ARR}.actor.ulysses_sequence_parallel_size": 2})
+    assert f"{ARR}.model.use_remove_padding=false" in msg and f"use {ARR}.model.use_remove_padding=true" in msg
+
+
+def test_micro_batches_split_the_data_parallel_rank(small_cfg):
+    """4 devices, SP 2: 2 data-parallel ranks of 8 responses per mini-batch (4 prompts x n=4), not 4 ranks of 4."""
+    values = {**PACKED, "trainer.n_gpus_per_node": 4, f"{ARR}.actor.ulysses_sequence_parallel_size": 2}
+    msg = _error(small_cfg, {**values, f"{ARR}.actor.ppo_micro_batch_size_per_gpu": 3})
+    assert "mini-batch per data-parallel rank = " in msg and "= 8" in msg
+    assert f"use {ARR}.actor.ppo_micro_batch_size_per_gpu=2" in msg
+    msg = _error(small_cfg, {**values, f"{ARR}.actor.use_dynamic_bsz": True, "data.max_prompt_length": 512,
+                             "data.max_response_length": 512, f"{ARR}.actor.ppo_max_token_len_per_gpu": 500})
+    assert "ppo_max_token_len_per_gpu=500 x ulysses_sequence_parallel_size=2" in msg
+    assert f"use {ARR}.actor.ppo_max_token_len_per_gpu=512" in msg  # 512 x 2 holds 1024 tokens
+
+
+def test_valid_sizes_pass_and_the_plan_shows_them(small_cfg, model_with_heads):
+    cfg = small_cfg({**PACKED, "trainer.n_gpus_per_node": 4, f"{ARR}.model.path": model_with_heads(4),
+                     f"{ARR}.actor.ulysses_sequence_parallel_size": 4, f"{ARR}.ref.ulysses_sequence_parallel_size": 2})
+    plan = dry_run_plan(typed_config(validate_config(cfg)))
+    assert "Ulysses sequence parallelism" in plan
+    assert "actor 4 (1 data-parallel groups), ref 2 (2 data-parallel groups)" in plan
+    # 4 prompts x n=4 = 16 responses per mini-batch, all on the one data-parallel group
+    assert "actor per data-parallel group (4 devices share each micro-batch): 16 responses per mini-batch = " \
+           "8 micro-batches of 2" in plan
