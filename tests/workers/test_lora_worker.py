@@ -87,6 +87,7 @@ def _run(rank: int, model_dir: str, tmp: str) -> None:
     w.load_checkpoint(f"{tmp}/ckpt")
     res["logp_reloaded"] = _gather(w.compute_log_prob(_proto(batch, rank, world)).batch[keys.OLD_LOG_PROBS])
     res["engine_greedy_reloaded"] = _greedy(w, batch, rank, world)
+    w.save_checkpoint(f"{tmp}/hf", save_contents=("hf_model",))  # the merged model, as a HF folder
     if rank == 0:
         torch.save(res, f"{tmp}/res.pt")
 
@@ -177,3 +178,12 @@ def test_checkpoint_holds_adapter_in_peft_layout_and_resumes(run):
     assert files == ["adapter_config.json", "adapter_model.safetensors"]
     torch.testing.assert_close(res["logp_reloaded"], res["logp"], atol=1e-6, rtol=0)
     assert torch.equal(res["engine_greedy_reloaded"], res["engine_greedy"])
+
+
+def test_hf_model_content_is_the_merged_model(run, tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    tmp, res, _ = run
+    merged = AutoModelForCausalLM.from_pretrained(f"{tmp}/hf/huggingface", dtype=torch.float32)
+    want = _logp_of(_peft_model(tiny_model_dir, f"{tmp}/ckpt/lora_adapter"), res["batch"])
+    torch.testing.assert_close(_logp_of(merged, res["batch"]), want, atol=2e-5, rtol=0)
