@@ -48,6 +48,20 @@ class TrainerCheckpointer:
         """Write `global_step_<step>/` atomically and prune old ones; returns the final path."""
         tmp = self.manager.begin(step)
         contents = self._contents("save_contents")
+        try:
+            self._write(tmp, step, contents)
+            final = self.manager.commit(step, build_manifest(step, epoch, self.world_size, self.config, contents))
+        except (OSError, RuntimeError) as err:  # worker failures arrive as RuntimeError (WorkerGroupError)
+            self.manager.abort(step, err)
+        keep = effective_keep(self.trainer_cfg.max_actor_ckpt_to_keep, self.trainer_cfg.max_critic_ckpt_to_keep,
+                              self.trainer_cfg.remove_previous_ckpt_in_save)
+        for path in self.manager.prune(keep):
+            logger.info("removed old checkpoint %s", path)
+        print(f"[rlpost] saved checkpoint {final}")
+        return str(final)
+
+    def _write(self, tmp: str, step: int, contents: list[str]) -> None:
+        """Actor and critic shards (written by the workers) and the data-loader position into `tmp`."""
         self.workers.actor_rollout.save_checkpoint(
             os.path.join(tmp, "actor"), global_step=step, save_contents=contents)
         if self.workers.critic is not None:
@@ -55,14 +69,6 @@ class TrainerCheckpointer:
             self.workers.critic.save_checkpoint(
                 os.path.join(tmp, "critic"), global_step=step, save_contents=critic_contents)
         torch.save(self.loader.state_dict(), os.path.join(tmp, DATA_FILE))
-        manifest = build_manifest(step, epoch, self.world_size, self.config, contents)
-        final = self.manager.commit(step, manifest)
-        keep = effective_keep(self.trainer_cfg.max_actor_ckpt_to_keep, self.trainer_cfg.max_critic_ckpt_to_keep,
-                              self.trainer_cfg.remove_previous_ckpt_in_save)
-        for path in self.manager.prune(keep):
-            logger.info("removed old checkpoint %s", path)
-        print(f"[rlpost] saved checkpoint {final}")
-        return str(final)
 
     def maybe_resume(self) -> int:
         """Load the checkpoint `trainer.resume_mode` selects; returns its step (0 when starting fresh)."""

@@ -32,6 +32,16 @@ def check_model_and_data_paths(config: Any) -> None:
                                  "made by examples/data_preprocess/gsm8k.py")
 
 
+def check_output_folder(config: Any) -> None:
+    """`trainer.default_local_dir` can hold checkpoints and logs: no file in its place, writable."""
+    from rlpost.utils.checkpoint import unwritable_folder
+
+    path = os.path.abspath(os.path.expanduser(str(config.trainer.default_local_dir)))
+    reason = unwritable_folder(path)
+    if reason:
+        raise ValueError(f"trainer.default_local_dir={path!r} cannot hold checkpoints and logs: {reason}")
+
+
 def check_devices(config: Any) -> None:
     """One node: the devices `trainer.n_gpus_per_node` asks for exist here (else Ray would wait, then time out)."""
     trainer = config.trainer
