@@ -59,6 +59,9 @@ def test_quickstart_script_learns(tmp_path):
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "quickstart.sh")], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=580)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    console = (proc.stdout + proc.stderr).splitlines()
+    assert len(console) <= 150, "\n".join(console)  # engine and Ray INFO lines go to <run>/logs/
+    assert not any("RotaryEmbedding: Failed to load weights" in line for line in console)
     last = proc.stdout.strip().splitlines()[-1]
     match = SUMMARY.match(last)
     assert match, last

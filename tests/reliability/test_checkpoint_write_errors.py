@@ -101,7 +101,7 @@ def test_torch_write_failure_on_a_full_disk_reads_as_no_space(checkpointer, monk
     # PyTorch's zip writer reports a full disk without an errno; the free space decides
     error = RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 4096 vs 2048")
     checkpointer.workers.actor_rollout.fail = error
-    monkeypatch.setattr("rlpost.utils.checkpoint._LOW_SPACE", 1 << 62)  # every disk counts as full
+    monkeypatch.setattr("rlpost.utils.disk_errors._LOW_SPACE", 1 << 62)  # every disk counts as full
     with pytest.raises(CheckpointError, match="No space left on device writing .*tmp_global_step_2"):
         checkpointer.save(2, 0)
     assert_nothing_lost(checkpointer)

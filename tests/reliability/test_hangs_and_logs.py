@@ -18,6 +18,7 @@ from rlpost.single_controller.ray import (  # noqa: E402
     RayClassWithInitArgs,
     RayResourcePool,
     RayWorkerGroup,
+    WorkerGroupError,
     WorkerGroupTimeoutError,
     finish_ray,
     init_ray,
@@ -30,6 +31,13 @@ class NapWorker(Worker):
         seconds = seconds_by_rank.get(self.rank, 0.0)
         if seconds:
             time.sleep(seconds)  # the stack must show this line
+        return self.rank
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def fail_on(self, rank: int):
+        if self.rank == rank:
+            print("engine: the last words before the error", flush=True)
+            raise RuntimeError(f"engine failure on rank {rank}")
         return self.rank
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -57,7 +65,7 @@ def group(tmp_path_factory):
 def test_stalled_rank_logs_its_stack_then_answers(group, caplog):
     wg, _ = group
     with caplog.at_level(logging.WARNING, logger="rlpost.single_controller.ray.errors"):
-        assert wg.nap({1: 4.0}) == [0, 1]  # a slow phase is reported, not failed
+        assert wg.nap({1: 3.0}) == [0, 1]  # a slow phase is reported, not failed
     report = "\n".join(r.getMessage() for r in caplog.records)
     assert "actor.nap has run for 1 s (trainer.ray_stall_timeout); rank(s) [1] have not answered" in report
     assert "it fails at trainer.ray_call_timeout=60 s" in report
@@ -67,16 +75,16 @@ def test_stalled_rank_logs_its_stack_then_answers(group, caplog):
 
 def test_hung_rank_times_out_with_its_stack(group):
     wg, _ = group
-    wg.call_timeout_s, wg.stall_timeout_s = 2.0, None
+    wg.call_timeout_s, wg.stall_timeout_s = 1.5, None
     start = time.monotonic()
     try:
         with pytest.raises(WorkerGroupTimeoutError) as info:
-            wg.nap({0: 6.0, 1: 6.0})
+            wg.nap({0: 4.0, 1: 4.0})
     finally:
         wg.call_timeout_s, wg.stall_timeout_s = 60.0, 1.0
     assert time.monotonic() - start < 10
     text = str(info.value)
-    assert "actor.nap timed out after 2.0 s (trainer.ray_call_timeout); rank(s) [0, 1] have not answered" in text
+    assert "actor.nap timed out after 1.5 s (trainer.ray_call_timeout); rank(s) [0, 1] have not answered" in text
     for rank in (0, 1):
         assert f"--- rank {rank} (role actor, phase nap) ---" in text
     assert set(info.value.stacks) == {0, 1} and all("in nap" in s for s in info.value.stacks.values())
@@ -92,3 +100,13 @@ def test_quiet_worker_output_goes_to_its_log_file(group):
         assert "Linear: Failed to load weights" in text
         assert "RotaryEmbedding: Failed to load weights" not in text  # harmless: the rotary table is not a weight
     assert (log_dir / "ray_driver.log").is_file()
+
+
+def test_failure_names_the_log_file_of_the_failed_rank(group):
+    wg, log_dir = group
+    with pytest.raises(WorkerGroupError) as info:
+        wg.fail_on(1)
+    log_file = log_dir / f"worker_rank1_pid{wg.pids[1]}.log"
+    assert f"(the output of rank 1 is in {log_file})" in str(info.value)
+    assert "engine failure on rank 1" in str(info.value)
+    assert "engine: the last words before the error" in log_file.read_text()

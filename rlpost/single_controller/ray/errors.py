@@ -107,6 +107,9 @@ class Gatherer:
                 grace = min(_FAILURE_GRACE_S, max(0.0, deadline - time.monotonic()))
                 ready, pending = ray.wait(pending, num_returns=len(pending), timeout=grace)
                 self._fetch(ready, rank_of, outputs, failures)
+            for rank in failures if self.workers else ():  # a crashed engine's last words are in its log
+                if self.workers[rank].log_file:
+                    failures[rank] += f"\n(the output of rank {rank} is in {self.workers[rank].log_file})"
             raise WorkerGroupError(self.group, self.method, failures, sorted(rank_of[r] for r in pending))
         return [outputs[ref] for ref in refs]
 

@@ -1,4 +1,4 @@
-"""`python -m rlpost.single_controller.ray.reaper <driver pid>`: end the Ray processes of a driver that died.
+"""`python rlpost/single_controller/ray/reaper.py <driver pid>`: end the Ray processes of a driver that died.
 
 A driver that exits normally shuts Ray down. One killed by SIGKILL cannot: Ray's head processes share its
 fate, and rlpost's workers end themselves (`diagnostics._exit_with_driver`), but Ray's agents
@@ -25,7 +25,8 @@ def start_reaper(driver_pid: int) -> subprocess.Popen | None:
     """Start the reaper for `driver_pid` (Linux only: it reads /proc); returns its process."""
     if not Path("/proc/self/stat").exists():
         return None
-    return subprocess.Popen([sys.executable, "-m", __name__, str(driver_pid)], start_new_session=True,
+    # run as a plain script: `-m` would import the package (and Ray) into a process that only watches
+    return subprocess.Popen([sys.executable, os.path.abspath(__file__), str(driver_pid)], start_new_session=True,
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 

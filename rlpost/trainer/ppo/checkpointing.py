@@ -29,6 +29,31 @@ from rlpost.utils.checkpoint import (
 logger = logging.getLogger(__name__)
 
 
+def finished_run(config: DictConfig, total_steps: int) -> int | None:
+    """Before any worker starts: the step of the checkpoint this run would resume from when it already
+    reached `total_steps` (nothing left to train), else None.
+
+    Raises:
+        CheckpointError: `trainer.resume_mode=resume_path` names a damaged checkpoint (found here in seconds
+            instead of after the workers loaded their models).
+    """
+    trainer_cfg = config.trainer
+    manager = CheckpointManager(os.path.expanduser(trainer_cfg.default_local_dir))
+    latest = manager.find_latest_complete()
+    if trainer_cfg.resume_mode == "auto" and (latest is None or latest[0] < total_steps):
+        return None  # the usual start: resolved (and verified) once, when the workers load it
+    if trainer_cfg.resume_mode == "disable":
+        return None
+    path = manager.resolve_resume(trainer_cfg.resume_mode, trainer_cfg.resume_from_path)
+    step = step_of(path) if path is not None else 0
+    return step if step >= total_steps else None
+
+
+def already_complete(step: int, total_steps: int) -> str:
+    """The line printed when a run has nothing left to train."""
+    return f"[rlpost] training already complete: checkpoint at step {step} of {total_steps}; nothing to do."
+
+
 class TrainerCheckpointer:
     """Saves and restores actor, critic and data-loader state per `trainer.*` checkpoint keys."""
 

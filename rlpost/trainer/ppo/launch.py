@@ -24,6 +24,7 @@ def run_ppo(config: DictConfig) -> dict[str, float]:
     """Train with a `ppo_trainer` config in this process (the Ray driver); returns the last step's metrics."""
     from rlpost.single_controller.ray.init import finish_ray, init_ray
 
+    from rlpost.trainer.ppo.checkpointing import already_complete, finished_run
     from rlpost.trainer.ppo.preflight import check_devices
 
     try:
@@ -31,6 +32,10 @@ def run_ppo(config: DictConfig) -> dict[str, float]:
     except ValueError as err:
         raise InputError(str(err)) from err
     trainer = build_trainer(config)
+    done = finished_run(config, trainer.total_training_steps)  # a finished run needs no Ray at all
+    if done is not None:
+        print(already_complete(done, trainer.total_training_steps))
+        return {}
     trainer_cfg = config.trainer
     log_dir = os.path.join(os.path.abspath(os.path.expanduser(trainer_cfg.default_local_dir)), "logs")
     init_ray(config.ray_init, log_dir=log_dir, verbose=trainer_cfg.verbose_engine_logs)

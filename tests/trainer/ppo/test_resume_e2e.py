@@ -2,6 +2,7 @@
 checkpoint, sees the same prompts in the same order as an uninterrupted run, and ends with the same weights."""
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -10,6 +11,7 @@ import time
 
 import pytest
 import torch
+from test_ppo_e2e import REQUIRED
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -66,6 +68,11 @@ def test_sigkill_then_resume_matches_uninterrupted_run(workspace):
     root, model = workspace
     straight = subprocess.run(command(root, model, "straight"), capture_output=True, text=True, timeout=400)
     assert straight.returncode == 0, straight.stderr[-5000:]
+    rows = [json.loads(line) for line in (root / "straight" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    for row in rows:  # every step's metrics of the reinforce_plus_plus estimator, as test_ppo_e2e checks them
+        for key in REQUIRED:
+            assert isinstance(row[key], (int, float)) and math.isfinite(row[key]), (row["step"], key, row.get(key))
 
     crashed = root / "crashed"
     proc = subprocess.Popen(command(root, model, "crashed"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -97,3 +104,4 @@ def test_sigkill_then_resume_matches_uninterrupted_run(workspace):
 
     again = subprocess.run(command(root, model, "crashed"), capture_output=True, text=True, timeout=400)
     assert again.returncode == 0 and "training already complete" in again.stdout
+    assert "engine and Ray logs of this run" not in again.stdout  # found before Ray and the workers start
