@@ -61,6 +61,7 @@ def setup_worker_process(rank: int) -> WorkerInfo:
     if _stack_file is None:
         _stack_file = open(stack_path, "a")
         faulthandler.register(STACK_SIGNAL, file=_stack_file, all_threads=True, chain=False)
+    stack_path = Path(_stack_file.name)  # the one registered, should a process set up twice
     log_file = None
     if os.environ.get(QUIET_ENV) == "1":
         log_file = folder / f"worker_rank{rank}_pid{pid}.log"
