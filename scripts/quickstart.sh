@@ -22,6 +22,8 @@ if [ -z "${QUICKSTART_SKIP_SETUP:-}" ]; then  # tests run inside an environment 
   source "$ROOT/scripts/setup_env.sh"
 fi
 export VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1}
+# transformers' bars for loading / writing the 26 tensors of a tiny model are noise on this console
+export HF_HUB_DISABLE_PROGRESS_BARS=${HF_HUB_DISABLE_PROGRESS_BARS:-1}
 # One thread per worker process in the RL stage: two cores, and oversubscribed OpenMP threads make small
 # matmuls ~5x slower. The single-process stages use both cores.
 

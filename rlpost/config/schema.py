@@ -310,6 +310,8 @@ class TrainerConfig(BaseConfig):
     max_critic_ckpt_to_keep: int | None
     ray_wait_register_center_timeout: int
     ray_call_timeout: float
+    ray_stall_timeout: float
+    verbose_engine_logs: bool
     device: str
     dry_run: bool
     rollout_drift_warn: float

@@ -143,14 +143,15 @@ def collect_extra(extras: list[dict[str, Any]]) -> dict[str, list]:
 
 
 def print_examples(samples: list[Sample], scores: list[float], num_examine: int) -> None:
-    """Print up to `num_examine` samples per data source, for eyeballing reward behaviour."""
+    """Print up to `num_examine` samples per data source, for eyeballing reward behaviour: one line each, the
+    texts quoted (newlines and trailing spaces visible)."""
     printed: dict[Any, int] = {}
     for sample, score in zip(samples, scores):
         if printed.get(sample.data_source, 0) >= num_examine:
             continue
         printed[sample.data_source] = printed.get(sample.data_source, 0) + 1
-        print(f"[prompt] {sample.prompt_str}\n[response] {sample.response_str}\n"
-              f"[ground_truth] {sample.ground_truth}\n[score] {score}")
+        print(f"[prompt] {sample.prompt_str!r} [response] {sample.response_str!r} "
+              f"[ground_truth] {sample.ground_truth} [score] {score}")
 
 
 def finish(data: Any, samples: list[Sample], results: list[Any], num_examine: int, return_dict: bool):

@@ -7,6 +7,8 @@ tensor with each score on the last valid response token, or `{"reward_tensor", "
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any, Callable
 
 from rlpost import keys
@@ -15,6 +17,8 @@ from rlpost.reward.custom import RewardFnSpec
 from rlpost.utils.registry import Registry
 
 REWARD_MANAGERS = Registry("reward_manager")
+SLOW_SAMPLE_S = 0.5  # seconds per sample above which serial scoring is worth a warning
+logger = logging.getLogger(__name__)
 
 
 @REWARD_MANAGERS.register("naive")
@@ -31,10 +35,21 @@ class NaiveRewardManager:
         self.spec = spec
         self.compute_score = spec.resolve()
         self.reward_fn_key = reward_fn_key
+        self._warned_slow = False
 
     def score_samples(self, samples: list[base.Sample]) -> list[Any]:
-        """Raw results (float or dict) of the reward function, one per sample."""
-        return [base.call_reward_fn(self.compute_score, s) for s in samples]
+        """Raw results (float or dict) of the reward function, one per sample; warns once when it is slow."""
+        start = time.perf_counter()
+        results = [base.call_reward_fn(self.compute_score, s) for s in samples]
+        per_sample = (time.perf_counter() - start) / max(len(samples), 1)
+        if per_sample > SLOW_SAMPLE_S and not self._warned_slow:
+            self._warned_slow = True  # once per run: the cause does not change from step to step
+            logger.warning("the reward function took %.2f s per sample (%.0f s for %d samples, one after another "
+                           "in the driver): set reward_model.reward_manager=prime to score in parallel processes "
+                           "with a per-sample reward_model.reward_kwargs.timeout (time-outs are counted in "
+                           "reward/timeout_count); timing_s/reward shows the time per step", per_sample,
+                           per_sample * len(samples), len(samples))
+        return results
 
     def __call__(self, data: Any, return_dict: bool = False):
         """Reads `responses`, `prompts`, `attention_mask`, `response_mask`, `rm_scores` (if present)."""

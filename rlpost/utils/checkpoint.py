@@ -35,6 +35,8 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
+from rlpost.utils.disk_errors import describe_write_error, unwritable_folder
+
 logger = logging.getLogger(__name__)
 
 LATEST_FILE = "latest_checkpointed_iteration.txt"
@@ -61,7 +63,8 @@ CONFIG_HASH_KEYS = (
 )
 
 class CheckpointError(ValueError):
-    """A checkpoint that cannot be resumed from: its files differ from what its manifest recorded."""
+    """A checkpoint that cannot be resumed from (its files differ from what its manifest recorded), or one
+    that cannot be written (full disk, no permission, a file where its folder should be)."""
 
 
 _STEP_RE = re.compile(rf"^{STEP_PREFIX}(\d+)$")
@@ -150,6 +153,22 @@ def verify_files(ckpt_dir: str | Path, manifest: Mapping[str, Any]) -> list[str]
             problems.append(f"{path}: size {path.stat().st_size} bytes, saved as {want['size']}")
         elif _blake2b(path) != want["blake2b"]:
             problems.append(f"{path}: checksum mismatch (the file changed after it was saved)")
+    return problems
+
+
+_INTACT: set[tuple[str, Any]] = set()  # (folder, manifest time) of checkpoints this process verified intact
+
+
+def _problems(path: Path) -> list[str]:
+    """`verify_files` of a committed checkpoint, remembering intact ones: a run resolves its resume point
+    before Ray starts and again when loading, and hashing a large checkpoint twice would cost minutes."""
+    manifest = read_manifest(path) or {}
+    key = (str(Path(path).resolve()), manifest.get("time"))
+    if key in _INTACT:
+        return []
+    problems = verify_files(path, manifest)
+    if not problems:
+        _INTACT.add(key)
     return problems
 
 
@@ -262,10 +281,27 @@ class CheckpointManager:
     def begin(self, step: int) -> Path:
         """Start a save: return a fresh, empty temp folder (a stale one from a crash is removed)."""
         tmp = self.tmp_dir(step)
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.mkdir(parents=True)
+        try:
+            if tmp.exists():
+                shutil.rmtree(tmp)
+            tmp.mkdir(parents=True)
+        except OSError as err:
+            raise CheckpointError(f"cannot save the checkpoint of step {step}: "
+                                  f"{unwritable_folder(self.root) or describe_write_error(err, tmp) or err}") from err
         return tmp
+
+    def abort(self, step: int, err: BaseException) -> None:
+        """A save of `step` failed: remove its temp folder, then raise `CheckpointError` naming a full disk /
+        missing permission as such (other errors are re-raised as they are). Committed checkpoints stay."""
+        tmp = self.tmp_dir(step)
+        reason = describe_write_error(err, tmp)  # before the removal: the disk is still as full as it was
+        shutil.rmtree(tmp, ignore_errors=True)
+        if reason is None:
+            raise err
+        latest = self.find_latest_complete()
+        kept = f"the newest saved checkpoint, {latest[1]}, is intact" if latest else "no earlier checkpoint exists"
+        raise CheckpointError(f"cannot save the checkpoint of step {step}: {reason}. The partial save {tmp} was "
+                              f"removed; {kept}") from err
 
     def commit(self, step: int, manifest: Mapping[str, Any]) -> Path:
         """Finish a save: write the manifest, rename temp -> `global_step_N`, then update the latest file.
@@ -361,7 +397,7 @@ class CheckpointManager:
             return None
         if resume_mode == "resume_path":
             path = self._explicit_resume(resume_path)
-            problems = verify_files(path, read_manifest(path) or {})
+            problems = _problems(path)
             if problems:
                 intact = CheckpointManager(path.parent).newest_intact()
                 hint = (f"the newest intact checkpoint is {intact} (set trainer.resume_from_path to it)"
@@ -372,14 +408,16 @@ class CheckpointManager:
         self.clean_stale()  # also restores a step whose re-save crashed mid-swap
         if resume_path is not None:
             logger.warning("trainer.resume_from_path=%s is not used with resume_mode=auto", resume_path)
-        for step, path in reversed(self.list_complete()):
-            problems = verify_files(path, read_manifest(path) or {})
+        complete = self.list_complete()
+        for step, path in reversed(complete):
+            problems = _problems(path)
             if not problems:
                 logger.info("resume_mode=auto: resuming from %s (step %d)", path, step)
                 return path
             logger.warning("resume_mode=auto: checkpoint %s is damaged, not resuming from it: %s; "
                            "trying the previous one", path, "; ".join(problems))
-        logger.warning("resume_mode=auto: no intact checkpoint under %s, training from scratch", self.root)
+        if complete:  # a fresh folder is the usual start, not worth a warning
+            logger.warning("resume_mode=auto: no intact checkpoint under %s, training from scratch", self.root)
         return None
 
     def newest_intact(self) -> Path | None:

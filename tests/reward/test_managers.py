@@ -220,3 +220,21 @@ def _objects(values):
     out = np.empty(len(values), dtype=object)
     out[:] = values
     return out
+
+
+def test_slow_reward_fn_warns_once_naming_the_parallel_manager(make_batch, tokenizer, tmp_path, caplog):
+    path = write_fn(tmp_path, """
+        import time
+
+        def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+            time.sleep(0.6)
+            return 1.0
+    """)
+    manager = load_reward_manager(cfg(path=path), tokenizer)
+    data = make_batch(["#### 3", "#### 4"], ["3", "3"])
+    manager(data)
+    manager(data)
+    slow = [r.getMessage() for r in caplog.records if "per sample" in r.getMessage()]
+    assert len(slow) == 1, slow
+    assert "for 2 samples, one after another" in slow[0] and "reward_model.reward_manager=prime" in slow[0]
+    assert "reward_model.reward_kwargs.timeout" in slow[0]

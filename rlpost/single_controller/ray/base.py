@@ -17,6 +17,7 @@ from rlpost.single_controller.base.decorator import (
     plan_calls,
     registered_methods,
 )
+from rlpost.single_controller.ray.diagnostics import WorkerInfo, driver_env
 from rlpost.single_controller.ray.errors import Gatherer
 from rlpost.single_controller.ray.host import WorkerHost
 
@@ -137,8 +138,10 @@ class RayWorkerGroup:
         resource_pool: where the workers run.
         ray_cls_with_init: the role (or, from `create_colocated_worker_cls`, several roles).
         name_prefix: group name used in errors (default: the role class name).
-        call_timeout_s: time-out of every method call.
+        call_timeout_s: time-out of every method call (trainer.ray_call_timeout).
         startup_timeout_s: time-out of start-up (trainer.ray_wait_register_center_timeout).
+        stall_timeout_s: a call running this long logs the Python stacks of the ranks that have not answered
+            (trainer.ray_stall_timeout); None never does.
     """
 
     def __init__(
@@ -148,16 +151,19 @@ class RayWorkerGroup:
         name_prefix: str | None = None,
         call_timeout_s: float = 3600.0,
         startup_timeout_s: float = 300.0,
+        stall_timeout_s: float | None = None,
     ) -> None:
         roles = ray_cls_with_init.roles
         self.name = name_prefix or "+".join(spec[0].__name__ for spec in roles.values())
-        self.call_timeout_s = call_timeout_s
+        self.call_timeout_s, self.stall_timeout_s = call_timeout_s, stall_timeout_s
         self.resource_pool = resource_pool
         self._hosts = _start_hosts(resource_pool, ray_cls_with_init.options, startup_timeout_s)
         env = _rank_envs(self._hosts, resource_pool, startup_timeout_s)
         init_refs = [h.init_roles.remote(e, roles) for h, e in zip(self._hosts, env)]
-        gather = Gatherer(self.name, "__init__", list(range(len(self._hosts))), startup_timeout_s)
-        self.pids: list[int] = gather(init_refs)
+        gather = Gatherer(self.name, "__init__", list(range(len(self._hosts))), startup_timeout_s,
+                          timeout_key="trainer.ray_wait_register_center_timeout")
+        self.workers: list[WorkerInfo] = gather(init_refs)
+        self.pids = [w.pid for w in self.workers]
         self._prefix: str | None = None
         self._layout: DpLayout | None = None
         self._roles = roles
@@ -191,7 +197,7 @@ class RayWorkerGroup:
     def _dp_layout(self) -> DpLayout:
         if self._layout is None:
             refs = [h.dispatch_info.remote(self._prefix) for h in self._hosts]
-            reports = Gatherer(self.name, "get_dispatch_info", list(range(self.world_size)), self.call_timeout_s)(refs)
+            reports = self._gatherer("get_dispatch_info", list(range(self.world_size)))(refs)
             self._layout = DpLayout.from_reports(reports)
         return self._layout
 
@@ -206,7 +212,7 @@ class RayWorkerGroup:
         future = DataProtoFuture(
             collect_fn=collect_fn_for(info, layout, ranks),
             futures=refs,
-            fetch_fn=Gatherer(self.name, method, ranks, self.call_timeout_s),
+            fetch_fn=self._gatherer(method, ranks),
         )
         return future.get() if info.blocking else future
 
@@ -214,7 +220,10 @@ class RayWorkerGroup:
         """Call any method (registered or not) with the same arguments on every rank; blocking."""
         self._layout = None
         refs = [h.call.remote(self._prefix, method, args, kwargs, 0) for h in self._hosts]
-        return Gatherer(self.name, method, list(range(self.world_size)), self.call_timeout_s)(refs)
+        return self._gatherer(method, list(range(self.world_size)))(refs)
+
+    def _gatherer(self, method: str, ranks: list[int]) -> Gatherer:
+        return Gatherer(self.name, method, ranks, self.call_timeout_s, self.stall_timeout_s, self.workers)
 
     def shutdown(self) -> None:
         """Kill the worker processes (views of a colocated group share them)."""
@@ -238,7 +247,7 @@ def _start_hosts(pool: RayResourcePool, options: dict, timeout_s: float) -> list
 
 
 def _rank_envs(hosts: list, pool: RayResourcePool, timeout_s: float) -> list[dict[str, str]]:
-    """RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR/PORT, RLPOST_DEVICE per rank."""
+    """RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR/PORT, RLPOST_DEVICE and the driver per rank."""
     fetch = Gatherer("worker group", "node_ip_and_free_port", [0], timeout_s)
     master = fetch([hosts[0].node_ip_and_free_port.remote()])
     addr, port = master[0]
@@ -254,5 +263,6 @@ def _rank_envs(hosts: list, pool: RayResourcePool, timeout_s: float) -> list[dic
                 "MASTER_ADDR": addr,
                 "MASTER_PORT": str(port),
                 "RLPOST_DEVICE": pool.device,
+                **driver_env(),
             })
     return envs

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import logging
+import math
 import re
 import time
 from dataclasses import dataclass
 
 import ray
+
+from rlpost.single_controller.ray.diagnostics import WorkerInfo, collect_stacks
+
+logger = logging.getLogger(__name__)
 
 # After the first failing rank, wait this long for other ranks to fail too, so all are named.
 _FAILURE_GRACE_S = 2.0
@@ -33,17 +39,23 @@ class WorkerGroupError(RuntimeError):
 
 
 class WorkerGroupTimeoutError(WorkerGroupError, TimeoutError):
-    """A call on a worker group did not finish within its time-out."""
+    """A call on a worker group did not finish within its time-out; `stacks` holds {rank: Python stacks}
+    of the ranks that had not answered, when they could be collected."""
 
-    def __init__(self, group: str, method: str, pending: list[int], timeout_s: float):
-        self.timeout_s = timeout_s
-        RuntimeError.__init__(
-            self, f"{group}.{method} timed out after {timeout_s:.1f} s; rank(s) {pending} have not answered"
-        )
+    def __init__(self, group: str, method: str, pending: list[int], timeout_s: float,
+                 stacks: dict[int, str] | None = None, key: str = "trainer.ray_call_timeout"):
+        self.timeout_s, self.stacks, self.key = timeout_s, stacks or {}, key
+        text = f"{group}.{method} timed out after {timeout_s:.1f} s ({key}); rank(s) {pending} have not answered"
+        RuntimeError.__init__(self, text + format_stacks(group, method, self.stacks))
         self.group, self.method, self.failures, self.pending = group, method, {}, pending
 
     def __reduce__(self):
-        return type(self), (self.group, self.method, self.pending, self.timeout_s)
+        return type(self), (self.group, self.method, self.pending, self.timeout_s, self.stacks, self.key)
+
+
+def format_stacks(group: str, method: str, stacks: dict[int, str]) -> str:
+    """"\n--- rank r (role <group>, phase <method>) ---\n<stack>" per rank; empty without stacks."""
+    return "".join(f"\n--- rank {rank} (role {group}, phase {method}) ---\n{stacks[rank]}" for rank in sorted(stacks))
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -62,25 +74,49 @@ class Gatherer:
     method: str
     ranks: list[int]
     timeout_s: float
+    # Stall watchdog: after `stall_s` seconds the stacks of the ranks that have not answered are logged once
+    # (the call keeps waiting until `timeout_s`). Needs `workers`, indexed by rank.
+    stall_s: float | None = None
+    workers: list[WorkerInfo] | None = None
+    timeout_key: str = "trainer.ray_call_timeout"  # named in the time-out error
 
     def __call__(self, refs: list) -> list:
         rank_of = {ref: rank for ref, rank in zip(refs, self.ranks)}
         outputs, failures = {}, {}
         pending = list(refs)
-        deadline = time.monotonic() + self.timeout_s
+        start = time.monotonic()
+        deadline = start + self.timeout_s
+        report_at = start + self.stall_s if self.stall_s and self.workers else math.inf
         while pending and not failures:
-            ready, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+            stall_next = report_at < deadline
+            wait_s = max(0.0, (report_at if stall_next else deadline) - time.monotonic())
+            ready, pending = ray.wait(pending, num_returns=1, timeout=wait_s)
             if not ready:
-                raise WorkerGroupTimeoutError(self.group, self.method, sorted(rank_of[r] for r in pending),
-                                              self.timeout_s)
+                late = sorted(rank_of[r] for r in pending)
+                if not stall_next:
+                    raise WorkerGroupTimeoutError(self.group, self.method, late, self.timeout_s, self._stacks(late),
+                                                  self.timeout_key)
+                logger.warning("%s.%s has run for %.0f s (trainer.ray_stall_timeout); rank(s) %s have not answered; "
+                               "it fails at %s=%.0f s. Python stacks:%s", self.group, self.method,
+                               time.monotonic() - start, late, self.timeout_key, self.timeout_s,
+                               format_stacks(self.group, self.method, self._stacks(late)))
+                report_at = math.inf
             self._fetch(ready, rank_of, outputs, failures)
         if failures:
             if pending:
                 grace = min(_FAILURE_GRACE_S, max(0.0, deadline - time.monotonic()))
                 ready, pending = ray.wait(pending, num_returns=len(pending), timeout=grace)
                 self._fetch(ready, rank_of, outputs, failures)
+            for rank in failures if self.workers else ():  # a crashed engine's last words are in its log
+                if self.workers[rank].log_file:
+                    failures[rank] += f"\n(the output of rank {rank} is in {self.workers[rank].log_file})"
             raise WorkerGroupError(self.group, self.method, failures, sorted(rank_of[r] for r in pending))
         return [outputs[ref] for ref in refs]
+
+    def _stacks(self, ranks: list[int]) -> dict[int, str]:
+        if not self.workers:
+            return {}
+        return collect_stacks([self.workers[r] for r in ranks])
 
     @staticmethod
     def _fetch(ready: list, rank_of: dict, outputs: dict, failures: dict) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 from rlpost.utils.distributed import free_port
 from rlpost.protocol import DataProto, DataProtoFuture
 from rlpost.single_controller.base.decorator import FutureShard, trim_output
+from rlpost.single_controller.ray.diagnostics import WorkerInfo, setup_worker_process
 
 
 class WorkerHost:
@@ -27,12 +28,17 @@ class WorkerHost:
 
         return ray.util.get_node_ip_address(), free_port("")
 
-    def init_roles(self, env: dict[str, str], specs: dict[str, tuple[type, tuple, dict]]) -> int:
-        """Set the rank's environment, then build every role; returns the process id."""
+    def init_roles(self, env: dict[str, str], specs: dict[str, tuple[type, tuple, dict]]) -> WorkerInfo:
+        """Set the rank's environment and its logs (see `diagnostics`), then build every role.
+
+        Returns:
+            Where this process runs and where it dumps its stacks, for the driver's stall reports.
+        """
         os.environ.update(env)
+        info = setup_worker_process(int(env["RANK"]))
         for prefix, (cls, args, kwargs) in specs.items():
             self._roles[prefix] = cls(*args, **kwargs)
-        return os.getpid()
+        return info
 
     def dispatch_info(self, prefix: str) -> tuple[int, int, bool]:
         role = self._roles[prefix]

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any, Mapping
 
 import ray
+
+from rlpost.single_controller.ray.diagnostics import LOG_DIR_ENV, QUIET_ENV
+from rlpost.single_controller.ray.reaper import start_reaper
 
 # Worker processes need these; values set in the driver's environment win over the defaults.
 DEFAULT_WORKER_ENV = {
@@ -15,6 +19,8 @@ DEFAULT_WORKER_ENV = {
     "HF_HUB_OFFLINE": "1",
 }
 _SUPPORTED_KEYS = {"num_cpus", "timeline_json_file"}
+_RLPOST_HANDLER = "_rlpost_handler"  # marks the handlers init_ray added to the "ray" logger
+_reaper = None  # the process that ends Ray's processes if this one dies without shutting Ray down
 
 
 def _check_keys(ray_init_cfg: Mapping | None) -> Mapping:
@@ -34,17 +40,56 @@ def build_runtime_env(runtime_env: Mapping[str, Any] | None = None) -> dict[str,
     return env
 
 
-def init_ray(ray_init_cfg: Mapping | None = None, runtime_env: Mapping[str, Any] | None = None) -> None:
-    """Start local Ray (ray_init.num_cpus; None = all cores) unless it is already running."""
+def init_ray(ray_init_cfg: Mapping | None = None, runtime_env: Mapping[str, Any] | None = None,
+             log_dir: str | None = None, verbose: bool = True) -> None:
+    """Start local Ray (ray_init.num_cpus; None = all cores) unless it is already running.
+
+    Args:
+        ray_init_cfg: the `ray_init` config group.
+        runtime_env: extra runtime_env of the workers (env_vars merged over the defaults).
+        log_dir: folder for the workers' stack dumps and, unless `verbose`, their output and Ray's own
+            log lines (`ray_driver.log`); None leaves everything on the console.
+        verbose: keep engine and Ray INFO output on the console (`trainer.verbose_engine_logs`).
+    """
     cfg = _check_keys(ray_init_cfg)
     if ray.is_initialized():
         return
-    ray.init(
-        num_cpus=cfg.get("num_cpus"),
-        include_dashboard=False,
-        log_to_driver=True,
-        runtime_env=build_runtime_env(runtime_env),
-    )
+    env = dict(runtime_env or {})
+    if log_dir is not None:
+        env["env_vars"] = {**(env.get("env_vars") or {}), LOG_DIR_ENV: log_dir, QUIET_ENV: "0" if verbose else "1"}
+    kwargs = dict(num_cpus=cfg.get("num_cpus"), include_dashboard=False, log_to_driver=True,
+                  runtime_env=build_runtime_env(env))
+    _start_reaper_once()
+    if verbose or log_dir is None:
+        ray.init(**kwargs)
+        return
+    os.makedirs(log_dir, exist_ok=True)
+    to_file = _handler(logging.FileHandler(os.path.join(log_dir, "ray_driver.log")), logging.INFO)
+    # ray.init drops the handlers of the "ray" logger; what it logs meanwhile falls to logging.lastResort
+    last_resort, logging.lastResort = logging.lastResort, to_file
+    try:
+        ray.init(configure_logging=False, **kwargs)
+    finally:
+        logging.lastResort = last_resort
+    ray_logger = logging.getLogger("ray")
+    ray_logger.setLevel(logging.INFO)
+    ray_logger.propagate = False  # Ray's INFO and warnings go to the file, its errors to the console too
+    ray_logger.addHandler(to_file)
+    ray_logger.addHandler(_handler(logging.StreamHandler(), logging.ERROR))
+
+
+def _start_reaper_once() -> None:
+    """Ray's processes must not outlive this driver, even when it is killed (see `reaper`)."""
+    global _reaper
+    if _reaper is None:
+        _reaper = start_reaper(os.getpid())
+
+
+def _handler(handler: logging.Handler, level: int) -> logging.Handler:
+    setattr(handler, _RLPOST_HANDLER, True)
+    handler.setLevel(level)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    return handler
 
 
 def finish_ray(ray_init_cfg: Mapping | None = None, shutdown: bool = True) -> str | None:
@@ -60,4 +105,14 @@ def finish_ray(ray_init_cfg: Mapping | None = None, shutdown: bool = True) -> st
         ray.timeline(filename=path)
     if shutdown and ray.is_initialized():
         ray.shutdown()
+        _ray_logs_to_console()
     return path or None
+
+
+def _ray_logs_to_console() -> None:
+    """Remove the handlers a quiet `init_ray` added (a process may start Ray again, e.g. a test session)."""
+    ray_logger = logging.getLogger("ray")
+    for handler in [h for h in ray_logger.handlers if getattr(h, _RLPOST_HANDLER, False)]:
+        ray_logger.removeHandler(handler)
+        handler.close()
+    ray_logger.propagate = True

@@ -51,7 +51,8 @@ POSITIVE_FLOATS = (
     f"{ARR}.actor.grad_clip", f"{ARR}.actor.clip_ratio", f"{ARR}.actor.clip_ratio_low",
     f"{ARR}.actor.clip_ratio_high", f"{ARR}.actor.optim.num_cycles", "critic.grad_clip",
     "critic.cliprange_value", "critic.optim.num_cycles", "algorithm.kl_ctrl.target_kl",
-    "trainer.rollout_drift_warn", "algorithm.rollout_correction.rollout_is_threshold", f"{ARR}.actor.tau_pos",
+    "trainer.rollout_drift_warn", "trainer.ray_call_timeout", "trainer.ray_stall_timeout",
+    "algorithm.rollout_correction.rollout_is_threshold", f"{ARR}.actor.tau_pos",
     f"{ARR}.actor.tau_neg", f"{ARR}.rollout.multi_turn.tool_timeout_s",
 )
 OPEN_UNIT = (f"{ARR}.rollout.gpu_memory_utilization", f"{ARR}.rollout.top_p", f"{ARR}.rollout.val_kwargs.top_p")

@@ -29,6 +29,31 @@ from rlpost.utils.checkpoint import (
 logger = logging.getLogger(__name__)
 
 
+def finished_run(config: DictConfig, total_steps: int) -> int | None:
+    """Before any worker starts: the step of the checkpoint this run would resume from when it already
+    reached `total_steps` (nothing left to train), else None.
+
+    Raises:
+        CheckpointError: `trainer.resume_mode=resume_path` names a damaged checkpoint (found here in seconds
+            instead of after the workers loaded their models).
+    """
+    trainer_cfg = config.trainer
+    manager = CheckpointManager(os.path.expanduser(trainer_cfg.default_local_dir))
+    latest = manager.find_latest_complete()
+    if trainer_cfg.resume_mode == "auto" and (latest is None or latest[0] < total_steps):
+        return None  # the usual start: resolved (and verified) once, when the workers load it
+    if trainer_cfg.resume_mode == "disable":
+        return None
+    path = manager.resolve_resume(trainer_cfg.resume_mode, trainer_cfg.resume_from_path)
+    step = step_of(path) if path is not None else 0
+    return step if step >= total_steps else None
+
+
+def already_complete(step: int, total_steps: int) -> str:
+    """The line printed when a run has nothing left to train."""
+    return f"[rlpost] training already complete: checkpoint at step {step} of {total_steps}; nothing to do."
+
+
 class TrainerCheckpointer:
     """Saves and restores actor, critic and data-loader state per `trainer.*` checkpoint keys."""
 
@@ -48,6 +73,20 @@ class TrainerCheckpointer:
         """Write `global_step_<step>/` atomically and prune old ones; returns the final path."""
         tmp = self.manager.begin(step)
         contents = self._contents("save_contents")
+        try:
+            self._write(tmp, step, contents)
+            final = self.manager.commit(step, build_manifest(step, epoch, self.world_size, self.config, contents))
+        except (OSError, RuntimeError) as err:  # worker failures arrive as RuntimeError (WorkerGroupError)
+            self.manager.abort(step, err)
+        keep = effective_keep(self.trainer_cfg.max_actor_ckpt_to_keep, self.trainer_cfg.max_critic_ckpt_to_keep,
+                              self.trainer_cfg.remove_previous_ckpt_in_save)
+        for path in self.manager.prune(keep):
+            logger.info("removed old checkpoint %s", path)
+        print(f"[rlpost] saved checkpoint {final}")
+        return str(final)
+
+    def _write(self, tmp: str, step: int, contents: list[str]) -> None:
+        """Actor and critic shards (written by the workers) and the data-loader position into `tmp`."""
         self.workers.actor_rollout.save_checkpoint(
             os.path.join(tmp, "actor"), global_step=step, save_contents=contents)
         if self.workers.critic is not None:
@@ -55,14 +94,6 @@ class TrainerCheckpointer:
             self.workers.critic.save_checkpoint(
                 os.path.join(tmp, "critic"), global_step=step, save_contents=critic_contents)
         torch.save(self.loader.state_dict(), os.path.join(tmp, DATA_FILE))
-        manifest = build_manifest(step, epoch, self.world_size, self.config, contents)
-        final = self.manager.commit(step, manifest)
-        keep = effective_keep(self.trainer_cfg.max_actor_ckpt_to_keep, self.trainer_cfg.max_critic_ckpt_to_keep,
-                              self.trainer_cfg.remove_previous_ckpt_in_save)
-        for path in self.manager.prune(keep):
-            logger.info("removed old checkpoint %s", path)
-        print(f"[rlpost] saved checkpoint {final}")
-        return str(final)
 
     def maybe_resume(self) -> int:
         """Load the checkpoint `trainer.resume_mode` selects; returns its step (0 when starting fresh)."""

@@ -24,6 +24,7 @@ def run_ppo(config: DictConfig) -> dict[str, float]:
     """Train with a `ppo_trainer` config in this process (the Ray driver); returns the last step's metrics."""
     from rlpost.single_controller.ray.init import finish_ray, init_ray
 
+    from rlpost.trainer.ppo.checkpointing import already_complete, finished_run
     from rlpost.trainer.ppo.preflight import check_devices
 
     try:
@@ -31,7 +32,15 @@ def run_ppo(config: DictConfig) -> dict[str, float]:
     except ValueError as err:
         raise InputError(str(err)) from err
     trainer = build_trainer(config)
-    init_ray(config.ray_init)
+    done = finished_run(config, trainer.total_training_steps)  # a finished run needs no Ray at all
+    if done is not None:
+        print(already_complete(done, trainer.total_training_steps))
+        return {}
+    trainer_cfg = config.trainer
+    log_dir = os.path.join(os.path.abspath(os.path.expanduser(trainer_cfg.default_local_dir)), "logs")
+    init_ray(config.ray_init, log_dir=log_dir, verbose=trainer_cfg.verbose_engine_logs)
+    if not trainer_cfg.verbose_engine_logs:
+        print(f"[rlpost] engine and Ray logs of this run: {log_dir} (trainer.verbose_engine_logs=true shows them here)")
     try:
         trainer.init_workers()
         return trainer.fit()
@@ -66,10 +75,11 @@ def build_trainer(config: DictConfig):
     from rlpost.trainer.ppo.ray_trainer import RayPPOTrainer
     from rlpost.trainer.ppo.roles import default_role_worker_mapping
 
-    from rlpost.trainer.ppo.preflight import check_lora_inputs, check_model_and_data_paths
+    from rlpost.trainer.ppo.preflight import check_lora_inputs, check_model_and_data_paths, check_output_folder
 
     try:  # bad input fails here, in seconds and with one message, before the workers start
         check_model_and_data_paths(config)
+        check_output_folder(config)
         check_lora_inputs(config)
         tokenizer = load_tokenizer(config)
         data_cfg = config.data

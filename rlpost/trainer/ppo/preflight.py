@@ -52,6 +52,16 @@ def check_lora_inputs(config: Any) -> None:
             check_adapter_folder(str(model_cfg.lora_adapter_path), model_cfg, None, group)
 
 
+def check_output_folder(config: Any) -> None:
+    """`trainer.default_local_dir` can hold checkpoints and logs: no file in its place, writable."""
+    from rlpost.utils.checkpoint import unwritable_folder
+
+    path = os.path.abspath(os.path.expanduser(str(config.trainer.default_local_dir)))
+    reason = unwritable_folder(path)
+    if reason:
+        raise ValueError(f"trainer.default_local_dir={path!r} cannot hold checkpoints and logs: {reason}")
+
+
 def check_devices(config: Any) -> None:
     """One node: the devices `trainer.n_gpus_per_node` asks for exist here (else Ray would wait, then time out)."""
     trainer = config.trainer

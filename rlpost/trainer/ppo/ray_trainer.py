@@ -37,7 +37,7 @@ from rlpost.algos.rollout_correction import compute_rollout_correction
 from rlpost.protocol import DataProto
 from rlpost.single_controller.ray import RayWorkerGroup, ResourcePoolManager, Role
 from rlpost.trainer.ppo import core_algos
-from rlpost.trainer.ppo.checkpointing import TrainerCheckpointer
+from rlpost.trainer.ppo.checkpointing import TrainerCheckpointer, already_complete
 from rlpost.trainer.ppo.core_algos import AdvantageEstimator, apply_kl_penalty, compute_advantage
 from rlpost.trainer.ppo.metric_utils import (
     compute_data_metrics,
@@ -177,8 +177,7 @@ class RayPPOTrainer:
         trainer_cfg = self.config.trainer
         self.global_steps = self._load_checkpoint()
         if self.global_steps >= self.total_training_steps:
-            print(f"[rlpost] training already complete: checkpoint at step {self.global_steps} of "
-                  f"{self.total_training_steps}; nothing to do.")
+            print(already_complete(self.global_steps, self.total_training_steps))
             return {}
         if self.validator.enabled and (trainer_cfg.val_before_train or trainer_cfg.val_only):
             val_metrics = self._validate()

@@ -127,6 +127,7 @@ def build_worker_groups(config: PPOTrainerConfig, plan: RolePlan, role_worker_ma
             resource_pool=pool, ray_cls_with_init=create_colocated_worker_cls(class_dict),
             name_prefix=pool.name_prefix or "workers", call_timeout_s=config.trainer.ray_call_timeout,
             startup_timeout_s=config.trainer.ray_wait_register_center_timeout,
+            stall_timeout_s=config.trainer.ray_stall_timeout,
         )
         views.update(group.spawn(prefix_set=list(class_dict)))
     if "critic" in views:

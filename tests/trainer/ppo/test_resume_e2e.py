@@ -1,15 +1,20 @@
-"""Crash and resume, end to end: a run killed with SIGKILL after step 3 has started resumes from the step-2
-checkpoint, sees the same prompts in the same order as an uninterrupted run, and ends with the same weights."""
+"""Crash and resume, end to end: a driver killed with SIGKILL after step 3 has started leaves no process behind
+(Ray's head processes share its fate; its workers and Ray's agents are ended by the workers' driver watch and
+rlpost's reaper, whichever comes first), and the run resumes from the step-2 checkpoint,
+sees the same prompts in the same order as an uninterrupted run, and ends with the same weights."""
 
 import json
+import math
 import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
+from test_ppo_e2e import REQUIRED
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -49,6 +54,38 @@ def command(root, model, name: str) -> list[str]:
     ]
 
 
+def descendants(pid: int) -> dict[int, tuple[str, str]]:
+    """{pid: (start time, command line)} of every process below `pid` (Linux /proc)."""
+    parent, info = {}, {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()  # state, ppid, ...; starttime: 20th
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        parent[int(entry.name)], info[int(entry.name)] = int(fields[1]), (fields[19], cmdline)
+    found, frontier = {}, [pid]
+    while frontier:
+        frontier = [p for p, pp in parent.items() if pp in frontier and p not in found]
+        found.update({p: info[p] for p in frontier})
+    return found
+
+
+def still_running(procs: dict[int, tuple[str, str]]) -> dict[int, str]:
+    """The processes of `procs` still alive as themselves (not a reused pid, not a zombie)."""
+    alive = {}
+    for pid, (start, cmdline) in procs.items():
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[19] == start and fields[0] != "Z":
+            alive[pid] = cmdline
+    return alive
+
+
 def prompts_of(run_dir, step: int) -> list[str]:
     return [json.loads(line)["prompt"] for line in (run_dir / "rollouts" / f"{step}.jsonl").read_text().splitlines()]
 
@@ -66,18 +103,28 @@ def test_sigkill_then_resume_matches_uninterrupted_run(workspace):
     root, model = workspace
     straight = subprocess.run(command(root, model, "straight"), capture_output=True, text=True, timeout=400)
     assert straight.returncode == 0, straight.stderr[-5000:]
+    rows = [json.loads(line) for line in (root / "straight" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    for row in rows:  # every step's metrics of the reinforce_plus_plus estimator, as test_ppo_e2e checks them
+        for key in REQUIRED:
+            assert isinstance(row[key], (int, float)) and math.isfinite(row[key]), (row["step"], key, row.get(key))
 
     crashed = root / "crashed"
-    proc = subprocess.Popen(command(root, model, "crashed"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(command(root, model, "crashed"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 400
     metrics = crashed / "metrics.jsonl"
     # The step-2 checkpoint is committed before step 2's metrics are logged: once they are, step 3 has begun.
     while time.time() < deadline and not (metrics.exists() and '"step": 2' in metrics.read_text()):
         assert proc.poll() is None, "training exited before step 2"
         time.sleep(0.2)
-    os.killpg(proc.pid, signal.SIGKILL)
+    tree = descendants(proc.pid)
+    assert sum(cmd.startswith("ray::WorkerHost") for _, cmd in tree.values()) == 2, tree
+    os.kill(proc.pid, signal.SIGKILL)  # the driver alone: nothing is left to shut Ray down
     proc.wait()
+    killed = time.time()
+    while still_running(tree) and time.time() < killed + 20:
+        time.sleep(0.2)
+    assert still_running(tree) == {}, f"left running 20 s after the driver's SIGKILL: {still_running(tree)}"
     assert (crashed / "global_step_2" / "manifest.json").exists()
     assert not (crashed / "global_step_4").exists()
 
@@ -97,3 +144,4 @@ def test_sigkill_then_resume_matches_uninterrupted_run(workspace):
 
     again = subprocess.run(command(root, model, "crashed"), capture_output=True, text=True, timeout=400)
     assert again.returncode == 0 and "training already complete" in again.stdout
+    assert "engine and Ray logs of this run" not in again.stdout  # found before Ray and the workers start

@@ -1,0 +1,112 @@
+"""A worker that stops answering explains itself: after `stall_timeout_s` the driver logs the Python stack
+of every rank that has not answered (rank, role, phase), and the time-out error carries the stacks too.
+With quiet logs, a worker's own output goes to its log file under the run folder, not the console."""
+
+import logging
+import os
+import sys
+import time
+
+import pytest
+
+from rlpost.single_controller.base import Dispatch, Worker, register
+
+ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.timeout(180)
+
+from rlpost.single_controller.ray import (  # noqa: E402
+    RayClassWithInitArgs,
+    RayResourcePool,
+    RayWorkerGroup,
+    WorkerGroupError,
+    WorkerGroupTimeoutError,
+    finish_ray,
+    init_ray,
+)
+
+
+class NapWorker(Worker):
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def nap(self, seconds_by_rank: dict):
+        seconds = seconds_by_rank.get(self.rank, 0.0)
+        if seconds:
+            time.sleep(seconds)  # the stack must show this line
+        return self.rank
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def fail_on(self, rank: int):
+        if self.rank == rank:
+            print("engine: the last words before the error", flush=True)
+            raise RuntimeError(f"engine failure on rank {rank}")
+        return self.rank
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def chatter(self):
+        print("engine INFO line that belongs in the log file", flush=True)
+        logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").warning(
+            "%s: Failed to load weights", "RotaryEmbedding")
+        logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").warning(
+            "%s: Failed to load weights", "Linear")
+        return os.getpid()
+
+
+@pytest.fixture(scope="module")
+def group(tmp_path_factory):
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import test modules
+    log_dir = tmp_path_factory.mktemp("run") / "logs"
+    init_ray({"num_cpus": 2}, log_dir=str(log_dir), verbose=False)
+    wg = RayWorkerGroup(RayResourcePool([2], use_gpu=False), RayClassWithInitArgs(NapWorker), name_prefix="actor",
+                        call_timeout_s=60.0, stall_timeout_s=1.0)
+    yield wg, log_dir
+    wg.shutdown()
+    finish_ray({})
+
+
+def test_stalled_rank_logs_its_stack_then_answers(group, caplog):
+    wg, _ = group
+    with caplog.at_level(logging.WARNING, logger="rlpost.single_controller.ray.errors"):
+        assert wg.nap({1: 3.0}) == [0, 1]  # a slow phase is reported, not failed
+    report = "\n".join(r.getMessage() for r in caplog.records)
+    assert "actor.nap has run for 1 s (trainer.ray_stall_timeout); rank(s) [1] have not answered" in report
+    assert "it fails at trainer.ray_call_timeout=60 s" in report
+    assert "--- rank 1 (role actor, phase nap) ---" in report and "rank 0 (" not in report
+    assert 'line' in report and "in nap" in report  # faulthandler: File "...", line N in nap
+
+
+def test_hung_rank_times_out_with_its_stack(group):
+    wg, _ = group
+    wg.call_timeout_s, wg.stall_timeout_s = 1.5, None
+    start = time.monotonic()
+    try:
+        with pytest.raises(WorkerGroupTimeoutError) as info:
+            wg.nap({0: 4.0, 1: 4.0})
+    finally:
+        wg.call_timeout_s, wg.stall_timeout_s = 60.0, 1.0
+    assert time.monotonic() - start < 10
+    text = str(info.value)
+    assert "actor.nap timed out after 1.5 s (trainer.ray_call_timeout); rank(s) [0, 1] have not answered" in text
+    for rank in (0, 1):
+        assert f"--- rank {rank} (role actor, phase nap) ---" in text
+    assert set(info.value.stacks) == {0, 1} and all("in nap" in s for s in info.value.stacks.values())
+    assert wg.nap({}) == [0, 1]  # queued behind the naps, then answers
+
+
+def test_quiet_worker_output_goes_to_its_log_file(group):
+    wg, log_dir = group
+    pids = wg.chatter()
+    for rank, pid in enumerate(pids):
+        text = (log_dir / f"worker_rank{rank}_pid{pid}.log").read_text()
+        assert "engine INFO line that belongs in the log file" in text
+        assert "Linear: Failed to load weights" in text
+        assert "RotaryEmbedding: Failed to load weights" not in text  # harmless: the rotary table is not a weight
+    assert (log_dir / "ray_driver.log").is_file()
+
+
+def test_failure_names_the_log_file_of_the_failed_rank(group):
+    wg, log_dir = group
+    with pytest.raises(WorkerGroupError) as info:
+        wg.fail_on(1)
+    log_file = log_dir / f"worker_rank1_pid{wg.pids[1]}.log"
+    assert f"(the output of rank 1 is in {log_file})" in str(info.value)
+    assert "engine failure on rank 1" in str(info.value)
+    assert "engine: the last words before the error" in log_file.read_text()
