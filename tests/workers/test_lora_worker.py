@@ -80,6 +80,12 @@ def _run(rank: int, model_dir: str, tmp: str) -> None:
     res["ref"] = _gather(w.compute_ref_log_prob(_proto(batch, rank, world)).batch[keys.REF_LOG_PROB])
     res["logp"] = _gather(w.compute_log_prob(_proto(batch, rank, world)).batch[keys.OLD_LOG_PROBS])
     res["engine_greedy"] = _greedy(w, batch, rank, world)
+    w.actor.use_remove_padding = True  # packed rows through the LoRA layers
+    res["logp_rmpad"] = _gather(w.compute_log_prob(_proto(batch, rank, world)).batch[keys.OLD_LOG_PROBS])
+    w.actor.use_remove_padding = False
+    w.config.rollout.log_prob_use_dynamic_bsz = True  # token-budget micro-batches
+    res["logp_dyn"] = _gather(w.compute_log_prob(_proto(batch, rank, world)).batch[keys.OLD_LOG_PROBS])
+    w.config.rollout.log_prob_use_dynamic_bsz = False
 
     w.save_checkpoint(f"{tmp}/ckpt", global_step=2)
     res["shard_keys"] = sorted(torch.load(f"{tmp}/ckpt/model_world_size_2_rank_{rank}.pt", weights_only=False))
@@ -99,12 +105,19 @@ def _run_merged(rank: int, model_dir: str, tmp: str) -> None:
 
     adapter = f"{tmp}/ckpt/lora_adapter"
     cfg = arr_config(model_dir, *LORA, "actor_rollout_ref.model.lora.merge=true",
-                     f"actor_rollout_ref.model.lora_adapter_path={adapter}", rollout="vllm")
+                     f"actor_rollout_ref.model.lora_adapter_path={adapter}",
+                     "actor_rollout_ref.actor.fsdp_config.param_offload=true",
+                     "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true", rollout="vllm")
     w = ActorRolloutRefWorker(cfg, role="actor_rollout_ref")
     w.init_model(total_training_steps=10)
     batch = torch.load(f"{tmp}/res.pt", weights_only=False)["batch"]
     out = {"engine_greedy": _greedy(w, batch, rank, 1),
            "engine_lora": w.rollout.llm.llm_engine.vllm_config.lora_config is not None}
+    extra = {keys.OLD_LOG_PROBS: torch.zeros(8, 5), keys.REF_LOG_PROB: torch.zeros(8, 5),
+             keys.ADVANTAGES: torch.linspace(-1, 1, 8)[:, None].expand(8, 5).contiguous()}
+    before = w.compute_log_prob(_proto(batch, rank, 1)).batch[keys.OLD_LOG_PROBS]
+    out["offload_metrics"] = w.update_actor(_proto(batch, rank, 1, **extra)).meta_info[keys.META_METRICS]
+    out["offload_moved"] = (w.compute_log_prob(_proto(batch, rank, 1)).batch[keys.OLD_LOG_PROBS] - before).abs().max()
     if rank == 0:
         torch.save(out, f"{tmp}/merged.pt")
 
@@ -160,6 +173,8 @@ def test_reference_is_the_base_model_and_no_second_model_is_loaded(run, tiny_mod
     trained = _logp_of(_peft_model(tiny_model_dir, f"{tmp}/ckpt/lora_adapter"), res["batch"])
     torch.testing.assert_close(res["logp"][mask], trained[mask], atol=2e-5, rtol=0)
     assert (res["logp"][mask] - base[mask]).abs().max() > 1e-3  # the adapters did move the policy
+    for other in ("logp_rmpad", "logp_dyn"):
+        torch.testing.assert_close(res[other][mask], res["logp"][mask], atol=2e-5, rtol=0)
 
 
 def test_engine_serves_the_trained_adapter_and_the_merged_weights(run, tiny_model_dir):
@@ -169,6 +184,12 @@ def test_engine_serves_the_trained_adapter_and_the_merged_weights(run, tiny_mode
     assert not torch.equal(want, base)  # the adapter changes greedy output: the comparison means something
     assert torch.equal(res["engine_greedy"], want)
     assert torch.equal(merged["engine_greedy"], want) and not merged["engine_lora"]
+
+
+def test_offloaded_lora_actor_trains(run):
+    _, _, merged = run  # param + optimizer offload, merged sync, started from a saved adapter
+    assert all(v == v for k, v in merged["offload_metrics"].items() if isinstance(v, float))
+    assert merged["offload_moved"] > 1e-4
 
 
 def test_checkpoint_holds_adapter_in_peft_layout_and_resumes(run):
