@@ -99,8 +99,9 @@ class BaseRollout(abc.ABC):
         Raises:
             NotImplementedError: this engine cannot serve an adapter.
         """
-        raise NotImplementedError(f"not supported yet: serving a LoRA adapter from the {type(self).__name__} engine; "
-                                  "set actor_rollout_ref.model.lora.merge=true (full weights are synced instead)")
+        raise NotImplementedError(f"not supported yet: actor_rollout_ref.model.lora.merge=false with the "
+                                  f"{type(self).__name__} engine (it cannot serve a LoRA adapter); set "
+                                  "actor_rollout_ref.model.lora.merge=true (full weights are synced instead)")
 
     def agent_engine(self, stop_ids: set[int]) -> AgentEngine:
         """The async `generate` the agent loops of a multi-turn rollout call (`rlpost.rollout.async_engine`),

@@ -7,7 +7,7 @@ and `fsdp2` both run this one FSDP2 implementation.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -129,14 +129,17 @@ def move_optimizer(optimizer: torch.optim.Optimizer, device: str) -> None:
                 state[key] = val.to(device, non_blocking=True)
 
 
-def iter_full_params(model: torch.nn.Module, dtype: torch.dtype | None = None
-                     ) -> Iterator[tuple[str, torch.Tensor]]:
+def iter_full_params(model: torch.nn.Module, dtype: torch.dtype | None = None,
+                     keep: Callable[[str], bool] | None = None) -> Iterator[tuple[str, torch.Tensor]]:
     """Yield (hf_name, full tensor) one parameter at a time; every rank must consume the whole iterator.
 
     Only one gathered tensor is alive at a time (the caller drops it before the next), so the peak is one
-    layer's weight, never a second full copy of the model.
+    layer's weight, never a second full copy of the model. `keep(name)` False skips an entry before its
+    gather (e.g. the frozen base when only LoRA adapters are wanted).
     """
     for name, tensor in model.state_dict().items():
+        if keep is not None and not keep(name):
+            continue
         if isinstance(tensor, DTensor) and tensor.device_mesh.size() == 1:
             tensor = tensor.to_local()  # one shard holds everything: no collective, no DTensor dispatch
         if dtype is not None:

@@ -188,13 +188,18 @@ def merged_params(model: torch.nn.Module, named: Iterable[tuple[str, torch.Tenso
         raise RuntimeError(f"LoRA layers without their pair: {sorted(pending)[:4]}")
 
 
+def is_adapter_entry(name: str) -> bool:
+    """True for the state-dict entries `adapter_tensors` keeps (lora_A/B, trained module copies)."""
+    return ".lora_A." in name or ".lora_B." in name or _SAVED_COPY in name
+
+
 def adapter_tensors(named: Iterable[tuple[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     """The adapter entries of `named` (and trained module copies, e.g. a value head) under PEFT's saved names
     (`base_model.model.X.lora_A.weight`, `base_model.model.score.weight`), on CPU. Every entry of `named` is
     consumed (each full tensor may be a collective)."""
     out = {}
     for name, tensor in named:
-        if ".lora_A." in name or ".lora_B." in name or _SAVED_COPY in name:
+        if is_adapter_entry(name):
             saved = name.replace(_SAVED_COPY, ".").replace(f".{ADAPTER_NAME}.", ".")
             out[_PEFT_PREFIX + saved] = tensor.detach().to("cpu", copy=True)
     return out

@@ -215,7 +215,9 @@ def ulysses_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
                                       scaling=scaling, **kwargs)
     if sliding_window is not None:
-        raise NotImplementedError("Ulysses attention does not implement sliding-window attention")
+        # use_ulysses_attention refuses sliding-window models when the patch is applied; this guards direct use
+        raise NotImplementedError("not supported yet: ulysses_sequence_parallel_size > 1 with sliding-window "
+                                  "attention; set it to 1")
     sp = shard.sp
     key, value = _repeat_kv_for_group(key, value, sp.size)
     q, k, v = (seq_to_heads(t[0], sp) for t in (query, key, value))
@@ -235,9 +237,13 @@ def use_ulysses_attention(model: torch.nn.Module, size: int) -> None:
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
     hf_model = next(m for m in model.modules() if isinstance(m, PreTrainedModel))  # under any wrapper
-    heads = hf_model.config.get_text_config().num_attention_heads
+    text_config = hf_model.config.get_text_config()
+    heads = text_config.num_attention_heads
     if heads % size:
         raise ValueError(f"ulysses_sequence_parallel_size={size} must divide the model's {heads} attention heads")
+    if getattr(text_config, "use_sliding_window", False) and getattr(text_config, "sliding_window", None):
+        raise NotImplementedError(f"not supported yet: ulysses_sequence_parallel_size={size} with a sliding-window "
+                                  f"attention model (use_sliding_window=true in its config.json); set it to 1")
     AttentionInterface.register(ATTENTION_NAME, ulysses_attention)
     ALL_MASK_ATTENTION_FUNCTIONS.register(ATTENTION_NAME, sdpa_mask)
     hf_model.set_attn_implementation(ATTENTION_NAME)

@@ -25,7 +25,7 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
 from rlpost.utils.fsdp import iter_full_params, load_local_state, local_state, trainable_names
-from rlpost.utils.lora import ADAPTER_DIR, adapter_tensors, merged_params, save_adapter
+from rlpost.utils.lora import ADAPTER_DIR, adapter_tensors, is_adapter_entry, merged_params, save_adapter
 
 CONTENTS = ("model", "optimizer", "extra", "hf_model")
 
@@ -115,7 +115,7 @@ def save_hf_config(model: torch.nn.Module, local_path: str, tokenizer: Any = Non
 
 def save_lora_adapter(model: torch.nn.Module, peft_config: Any, local_path: str) -> None:
     """Gather the adapter (all ranks take part); rank 0 writes the PEFT folder `local_path/lora_adapter`."""
-    tensors = adapter_tensors(iter_full_params(model))
+    tensors = adapter_tensors(iter_full_params(model, keep=is_adapter_entry))
     if dist.get_rank() == 0:
         save_adapter(os.path.join(local_path, ADAPTER_DIR), tensors, peft_config)
 

@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 from rlpost.rollout.base import BaseRollout
 from rlpost.utils.fsdp import iter_full_params
-from rlpost.utils.lora import ADAPTER_NAME, adapter_tensors, merged_params, save_adapter
+from rlpost.utils.lora import ADAPTER_NAME, adapter_tensors, is_adapter_entry, merged_params, save_adapter
 
 
 def _scratch_dir() -> str:
@@ -55,6 +55,6 @@ class LoraSync:
         if self.merge:
             rollout.update_weights(merged_params(self.module, iter_full_params(self.module), dtype))
             return
-        tensors = adapter_tensors(iter_full_params(self.module))
+        tensors = adapter_tensors(iter_full_params(self.module, keep=is_adapter_entry))  # the base is never gathered
         self._dir = self._dir or _scratch_dir()
         rollout.load_adapter(save_adapter(self._dir, tensors, self.peft_config))

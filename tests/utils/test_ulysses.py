@@ -51,3 +51,17 @@ def test_attention_is_selected_only_when_the_heads_split():
     plain = model(input_ids=ids, attention_mask=mask).logits  # no shard: plain SDPA with the padding mask
     model.set_attn_implementation("sdpa")
     torch.testing.assert_close(plain, model(input_ids=ids, attention_mask=mask).logits)
+
+
+def test_sliding_window_models_are_refused_by_name():
+    import pytest
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from rlpost.utils.ulysses import use_ulysses_attention
+
+    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=32, hidden_size=32, intermediate_size=32, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                                         use_sliding_window=True, sliding_window=8, max_window_layers=0))
+    with pytest.raises(NotImplementedError, match="not supported yet: ulysses_sequence_parallel_size=2 with a "
+                                                  "sliding-window attention model"):
+        use_ulysses_attention(model, 2)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from rlpost import keys
-from _fsdp_helpers import arr_config, make_batch, spawn
+from _fsdp_helpers import arr_config, gather_all, make_batch, shard_of, spawn
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -20,22 +20,6 @@ LORA = ("actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.lora_alp
         "actor_rollout_ref.rollout.free_cache_engine=false")
 
 
-def _proto(batch: dict, rank: int, world: int, **extra):
-    from rlpost.protocol import DataProto
-
-    n = next(iter(batch.values())).shape[0] // world
-    tensors = {k: v[rank * n:(rank + 1) * n].clone() for k, v in {**batch, **extra}.items()}
-    return DataProto.from_dict(tensors=tensors, meta_info={keys.META_TEMPERATURE: 0.7})
-
-
-def _gather(t: torch.Tensor) -> torch.Tensor:
-    import torch.distributed as dist
-
-    parts = [torch.zeros_like(t) for _ in range(dist.get_world_size())]
-    dist.all_gather(parts, t.contiguous())
-    return torch.cat(parts)
-
-
 def _prompts(batch: dict) -> dict:
     ids = batch[keys.PROMPTS]
     mask = (ids != 0).long()
@@ -43,9 +27,9 @@ def _prompts(batch: dict) -> dict:
 
 
 def _greedy(w, batch, rank, world) -> torch.Tensor:
-    data = _proto(_prompts(batch), rank, world)
+    data = shard_of(_prompts(batch), rank, world)
     data.meta_info[keys.META_DO_SAMPLE] = False
-    return _gather(w.generate_sequences(data).batch[keys.RESPONSES])
+    return gather_all(w.generate_sequences(data).batch[keys.RESPONSES])
 
 
 def _frozen_and_trainable(module) -> tuple[dict, dict]:
@@ -73,25 +57,25 @@ def _run(rank: int, model_dir: str, tmp: str) -> None:
     extra = {keys.OLD_LOG_PROBS: torch.zeros(8, 5), keys.REF_LOG_PROB: torch.zeros(8, 5),
              keys.ADVANTAGES: torch.linspace(-1, 1, 8)[:, None].expand(8, 5).contiguous()}
     for _ in range(2):
-        w.update_actor(_proto(batch, rank, world, **extra))
+        w.update_actor(shard_of(batch, rank, world, **extra))
     frozen1, train1 = _frozen_and_trainable(w.actor_module)
     res["frozen_same"] = all(torch.equal(frozen0[k], frozen1[k]) for k in frozen0)
     res["trainable_changed"] = sum(not torch.equal(train0[k], train1[k]) for k in train0) / len(train0)
-    res["ref"] = _gather(w.compute_ref_log_prob(_proto(batch, rank, world)).batch[keys.REF_LOG_PROB])
-    res["logp"] = _gather(w.compute_log_prob(_proto(batch, rank, world)).batch[keys.OLD_LOG_PROBS])
+    res["ref"] = gather_all(w.compute_ref_log_prob(shard_of(batch, rank, world)).batch[keys.REF_LOG_PROB])
+    res["logp"] = gather_all(w.compute_log_prob(shard_of(batch, rank, world)).batch[keys.OLD_LOG_PROBS])
     res["engine_greedy"] = _greedy(w, batch, rank, world)
     w.actor.use_remove_padding = True  # packed rows through the LoRA layers
-    res["logp_rmpad"] = _gather(w.compute_log_prob(_proto(batch, rank, world)).batch[keys.OLD_LOG_PROBS])
+    res["logp_rmpad"] = gather_all(w.compute_log_prob(shard_of(batch, rank, world)).batch[keys.OLD_LOG_PROBS])
     w.actor.use_remove_padding = False
     w.config.rollout.log_prob_use_dynamic_bsz = True  # token-budget micro-batches
-    res["logp_dyn"] = _gather(w.compute_log_prob(_proto(batch, rank, world)).batch[keys.OLD_LOG_PROBS])
+    res["logp_dyn"] = gather_all(w.compute_log_prob(shard_of(batch, rank, world)).batch[keys.OLD_LOG_PROBS])
     w.config.rollout.log_prob_use_dynamic_bsz = False
 
     w.save_checkpoint(f"{tmp}/ckpt", global_step=2)
     res["shard_keys"] = sorted(torch.load(f"{tmp}/ckpt/model_world_size_2_rank_{rank}.pt", weights_only=False))
-    w.update_actor(_proto(batch, rank, world, **extra))
+    w.update_actor(shard_of(batch, rank, world, **extra))
     w.load_checkpoint(f"{tmp}/ckpt")
-    res["logp_reloaded"] = _gather(w.compute_log_prob(_proto(batch, rank, world)).batch[keys.OLD_LOG_PROBS])
+    res["logp_reloaded"] = gather_all(w.compute_log_prob(shard_of(batch, rank, world)).batch[keys.OLD_LOG_PROBS])
     res["engine_greedy_reloaded"] = _greedy(w, batch, rank, world)
     w.save_checkpoint(f"{tmp}/hf", save_contents=("hf_model",))  # the merged model, as a HF folder
     if rank == 0:
@@ -115,9 +99,9 @@ def _run_merged(rank: int, model_dir: str, tmp: str) -> None:
            "engine_lora": w.rollout.llm.llm_engine.vllm_config.lora_config is not None}
     extra = {keys.OLD_LOG_PROBS: torch.zeros(8, 5), keys.REF_LOG_PROB: torch.zeros(8, 5),
              keys.ADVANTAGES: torch.linspace(-1, 1, 8)[:, None].expand(8, 5).contiguous()}
-    before = w.compute_log_prob(_proto(batch, rank, 1)).batch[keys.OLD_LOG_PROBS]
-    out["offload_metrics"] = w.update_actor(_proto(batch, rank, 1, **extra)).meta_info[keys.META_METRICS]
-    out["offload_moved"] = (w.compute_log_prob(_proto(batch, rank, 1)).batch[keys.OLD_LOG_PROBS] - before).abs().max()
+    before = w.compute_log_prob(shard_of(batch, rank, 1)).batch[keys.OLD_LOG_PROBS]
+    out["offload_metrics"] = w.update_actor(shard_of(batch, rank, 1, **extra)).meta_info[keys.META_METRICS]
+    out["offload_moved"] = (w.compute_log_prob(shard_of(batch, rank, 1)).batch[keys.OLD_LOG_PROBS] - before).abs().max()
     if rank == 0:
         torch.save(out, f"{tmp}/merged.pt")
 

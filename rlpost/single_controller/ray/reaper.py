@@ -68,8 +68,8 @@ def _signal(pids: list[int], sig: int) -> None:
     for pid in pids:
         try:
             os.kill(pid, sig)
-        except OSError:
-            pass
+        except OSError:  # it exited since the scan, or is not ours to signal: nothing left to end
+            continue
 
 
 def reap(driver_pid: int) -> None:
