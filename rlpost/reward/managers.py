@@ -7,7 +7,9 @@ tensor with each score on the last valid response token, or `{"reward_tensor", "
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
 import time
 from typing import Any, Callable
 
@@ -17,39 +19,63 @@ from rlpost.reward.custom import RewardFnSpec
 from rlpost.utils.registry import Registry
 
 REWARD_MANAGERS = Registry("reward_manager")
-SLOW_SAMPLE_S = 0.5  # seconds per sample above which serial scoring is worth a warning
+SLOW_SAMPLE_S = 0.5  # seconds per sample above which the naive manager moves to worker processes
+DEFAULT_SAMPLE_TIMEOUT_S = 300.0
 logger = logging.getLogger(__name__)
 
 
 @REWARD_MANAGERS.register("naive")
 class NaiveRewardManager:
-    """Scores samples one by one in this process with `compute_score(data_source, solution_str,
-    ground_truth, extra_info)`."""
+    """Scores samples with `compute_score(data_source, solution_str, ground_truth, extra_info)`: one by one
+    in this process while the function is fast; once a batch shows it is slow (over `SLOW_SAMPLE_S` per
+    sample), the rest of that batch and every later one go to `num_processes` worker processes with a
+    time-out of `timeout` seconds per sample (`reward_model.reward_kwargs.{num_processes, timeout}`)."""
 
     def __init__(self, tokenizer: Any, num_examine: int, spec: RewardFnSpec,
-                 reward_fn_key: str = keys.DATA_SOURCE, **kwargs: Any):
+                 reward_fn_key: str = keys.DATA_SOURCE, num_processes: int | None = None,
+                 timeout: float = DEFAULT_SAMPLE_TIMEOUT_S, **kwargs: Any):
         if kwargs:
-            raise ValueError(f"not supported yet: reward_model.reward_kwargs {sorted(kwargs)} for this manager")
+            raise ValueError(f"not supported yet: reward_model.reward_kwargs {sorted(kwargs)} for this manager "
+                             "(accepted: num_processes, timeout)")
         self.tokenizer = tokenizer
         self.num_examine = num_examine
         self.spec = spec
         self.compute_score = spec.resolve()
         self.reward_fn_key = reward_fn_key
-        self._warned_slow = False
+        self.num_processes = num_processes or default_processes()
+        self.timeout = float(timeout)
+        self._parallel = False  # set for good once the function is found slow
 
     def score_samples(self, samples: list[base.Sample]) -> list[Any]:
-        """Raw results (float or dict) of the reward function, one per sample; warns once when it is slow."""
-        start = time.perf_counter()
-        results = [base.call_reward_fn(self.compute_score, s) for s in samples]
-        per_sample = (time.perf_counter() - start) / max(len(samples), 1)
-        if per_sample > SLOW_SAMPLE_S and not self._warned_slow:
-            self._warned_slow = True  # once per run: the cause does not change from step to step
-            logger.warning("the reward function took %.2f s per sample (%.0f s for %d samples, one after another "
-                           "in the driver): set reward_model.reward_manager=prime to score in parallel processes "
-                           "with a per-sample reward_model.reward_kwargs.timeout (time-outs are counted in "
-                           "reward/timeout_count); timing_s/reward shows the time per step", per_sample,
-                           per_sample * len(samples), len(samples))
+        """Raw results (float or dict) of the reward function, one per sample."""
+        from rlpost.reward.parallel import score_in_processes  # imports this module
+
+        if self._parallel:
+            return score_in_processes(self.spec, samples, self.num_processes, self.timeout)
+        results, start = [], time.perf_counter()
+        for done, sample in enumerate(samples, start=1):
+            results.append(base.call_reward_fn(self.compute_score, sample))
+            per_sample = (time.perf_counter() - start) / done
+            if per_sample > SLOW_SAMPLE_S and done < len(samples) and self._can_parallelise():
+                self._parallel = True
+                logger.warning(
+                    "the reward function takes %.2f s per sample: scoring in %d worker processes from now on, "
+                    "with a time-out of reward_model.reward_kwargs.timeout=%ss per sample (time-outs score 0.0 "
+                    "and are counted in reward/timeout_count); set reward_model.reward_kwargs.num_processes to "
+                    "change the pool size", per_sample, self.num_processes, self.timeout)
+                rest = score_in_processes(self.spec, samples[done:], self.num_processes, self.timeout)
+                return [self._with_timeout_flag(r, s) for r, s in zip(results, samples)] + rest
         return results
+
+    def _can_parallelise(self) -> bool:
+        """Worker processes rebuild the function from its spec: only when the function in use is that one."""
+        return self.num_processes > 1 and _same_function(self.compute_score, self.spec.resolve())
+
+    @staticmethod
+    def _with_timeout_flag(result: Any, sample: base.Sample) -> dict[str, Any]:
+        """A serial result in the shape of the process pool's (so one batch has one set of extra keys)."""
+        score, extra = base.split_result(result, sample)
+        return {"score": score, **extra, "reward_timeout": 0}
 
     def __call__(self, data: Any, return_dict: bool = False):
         """Reads `responses`, `prompts`, `attention_mask`, `response_mask`, `rm_scores` (if present)."""
@@ -63,6 +89,13 @@ class NaiveRewardManager:
 class BatchRewardManager(NaiveRewardManager):
     """Calls the user function once with lists: `fn(data_sources=, solution_strs=, ground_truths=,
     extra_infos=)` -> list of floats or dicts (for reward functions that batch, e.g. remote judges)."""
+
+    def __init__(self, tokenizer: Any, num_examine: int, spec: RewardFnSpec,
+                 reward_fn_key: str = keys.DATA_SOURCE, **kwargs: Any):
+        if kwargs:  # one call with all samples: there is nothing to spread over processes or time per sample
+            raise ValueError(f"not supported yet: reward_model.reward_kwargs {sorted(kwargs)} for "
+                             "reward_manager=batch (the function gets the whole batch in one call)")
+        super().__init__(tokenizer, num_examine, spec, reward_fn_key)
 
     def score_samples(self, samples: list[base.Sample]) -> list[Any]:
         try:
@@ -147,3 +180,15 @@ def load_reward_manager(config: Any, tokenizer: Any, num_examine: int = 0, **kwa
         manager_kwargs.setdefault("overlong_buffer_cfg", rm_cfg.overlong_buffer)
     cls = REWARD_MANAGERS.get(name)
     return cls(tokenizer=tokenizer, num_examine=num_examine, spec=reward_fn_spec(config), **manager_kwargs)
+
+
+def default_processes() -> int:
+    """Reward worker processes when `reward_kwargs.num_processes` is unset: the CPU count, at most 64."""
+    return min(os.cpu_count() or 1, 64)
+
+
+def _same_function(a: Any, b: Any) -> bool:
+    """Whether two resolved reward functions are the same (`functools.partial` compares by parts)."""
+    if isinstance(a, functools.partial) and isinstance(b, functools.partial):
+        return a.func is b.func and a.args == b.args and a.keywords == b.keywords
+    return a is b

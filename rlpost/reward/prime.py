@@ -1,96 +1,27 @@
-"""`prime` reward manager: score samples in parallel worker processes, with a timeout per sample.
-
-For reward functions that are slow or may hang (code execution, symbolic math). The function is
-rebuilt in each child from its `RewardFnSpec` (path + name), so functions loaded from a user file work
-with any start method. Each child stops its own sample after `timeout` seconds (an interval timer), so
-time-outs run concurrently and a hung sample does not hold its worker; a pool-wide deadline covers code
-the timer cannot interrupt. A sample that times out scores 0.0, is flagged in `reward_extra_info`
-(`reward_timeout`: 1, summed by the trainer into `reward/timeout_count`) and is warned about with its
-data source, index and response; an exception in the function is a `RewardFunctionError`, as in `naive`.
-"""
+"""`prime` reward manager: score every sample in parallel worker processes, with a time-out per sample
+(see `rlpost.reward.parallel`). For reward functions that are slow or may hang (code execution,
+symbolic math)."""
 
 from __future__ import annotations
 
-import concurrent.futures as cf
-import logging
-import math
-import os
-import signal
-import traceback
 from typing import Any
 
 from rlpost import keys
 from rlpost.reward import base
 from rlpost.reward.custom import RewardFnSpec
-from rlpost.reward.managers import REWARD_MANAGERS, NaiveRewardManager
-
-logger = logging.getLogger(__name__)
-TIMED_OUT = "timed out"
-
-
-class _SampleTimeout(BaseException):
-    """Raised in a child by its interval timer; a BaseException so the user's `except Exception` lets it by."""
-
-
-def _on_alarm(signum: int, frame: Any) -> None:
-    raise _SampleTimeout()
-
-
-def _score_in_child(spec: RewardFnSpec, sample: base.Sample, timeout: float) -> tuple[Any, str | None]:
-    # Exceptions come back as text: arbitrary exception objects may not unpickle in the parent.
-    signal.signal(signal.SIGALRM, _on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, timeout)
-    try:
-        return base.call_reward_fn(spec.resolve(), sample), None
-    except _SampleTimeout:
-        return None, TIMED_OUT
-    except base.RewardFunctionError as exc:
-        return None, f"{exc.reason}\n{exc.traceback_str}"
-    except Exception as exc:  # noqa: BLE001 - resolve() itself failed
-        return None, f"{exc!r}\n{traceback.format_exc()}"
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
+from rlpost.reward.managers import DEFAULT_SAMPLE_TIMEOUT_S, REWARD_MANAGERS, NaiveRewardManager
+from rlpost.reward.parallel import score_in_processes
 
 
 @REWARD_MANAGERS.register("prime")
 class PrimeRewardManager(NaiveRewardManager):
-    """Parallel scoring in a `ProcessPoolExecutor` of `num_processes` workers (default: CPU count, at
-    most 64) and `timeout` seconds per sample."""
+    """Parallel scoring in a process pool of `num_processes` workers (default: CPU count, at most 64)
+    and `timeout` seconds per sample."""
 
     def __init__(self, tokenizer: Any, num_examine: int, spec: RewardFnSpec,
                  reward_fn_key: str = keys.DATA_SOURCE, num_processes: int | None = None,
-                 timeout: float = 300.0):
-        super().__init__(tokenizer, num_examine, spec, reward_fn_key)
-        self.num_processes = num_processes or min(os.cpu_count() or 1, 64)
-        self.timeout = float(timeout)
+                 timeout: float = DEFAULT_SAMPLE_TIMEOUT_S):
+        super().__init__(tokenizer, num_examine, spec, reward_fn_key, num_processes=num_processes, timeout=timeout)
 
     def score_samples(self, samples: list[base.Sample]) -> list[Any]:
-        workers = min(self.num_processes, max(len(samples), 1))
-        pool = cf.ProcessPoolExecutor(max_workers=workers)
-        # Backstop for code the child's timer cannot interrupt (a long C call): every worker runs at most
-        # ceil(n / workers) samples of `timeout` seconds each.
-        deadline = self.timeout * math.ceil(len(samples) / workers) + 5.0
-        futures = [pool.submit(_score_in_child, self.spec, s, self.timeout) for s in samples]
-        done, stuck = cf.wait(futures, timeout=deadline)
-        try:
-            return [self._result(sample, future if future in done else None)
-                    for sample, future in zip(samples, futures)]
-        finally:
-            if stuck:  # a hung child would block shutdown forever; the executor keeps no public handle to it
-                for proc in list(getattr(pool, "_processes", {}).values()):
-                    proc.terminate()
-            pool.shutdown(wait=not stuck, cancel_futures=True)
-
-    def _result(self, sample: base.Sample, future: cf.Future | None) -> dict[str, Any]:
-        """The sample's result dict; a time-out (`future` None: past the deadline) scores 0.0, warned."""
-        result, error = future.result() if future is not None else (None, TIMED_OUT)
-        if error == TIMED_OUT:
-            logger.warning(
-                "reward function timed out after reward_model.reward_kwargs.timeout=%ss on data source %r, "
-                "sample %d (scored 0.0, counted in reward/timeout_count); response: %r",
-                self.timeout, sample.data_source, sample.index, sample.response_str[:200])
-            return {"score": 0.0, "reward_timeout": 1}
-        if error is not None:
-            raise base.RewardFunctionError(sample.data_source, sample.index, "raised in worker", error)
-        score, extra = base.split_result(result, sample)
-        return {"score": score, **extra, "reward_timeout": 0}
+        return score_in_processes(self.spec, samples, self.num_processes, self.timeout)

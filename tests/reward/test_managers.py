@@ -2,6 +2,7 @@
 
 import math
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -222,19 +223,39 @@ def _objects(values):
     return out
 
 
-def test_slow_reward_fn_warns_once_naming_the_parallel_manager(make_batch, tokenizer, tmp_path, caplog):
+@pytest.mark.timeout(120)
+def test_slow_reward_fn_moves_the_naive_manager_to_worker_processes(make_batch, tokenizer, tmp_path, caplog):
+    """The first batch finds the function slow after one sample and scores the rest in 4 processes; later
+    batches go straight to the processes, where a hung sample times out, is flagged and warned."""
     path = write_fn(tmp_path, """
         import time
 
         def compute_score(data_source, solution_str, ground_truth, extra_info=None):
-            time.sleep(0.6)
-            return 1.0
+            time.sleep(60 if ground_truth == "hang" else 0.6)
+            return 1.0 if solution_str.strip() == "#### " + ground_truth else 0.0
     """)
-    manager = load_reward_manager(cfg(path=path), tokenizer)
-    data = make_batch(["#### 3", "#### 4"], ["3", "3"])
-    manager(data)
-    manager(data)
-    slow = [r.getMessage() for r in caplog.records if "per sample" in r.getMessage()]
-    assert len(slow) == 1, slow
-    assert "for 2 samples, one after another" in slow[0] and "reward_model.reward_manager=prime" in slow[0]
-    assert "reward_model.reward_kwargs.timeout" in slow[0]
+    manager = load_reward_manager(cfg("naive", path, "+reward_model.reward_kwargs.num_processes=4",
+                                      "+reward_model.reward_kwargs.timeout=2"), tokenizer)
+    data = make_batch(["#### 3", "#### 4", "#### 5", "#### 6", "#### 7"], ["3", "3", "5", "6", "7"])
+    start = time.perf_counter()
+    out = manager(data, return_dict=True)
+    assert time.perf_counter() - start < 5 * 0.6  # serial would take 3.0 s
+    assert out["reward_tensor"].sum(-1).tolist() == [1.0, 0.0, 1.0, 1.0, 1.0]
+    assert out["reward_extra_info"]["reward_timeout"] == [0] * 5
+    moved = [r.getMessage() for r in caplog.records if "worker processes from now on" in r.getMessage()]
+    assert len(moved) == 1 and "reward_model.reward_kwargs.timeout=2.0s" in moved[0], moved
+    out = manager(make_batch(["#### 3", "#### 4"], ["3", "hang"]), return_dict=True)
+    assert out["reward_tensor"].sum(-1).tolist() == [1.0, 0.0]
+    assert out["reward_extra_info"]["reward_timeout"] == [0, 1]
+    assert any("timed out" in r.getMessage() and "sample 1" in r.getMessage() for r in caplog.records)
+    assert len([r for r in caplog.records if "worker processes from now on" in r.getMessage()]) == 1
+
+
+def test_fast_reward_fn_stays_in_process_and_batch_manager_refuses_pool_kwargs(make_batch, tokenizer):
+    manager = load_reward_manager(cfg("naive", None), tokenizer)
+    out = manager(make_batch(["#### 3"], ["3"]), return_dict=True)
+    assert out["reward_tensor"].sum().item() == 1.0 and "reward_timeout" not in out["reward_extra_info"]
+    assert manager._parallel is False
+    with pytest.raises(ValueError, match=r"not supported yet: reward_model.reward_kwargs \['timeout'\] for "
+                                         "reward_manager=batch"):
+        load_reward_manager(cfg("batch", None, "+reward_model.reward_kwargs.timeout=3"), tokenizer)
