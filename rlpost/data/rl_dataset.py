@@ -45,7 +45,11 @@ def read_parquet_files(files: str | list[str]) -> "Any":
             raise ValueError(f"not supported yet: hdfs paths in data files ({f})")
         if not Path(f).is_file():
             raise FileNotFoundError(f"data file not found: {f}")
-        frames.append(pd.read_parquet(f))
+        try:
+            frames.append(pd.read_parquet(f))
+        except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+            raise ValueError(f"data file {f} cannot be read as parquet ({exc}); data files must be parquet, "
+                             "e.g. made by examples/data_preprocess/gsm8k.py") from exc
     if not frames:
         raise ValueError("no data files given")
     frame = pd.concat(frames, ignore_index=True)
@@ -119,7 +123,7 @@ class RLHFDataset(Dataset):
         self._check_columns(frame, config)
         self.rows = frame.to_dict("records")
         self.has_agent_name = keys.AGENT_NAME in frame.columns
-        self.texts = [self._template(self._messages(r)) for r in self.rows]
+        self.texts = [self._template(self._checked_messages(i, r)) for i, r in enumerate(self.rows)]
         workers = int(config.filter_overlong_prompts_workers)
         if config.filter_overlong_prompts:
             self._filter_overlong(workers)
@@ -140,6 +144,27 @@ class RLHFDataset(Dataset):
     def _messages(self, row: dict) -> list[dict]:
         prompt = _plain(row[self.prompt_key])
         return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+
+    def _checked_messages(self, index: int, row: dict) -> list[dict]:
+        """The row's chat messages; a prompt that is not text or a list of {role, content: text} messages
+        raises naming its file and row (instead of a chat-template error that names neither)."""
+        messages = self._messages(row)
+        problem = None
+        if not isinstance(messages, list) or not messages:
+            problem = f"is {type(messages).__name__} {messages!r:.80}, not text or a non-empty list of messages"
+        else:
+            for j, message in enumerate(messages):
+                if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+                    problem = f"message {j} has no 'role': {message!r:.80}"
+                elif not isinstance(message.get("content"), str) and not message.get("tool_calls"):
+                    problem = f"message {j} (role {message['role']!r}) has no text 'content': {message!r:.80}"
+                if problem:
+                    break
+        if problem is None:
+            return messages
+        path, file_row = row_origin(self.file_rows, index)
+        raise ValueError(f"{path} row {file_row}: the {self.prompt_key!r} column (data.prompt_key) {problem}; "
+                         "each prompt must be a string or a list of {'role': ..., 'content': '<text>'} messages")
 
     def _template(self, messages: list[dict]) -> str:
         return self.tokenizer.apply_chat_template(messages, tools=self.tool_schemas, add_generation_prompt=True,
@@ -262,17 +287,17 @@ def load_extern_class(class_path: str, class_name: str, config_key: str, path_fi
     """The class `class_name` of a user file or module, read as verl's `load_extern_type` reads a path:
     `pkg://a.b.c` (or `pkg://a/b/c`) imports the module a.b.c; `file:///abs/x.py` or a plain path loads
     the file. Errors name `{config_key}.{path_field}` / `{config_key}.{name_field}`."""
-    from rlpost.reward.custom import load_function_from_file
+    from rlpost.reward.custom import UserCodeError, load_function_from_file
 
     if str(class_path).startswith("pkg://"):
         module_name = str(class_path)[len("pkg://"):].replace("/", ".")
         try:
             module = importlib.import_module(module_name)
         except ImportError as exc:
-            raise ImportError(f"{config_key}.{path_field}: cannot import module {module_name!r}: {exc}") from exc
+            raise UserCodeError(f"{config_key}.{path_field}: cannot import module {module_name!r}: {exc}") from exc
         cls = getattr(module, class_name, None)
         if not isinstance(cls, type):
-            raise AttributeError(f"{config_key}.{name_field}: class {class_name!r} not found in {module_name}")
+            raise UserCodeError(f"{config_key}.{name_field}: class {class_name!r} not found in {module_name}")
         return cls
     path = str(class_path)[len("file://"):] if str(class_path).startswith("file://") else str(class_path)
     return load_function_from_file(path, class_name, config_key, path_field, name_field)

@@ -19,6 +19,10 @@ from rlpost.reward.score import default_compute_score
 DEFAULT_FUNCTION_NAME = "compute_score"
 
 
+class UserCodeError(ValueError):
+    """A user's Python file named by a config key cannot be used: it does not import, or lacks the name."""
+
+
 @functools.lru_cache(maxsize=32)
 def _load_module(path: str, path_key: str):
     file = Path(path)
@@ -33,7 +37,7 @@ def _load_module(path: str, path_key: str):
         spec.loader.exec_module(module)
     except Exception as exc:
         del sys.modules[mod_name]
-        raise RuntimeError(f"{path_key}: error while importing {path}: {exc!r}") from exc
+        raise UserCodeError(f"{path_key}: error while importing {path}: {exc!r}") from exc
     return module
 
 
@@ -45,13 +49,14 @@ def load_function_from_file(path: str, name: str, config_key: str = "custom_rewa
 
     Raises:
         FileNotFoundError: `path` does not exist.
-        AttributeError: the file has no callable `name` (the message lists the callables it has).
+        UserCodeError: the file does not import, or has no callable `name` (the message lists the callables
+            it has).
     """
     module = _load_module(str(path), f"{config_key}.{path_field}")
     fn = getattr(module, name, None)
     if not callable(fn):
         available = sorted(k for k, v in vars(module).items() if callable(v) and not k.startswith("_"))
-        raise AttributeError(
+        raise UserCodeError(
             f"{config_key}.{name_field}: {name!r} not found in {path}; callables there: {available}"
         )
     return fn

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from rlpost import keys
 from rlpost.reward import base
 
 logger = logging.getLogger(__name__)
+CHECK_BUDGET_S = 10.0  # start-up time a slow reward function may take in this check
 
 
 def check_reward_fn(
@@ -16,11 +18,14 @@ def check_reward_fn(
     dataset: Any,
     n: int = 4,
     reward_fn_key: str = keys.DATA_SOURCE,
+    budget_s: float = CHECK_BUDGET_S,
 ) -> list[float]:
-    """Score the first `n` rows of `dataset`, using each row's ground truth as the response text.
+    """Score `n` rows spread over `dataset` (first and last included), using each row's ground truth as the
+    response text.
 
     The point is not the score but to fail early (before Ray and the models start) on an unknown
-    data source, a function that raises, or a non-finite score.
+    data source, a function that raises, or a non-finite score; a plain function is tried on every chosen
+    row (within `budget_s` seconds) so the error says how many of them failed.
 
     Args:
         reward_fn: a reward manager (from `load_reward_manager`; its own scoring path is used, so
@@ -28,32 +33,55 @@ def check_reward_fn(
             `compute_score(data_source, solution_str, ground_truth, extra_info=None)`.
         dataset: indexable; items are dicts with `reward_fn_key`, `reward_model`, `extra_info`.
         n: number of rows checked.
+        budget_s: a slow plain function stops being tried after this many seconds (at least one row).
 
     Returns:
         The scores of the checked rows.
 
     Raises:
-        RewardFunctionError: naming the data source and row.
+        RewardFunctionError: naming the data source and row of the first failure, and the failure count.
     """
-    samples = []
-    for i in range(min(n, len(dataset))):
-        row = dataset[i]
-        ground_truth = (row.get(keys.REWARD_MODEL) or {}).get("ground_truth")
-        samples.append(base.Sample(
-            index=i,
-            data_source=row.get(getattr(reward_fn, "reward_fn_key", reward_fn_key)),
-            prompt_str="",
-            # Satisfies the built-in scorers' formats (boxed, ####); only errors matter here.
-            response_str=f"\\boxed{{{ground_truth}}}\n#### {ground_truth}",
-            ground_truth=ground_truth,
-            extra_info=row.get(keys.EXTRA_INFO),
-            valid_response_length=0,
-        ))
+    samples = [_check_sample(dataset[i], i, getattr(reward_fn, "reward_fn_key", reward_fn_key))
+               for i in _spread(len(dataset), n)]
     if hasattr(reward_fn, "score_samples"):
         results = reward_fn.score_samples(samples)
-    else:
-        results = [base.call_reward_fn(reward_fn, s) for s in samples]
-    return [base.split_result(r, s)[0] for r, s in zip(results, samples)]
+        return [base.split_result(r, s)[0] for r, s in zip(results, samples)]
+    scores, failures, start = [], [], time.perf_counter()
+    for sample in samples:
+        try:
+            scores.append(base.split_result(base.call_reward_fn(reward_fn, sample), sample)[0])
+        except base.RewardFunctionError as err:
+            failures.append(err)
+        if time.perf_counter() - start > budget_s:
+            break
+    if failures:
+        first = failures[0]
+        raise base.RewardFunctionError(
+            first.data_source, first.index,
+            f"{first.reason} (failed on {len(failures)} of {len(scores) + len(failures)} rows tried)",
+            first.traceback_str)
+    return scores
+
+
+def _spread(rows: int, n: int) -> list[int]:
+    """Up to `n` row indices evenly spread over `rows` rows, first and last included."""
+    if rows <= n:
+        return list(range(rows))
+    return sorted({round(i * (rows - 1) / max(n - 1, 1)) for i in range(n)})
+
+
+def _check_sample(row: Any, index: int, reward_fn_key: str) -> base.Sample:
+    ground_truth = (row.get(keys.REWARD_MODEL) or {}).get("ground_truth")
+    return base.Sample(
+        index=index,
+        data_source=row.get(reward_fn_key),
+        prompt_str="",
+        # Satisfies the built-in scorers' formats (boxed, ####); only errors matter here.
+        response_str=f"\\boxed{{{ground_truth}}}\n#### {ground_truth}",
+        ground_truth=ground_truth,
+        extra_info=row.get(keys.EXTRA_INFO),
+        valid_response_length=0,
+    )
 
 
 def _ground_truth(row: Any) -> Any:

@@ -431,16 +431,18 @@ class CheckpointManager:
     def _explicit_resume(resume_path: str | Path | None) -> Path:
         """Validate `trainer.resume_from_path` for resume_mode=resume_path."""
         if resume_path is None:
-            raise ValueError("trainer.resume_mode=resume_path needs trainer.resume_from_path (got null)")
+            raise CheckpointError("trainer.resume_mode=resume_path needs trainer.resume_from_path (got null)")
         path = Path(resume_path)
         if step_of(path) is None:
-            raise ValueError(
+            raise CheckpointError(
                 f"trainer.resume_from_path={str(path)!r} must be a folder named {STEP_PREFIX}<N>"
             )
         if read_manifest(path) is None:
-            raise ValueError(
+            found = [p.name for _, p in CheckpointManager(path.parent).list_complete()] if path.parent.is_dir() else []
+            raise CheckpointError(
                 f"trainer.resume_from_path={str(path)!r} is not a complete checkpoint "
-                f"(missing folder or {MANIFEST_FILE} without complete=true)"
+                f"(missing folder or {MANIFEST_FILE} without complete=true); complete checkpoints in "
+                f"{str(path.parent)!r}: {found or 'none'} (or trainer.resume_mode=auto / disable)"
             )
         logger.info("resume_mode=resume_path: resuming from %s", path)
         return path

@@ -96,7 +96,7 @@ def build_tiny_model(
     num_heads: int = 2,
     num_kv_heads: int = 1,
     intermediate_size: int = 256,
-    max_position_embeddings: int = 1024,
+    max_position_embeddings: int = 4096,
     seed: int = 0,
     with_value_head: bool = False,
 ) -> Path:

@@ -196,7 +196,7 @@ def test_sampler_from_a_module_and_errors(prompts, tmp_path, monkeypatch):
     _, loader = _sampled(prompts, "pkg://my_curriculum_mod", "ShortestFirst")
     _, from_file = _sampled(prompts, prompts[2], "ShortestFirst")
     assert [_index(b) for b in loader] == [_index(b) for b in from_file]
-    with pytest.raises(AttributeError, match="data.sampler.class_name: 'Missing' not found"):
+    with pytest.raises(ValueError, match="data.sampler.class_name: 'Missing' not found"):
         _sampled(prompts, prompts[2], "Missing")
     with pytest.raises(FileNotFoundError, match="data.sampler.class_path: file not found: /no/sampler.py"):
         _sampled(prompts, "/no/sampler.py", "X")

@@ -200,7 +200,7 @@ def test_custom_cls(tokenizer, tmp_path):
     assert type(ds).__name__ == "TaggedDataset" and ds[0]["tag"] == "custom"
     with pytest.raises(TypeError, match="NotADataset .* must be a subclass"):
         create_rl_dataset(path, data_cfg(custom_cls={"path": str(src), "name": "NotADataset"}), tokenizer)
-    with pytest.raises(AttributeError, match="data.custom_cls.name: 'Missing' not found"):
+    with pytest.raises(ValueError, match="data.custom_cls.name: 'Missing' not found"):
         create_rl_dataset(path, data_cfg(custom_cls={"path": str(src), "name": "Missing"}), tokenizer)
     with pytest.raises(FileNotFoundError, match="data.custom_cls.path: file not found"):
         create_rl_dataset(path, data_cfg(custom_cls={"path": "/no/ds.py", "name": "X"}), tokenizer)

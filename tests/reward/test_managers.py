@@ -105,7 +105,7 @@ def test_custom_name_and_kwargs(make_batch, tokenizer, tmp_path):
 
 def test_custom_errors_name_path_and_function(tokenizer, tmp_path):
     path = write_fn(tmp_path, "def helper(x):\n    return x\n")
-    with pytest.raises(AttributeError, match=r"custom_reward_function.name: 'compute_score' not found in .*my_reward.py.*helper"):
+    with pytest.raises(ValueError, match=r"custom_reward_function.name: 'compute_score' not found in .*my_reward.py.*helper"):
         load_reward_manager(cfg(path=path), tokenizer)
     with pytest.raises(FileNotFoundError, match="custom_reward_function.path: file not found: /no/such.py"):
         load_reward_manager(cfg(path="/no/such.py"), tokenizer)

@@ -6,7 +6,7 @@ right one). Free-form mappings (`dict[str, Any]` fields such as `override_config
 """
 
 import dataclasses
-import difflib
+import functools
 import types
 import typing
 from typing import Any, Union
@@ -14,7 +14,7 @@ from typing import Any, Union
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from rlpost.trainer.config.errors import ConfigError
+from rlpost.trainer.config.errors import ConfigError, closest_key
 from rlpost.config.schema import PPOTrainerConfig
 
 # Hydra's instantiate marker, present in YAML copied from verl; it names a class and sets nothing.
@@ -31,6 +31,14 @@ def schema_keys(cls: type = PPOTrainerConfig, prefix: str = "") -> list[str]:
         if dataclasses.is_dataclass(hint):
             keys.extend(schema_keys(hint, key + "."))
     return keys
+
+
+@functools.lru_cache(maxsize=1)
+def _leaf_keys() -> tuple[str, ...]:
+    """The schema keys that hold values (not groups)."""
+    keys = schema_keys()
+    groups = {k.rpartition(".")[0] for k in keys}
+    return tuple(k for k in keys if k not in groups)
 
 
 def to_typed(cfg: DictConfig) -> PPOTrainerConfig:
@@ -64,8 +72,11 @@ def _build(cls: type, data: Any, prefix: str) -> Any:
 
 
 def _unknown(key: str, value: Any) -> None:
-    close = difflib.get_close_matches(key, schema_keys(), n=1, cutoff=0.6)
-    hint = f"did you mean '{close[0]}'? use {close[0]}={_show(value)}" if close else "remove it"
+    # A scalar value is a leaf's: suggesting a group ('data' for 'data.foo') would be wrong advice.
+    candidates = schema_keys() if isinstance(value, dict) else _leaf_keys()
+    close = closest_key(key, candidates)
+    hint = (f"did you mean '{close}'? use {close}={_show(value)}" if close
+            else "remove it (`--cfg job` prints every key)")
     raise ConfigError(f"unknown key '{key}' (value {_show(value)}): it is not a config key; {hint}.")
 
 

@@ -7,12 +7,11 @@ is not inside a free-form mapping such as `engine_kwargs.vllm`) is reported here
 
 from __future__ import annotations
 
-import difflib
 
 from omegaconf import DictConfig, OmegaConf
 
 from rlpost.trainer.config.defaults import package_defaults
-from rlpost.trainer.config.errors import ConfigError
+from rlpost.trainer.config.errors import ConfigError, closest_key
 
 
 def check_override_keys(overrides: list[str]) -> None:
@@ -30,9 +29,9 @@ def check_override_keys(overrides: list[str]) -> None:
         key = arg.split("=", 1)[0].strip()
         if _known(defaults, key):
             continue
-        close = difflib.get_close_matches(key, _all_keys(defaults), n=1, cutoff=0.6)
+        close = closest_key(key, _all_keys(defaults))
         value = arg.split("=", 1)[1]
-        hint = (f"did you mean '{close[0]}'? use {close[0]}={value}" if close
+        hint = (f"did you mean '{close}'? use {close}={value}" if close
                 else "check the spelling against `--cfg job`")
         raise ConfigError(f"unknown key '{key}' (command line: {arg}): it is not a config key; {hint}.")
 

@@ -75,12 +75,15 @@ def build_trainer(config: DictConfig):
     from rlpost.trainer.ppo.ray_trainer import RayPPOTrainer
     from rlpost.trainer.ppo.roles import default_role_worker_mapping
 
-    from rlpost.trainer.ppo.preflight import check_lora_inputs, check_model_and_data_paths, check_output_folder
+    from rlpost.trainer.ppo.preflight import (check_context_length, check_engine_kwargs, check_lora_inputs,
+                                              check_model_and_data_paths, check_output_folder)
 
     try:  # bad input fails here, in seconds and with one message, before the workers start
         check_model_and_data_paths(config)
         check_output_folder(config)
         check_lora_inputs(config)
+        check_context_length(config)
+        check_engine_kwargs(config)
         tokenizer = load_tokenizer(config)
         data_cfg = config.data
         train_ds = create_rl_dataset(data_cfg.train_files, data_cfg, tokenizer)
@@ -97,7 +100,8 @@ def build_trainer(config: DictConfig):
     except ConfigError:
         raise
     except (OSError, ValueError, KeyError, RewardFunctionError) as err:
-        raise InputError(str(err)) from err
+        # KeyError's str() is the repr of its message; the message itself reads better
+        raise InputError(err.args[0] if isinstance(err, KeyError) and err.args else str(err)) from err
 
 
 def check_multi_turn_inputs(config: DictConfig, datasets: dict) -> None:
@@ -151,7 +155,7 @@ def load_tokenizer(config: DictConfig):
 def build_reward_fns(config: DictConfig, tokenizer, train_dataset=None, val_dataset=None):
     """Reward managers for training and validation. A rule-based reward is first checked on a few training
     and validation rows, and every row must carry the ground truth it scores against."""
-    from rlpost.reward import check_reward_fn, load_reward_manager, reward_fn_spec
+    from rlpost.reward import RewardFunctionError, check_reward_fn, load_reward_manager, reward_fn_spec
     from rlpost.reward.preflight import check_ground_truth
 
     kwargs = dict(config.reward_model.reward_kwargs)
@@ -163,5 +167,8 @@ def build_reward_fns(config: DictConfig, tokenizer, train_dataset=None, val_data
     for key, dataset in (("data.train_files", train_dataset), ("data.val_files", val_dataset)):
         if dataset is not None:
             check_ground_truth(dataset, key, required=builtin)
-            check_reward_fn(reward_fn_spec(config).resolve(), dataset, reward_fn_key=config.data.reward_fn_key)
+            try:
+                check_reward_fn(reward_fn_spec(config).resolve(), dataset, n=8, reward_fn_key=config.data.reward_fn_key)
+            except RewardFunctionError as err:  # the sample index is a row of this key's data
+                raise ValueError(f"{key}={config.data[key.split('.')[1]]}: {err}") from err
     return reward_fn, val_reward_fn

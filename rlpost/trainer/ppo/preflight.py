@@ -25,6 +25,13 @@ def check_model_and_data_paths(config: Any) -> None:
         if not os.path.isdir(os.path.expanduser(str(path))):
             raise ValueError(f"{key}={path!r} is not a local folder; no model hub is used at run time: point it at "
                              "a HF model folder (config.json + weights), e.g. one made by scripts/make_tiny_model.py")
+    rollout = config.actor_rollout_ref.rollout
+    for key, path in (("actor_rollout_ref.rollout.multi_turn.tool_config_path", rollout.multi_turn.tool_config_path),
+                      ("actor_rollout_ref.rollout.multi_turn.interaction_config_path",
+                       rollout.multi_turn.interaction_config_path),
+                      ("actor_rollout_ref.rollout.agent.agent_loop_config_path", rollout.agent.agent_loop_config_path)):
+        if path and not os.path.isfile(os.path.expanduser(str(path))):
+            raise ValueError(f"{key}: file not found: {path!r}; give the YAML file (see docs/multiturn.md), or null")
     for key in ("data.train_files", "data.val_files"):
         files = config.data[key.split(".")[1]]
         for path in [files] if isinstance(files, str) else list(files or []):
@@ -81,3 +88,58 @@ def check_devices(config: Any) -> None:
     if have < want:
         raise ValueError(f"trainer.n_gpus_per_node={want} CPU worker processes (trainer.device=cpu), but Ray has "
                          f"{have} CPU(s) (ray_init.num_cpus or the machine's); use trainer.n_gpus_per_node={have}")
+
+
+def check_context_length(config: Any) -> None:
+    """Prompt + response (or `rollout.max_model_len`) fits the policy model's context (`max_position_embeddings`,
+    times a RoPE scaling factor) when the engine would refuse it (vLLM, SGLang) after the workers start."""
+    import json
+
+    if os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN") == "1":
+        return  # the user asked the engine to run past the model's context
+    rollout = config.actor_rollout_ref.rollout
+    if rollout.name not in ("vllm", "sglang"):
+        return  # the HF engine runs RoPE models past their trained context (badly, but it runs)
+    model_file = os.path.join(os.path.expanduser(str(config.actor_rollout_ref.model.path)), "config.json")
+    if not os.path.isfile(model_file):
+        return  # a folder without config.json is reported where the model loads
+    with open(model_file) as f:
+        model_config = json.load(f)
+    limit = model_config.get("max_position_embeddings")
+    if not isinstance(limit, int):
+        return
+    scaling = model_config.get("rope_scaling") or {}
+    limit = int(limit * float(scaling.get("factor") or 1.0))
+    data = config.data
+    want = rollout.max_model_len or int(data.max_prompt_length) + int(data.max_response_length)
+    if want > limit:
+        key = ("actor_rollout_ref.rollout.max_model_len" if rollout.max_model_len else
+               "data.max_prompt_length + data.max_response_length")
+        room = limit - int(data.max_prompt_length)
+        fix = (f"lower data.max_response_length to <= {room} (or data.max_prompt_length)" if room > 0 else
+               f"lower data.max_prompt_length and data.max_response_length to a sum <= {limit}")
+        raise ValueError(f"{key} = {want} tokens is more than the model's context of {limit} "
+                         f"(max_position_embeddings in {model_file}); {fix}")
+
+
+def check_engine_kwargs(config: Any) -> None:
+    """Every `rollout.engine_kwargs.vllm` key is an argument of the installed vLLM's engine (a typo would
+    otherwise fail inside every worker after Ray starts)."""
+    import difflib
+
+    rollout = config.actor_rollout_ref.rollout
+    extra = [k for k, v in dict(rollout.engine_kwargs.vllm or {}).items() if v is not None]
+    if rollout.name != "vllm" or not extra or importlib.util.find_spec("vllm") is None:
+        return
+    from dataclasses import fields
+
+    import vllm
+
+    accepted = {f.name for f in fields(vllm.EngineArgs)} | {"seed"}
+    for key in extra:
+        if key not in accepted:
+            close = difflib.get_close_matches(key, sorted(accepted), n=3)
+            hint = f"did you mean {', '.join(close)}? " if close else ""
+            raise ValueError(f"actor_rollout_ref.rollout.engine_kwargs.vllm.{key}: not an argument of vLLM "
+                             f"{vllm.__version__}'s engine; {hint}the accepted names are the fields of "
+                             "vllm.EngineArgs")
