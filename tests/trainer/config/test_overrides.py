@@ -17,6 +17,26 @@ def test_typo_names_the_nearest_key():
     assert f"did you mean '{ARR}.actor.clip_ratio'? use {ARR}.actor.clip_ratio=0.3" in str(err.value)
 
 
+@pytest.mark.parametrize("key, expected", [
+    ("data.train_bach_size", "data.train_batch_size"),          # a sibling's misspelling
+    (f"{ARR}.actr.optim.lr", f"{ARR}.actor.optim.lr"),          # a misspelt group
+    ("data.foo", None),                                        # nothing like it: no guess at 'data' or 'data.shuffle'
+])
+def test_closest_key_prefers_siblings_and_never_guesses_wildly(key, expected):
+    from rlpost.trainer.config.convert import _leaf_keys
+    from rlpost.trainer.config.errors import closest_key
+
+    assert closest_key(key, _leaf_keys()) == expected
+
+
+@pytest.mark.timeout(60)
+def test_added_unknown_key_is_named_without_a_wrong_suggestion():
+    from _compose import compose_config
+
+    with pytest.raises(ConfigError, match=r"unknown key 'data.foo' \(value 1\): it is not a config key; remove it"):
+        compose_config("+data.foo=1")
+
+
 @pytest.mark.parametrize("arg", [
     f"{ARR}.actor.clip_ratio=0.3",                          # a key of the default config
     f"{ARR}.rollout.engine_kwargs.vllm.swap_space=4",        # a child of a free-form map: Hydra's business
