@@ -10,6 +10,7 @@ Config: the `data` group, read by attribute (the composed DictConfig or the type
 from __future__ import annotations
 
 import importlib
+import logging
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,8 @@ from rlpost import keys
 
 TRUNCATIONS = ("left", "right", "middle", "error")
 
+
+logger = logging.getLogger(__name__)
 
 def _plain(value: Any) -> Any:
     """Parquet gives numpy arrays for lists; turn them (recursively) into Python lists/dicts."""
@@ -199,6 +202,11 @@ class RLHFDataset(Dataset):
         """Drop rows whose templated prompt is longer than max_prompt_length (token count)."""
         all_lengths = self._prompt_lengths(workers)
         keep = [i for i, n in enumerate(all_lengths) if n <= self.max_prompt_length]
+        dropped = len(all_lengths) - len(keep)
+        if dropped:  # silently smaller data would skew epochs and schedules; say how much went
+            logger.warning("data.filter_overlong_prompts: dropped %d of %d rows of %s (prompts longer than "
+                           "data.max_prompt_length=%d tokens; the longest has %d)", dropped, len(all_lengths),
+                           self.data_files, self.max_prompt_length, max(all_lengths))
         self.rows = [self.rows[i] for i in keep]
         self.texts = [self.texts[i] for i in keep]
 

@@ -90,12 +90,14 @@ def test_truncation_error_names_row_and_length(tokenizer, tmp_path):
         RLHFDataset(path, tokenizer, data_cfg(max_prompt_length=16))  # found at construction, not when drawn
 
 
-def test_filter_overlong_prompts(tokenizer, tmp_path):
+def test_filter_overlong_prompts(tokenizer, tmp_path, caplog):
     data = rows(["short", "What is 1 + 2? " * 10, "also short"])
     limit = len(templated_ids(tokenizer, "also short"))  # the longest prompt kept: exactly at the limit
     ds = RLHFDataset(write(tmp_path, data), tokenizer,
                      data_cfg(max_prompt_length=limit, filter_overlong_prompts=True, filter_overlong_prompts_workers=2))
     assert len(ds) == 2 and [ds[i][keys.INDEX] for i in range(2)] == [100, 102]
+    assert "filter_overlong_prompts: dropped 1 of 3 rows" in caplog.text
+    assert f"data.max_prompt_length={limit} tokens" in caplog.text
 
 
 def test_several_files_and_string_prompts(tokenizer, tmp_path):
