@@ -66,6 +66,10 @@ def _decode_call(body: str) -> FunctionCall | None:
     return FunctionCall(name=obj["name"], arguments=arguments)
 
 
+# SGLang's `qwen25` / `qwen` detectors (Qwen 2.5 / 3 models) read the same `<tool_call>` JSON blocks;
+# verl's multi-turn YAMLs select them as `format: qwen`.
+@TOOL_PARSERS.register("qwen25")
+@TOOL_PARSERS.register("qwen")
 @TOOL_PARSERS.register("hermes")
 def parse_hermes(text: str) -> ParsedText:
     """Split `<tool_call>{json}</tool_call>` blocks out of `text`.

@@ -106,7 +106,7 @@ NOT_SUPPORTED_YET: dict[str, Refusal] = {
     f"{ARR}.rollout.trace.backend": only(None),
     f"{ARR}.rollout.skip_rollout": only(False),
     f"{ARR}.rollout.multi_turn.completion_callback": only(None),
-    f"{ARR}.rollout.multi_turn.format": only("hermes"),
+    f"{ARR}.rollout.multi_turn.format": only("hermes", "qwen", "qwen25"),
     f"{ARR}.rollout.agent.custom_async_server.path": only(None),
     f"{ARR}.rollout.agent.custom_async_server.name": only(None),
     "algorithm.rollout_correction.rollout_rs_threshold_lower": only(None),

@@ -28,7 +28,7 @@ REFUSED = {
     "grpo_qwen2_7b_seq_balance": "actor_rollout_ref.rollout.mode",
     "grpo_qwen3_1_7b": "actor_rollout_ref.model.use_liger",
     "gspo_3b_math": "actor_rollout_ref.actor.entropy_checkpointing",  # rollout.mode=async comes later
-    "sglang_multiturn_qwen2_5_3b_gsm8k": "actor_rollout_ref.rollout.multi_turn.format",  # qwen: hermes only
+    "sglang_multiturn_qwen2_5_3b_gsm8k": "actor_rollout_ref.rollout.tensor_model_parallel_size",  # SGLang TP 2
 }
 
 def dry_run(compose_fn, overrides: list[str], capsys) -> tuple[int, str, str, list[str]]:
