@@ -43,8 +43,8 @@ RULES = [
     ({f"{ARR}.rollout.agent.default_agent_loop": "tool_agent"},
      f"{ARR}.rollout.agent.default_agent_loop=tool_agent, {MT}.enable=false: agent loops, tools and interactions "
      f"run only in multi-turn rollouts; use {MT}.enable=true."),
-    ({f"{MT}.enable": True, f"{MT}.format": "qwen"},
-     f"not supported yet: {MT}.format=qwen (a parser for this tool-call format is not built); use {MT}.format=hermes."),
+    ({f"{MT}.enable": True, f"{MT}.format": "gpt-oss"},
+     f"not supported yet: {MT}.format=gpt-oss (a parser for this tool-call format is not built); use {MT}.format=hermes."),
     ({f"{MT}.enable": True, f"{MT}.completion_callback": "m.f"},
      f"not supported yet: {MT}.completion_callback=m.f (the multi-turn completion callback is not built)"),
     ({f"{MT}.enable": True, f"{MT}.tool_timeout_s": 0.0}, f"{MT}.tool_timeout_s=0.0: must be > 0"),
