@@ -39,6 +39,7 @@ from rlpost.single_controller.ray import RayWorkerGroup, ResourcePoolManager, Ro
 from rlpost.trainer.ppo import core_algos
 from rlpost.trainer.ppo.checkpointing import TrainerCheckpointer, already_complete
 from rlpost.trainer.ppo.core_algos import AdvantageEstimator, apply_kl_penalty, compute_advantage
+from rlpost.trainer.ppo.profiling import ProfileSchedule
 from rlpost.trainer.ppo.metric_utils import (
     compute_data_metrics,
     compute_throughout_metrics,
@@ -136,6 +137,9 @@ class RayPPOTrainer:
         self.validator = Validator(self.config, self.tokenizer, self.actor_rollout_wg, self.val_reward_fn,
                                    self.val_dataloader)
         self.checkpointer = TrainerCheckpointer(self.config, self.workers, self.train_dataloader)
+        self.profiler = ProfileSchedule(self.typed_config, {
+            "actor": self.actor_rollout_wg, "rollout": self.actor_rollout_wg, "ref": self.ref_policy_wg,
+            "critic": self.critic_wg, "reward_model": self.rm_wg})
 
     # verl's names of the worker groups
     @property
@@ -192,7 +196,8 @@ class RayPPOTrainer:
             self.global_steps += 1
             is_last = self.global_steps >= self.total_training_steps
             try:
-                metrics = self.train_step(DataProto.from_single_dict(batch_dict), batches)
+                with self.profiler.step(self.global_steps, is_last):
+                    metrics = self.train_step(DataProto.from_single_dict(batch_dict), batches)
             except DataExhausted as err:
                 self.global_steps -= 1  # the step never ran
                 print(f"[rlpost] stopping at step {self.global_steps}: {err}")
