@@ -165,6 +165,13 @@ class _Session:
 SESSION = _Session()
 _PEAKS: dict[str, float] = {}
 _OPEN: list[float] = []  # peak bytes of the enclosing phases so far, innermost last
+_LIFETIME = {"allocated": 0, "reserved": 0}  # peaks from before the last reset of the allocator's statistics
+
+
+def lifetime_peaks() -> tuple[int, int]:
+    """(max allocated, max reserved) bytes of this process so far, across the per-phase resets (GPU only)."""
+    return (max(_LIFETIME["allocated"], torch.cuda.max_memory_allocated()),
+            max(_LIFETIME["reserved"], torch.cuda.max_memory_reserved()))
 
 
 @contextmanager
@@ -176,6 +183,7 @@ def phase_memory(name: str) -> Iterator[None]:
         return
     if _OPEN:
         _OPEN[-1] = max(_OPEN[-1], torch.cuda.max_memory_allocated())
+    _LIFETIME["allocated"], _LIFETIME["reserved"] = lifetime_peaks()
     torch.cuda.reset_peak_memory_stats()
     _OPEN.append(0.0)
     try:

@@ -26,7 +26,7 @@ from rlpost.utils.fsdp import (apply_fsdp2, compute_dtype, iter_full_params, loa
 from rlpost.utils.lora import apply_lora, lora_enabled
 from rlpost.utils.model import load_model
 from rlpost.utils.optim import build_lr_scheduler, build_optimizer
-from rlpost.utils.profiler import phase
+from rlpost.utils.profiler import lifetime_peaks, phase
 from rlpost.utils.ulysses import SequenceParallel, new_sequence_parallel, sp_size, use_ulysses_attention
 from rlpost.workers.actor import DataParallelPPOActor
 from rlpost.workers.batching import rows_per_rank
@@ -92,8 +92,8 @@ def _timed(metrics: dict, name: str, start: float) -> None:
 def memory_metrics() -> dict[str, float]:
     """Peak device memory of this worker on GPU; its resident set size on CPU (GiB)."""
     if torch.cuda.is_available() and torch.cuda.is_initialized():
-        return {"perf/max_memory_allocated_gb": torch.cuda.max_memory_allocated() / 2**30,
-                "perf/max_memory_reserved_gb": torch.cuda.max_memory_reserved() / 2**30}
+        allocated, reserved = lifetime_peaks()  # the phases reset the allocator's peak statistics
+        return {"perf/max_memory_allocated_gb": allocated / 2**30, "perf/max_memory_reserved_gb": reserved / 2**30}
     import psutil
 
     return {"perf/cpu_memory_used_gb": psutil.Process().memory_info().rss / 2**30}

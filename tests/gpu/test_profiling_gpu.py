@@ -6,7 +6,7 @@ import pickle
 import pytest
 import torch
 
-from rlpost.utils.profiler import SESSION, ProfileOptions, drain_phase_peaks, phase
+from rlpost.utils.profiler import SESSION, ProfileOptions, drain_phase_peaks, lifetime_peaks, phase
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -38,6 +38,10 @@ def test_phase_peaks_nest():
     assert peaks["perf/max_memory_allocated_gb/update_weights"] == pytest.approx(3.0, abs=0.05)
     assert peaks["perf/max_memory_allocated_gb/update_actor"] == pytest.approx(3.0, abs=0.05)
     assert drain_phase_peaks() == {}
+    small = torch.empty(1, device="cuda")
+    with_phase = phase("gen")(lambda: small + 1)
+    with_phase()  # resets the peak statistics; the process's lifetime peak survives it
+    assert lifetime_peaks()[0] >= 3 * 2**30
 
 
 def test_torch_memory_snapshot_and_cuda_trace(tmp_path):

@@ -127,3 +127,15 @@ def check_memory(typed: Any) -> None:
         return
     print("\n".join(memory_lines(typed, device_bytes)))
     check_memory_fit(mem, device_bytes, where)
+
+
+def estimate_metrics(typed: Any) -> dict[str, float]:
+    """`{perf/estimated_memory_gb/<phase>: GiB}` per device, logged beside the measured per-phase peaks
+    (`perf/max_memory_allocated_gb/<phase>`); empty on CPU or without a config.json."""
+    from rlpost.trainer.config.memory import run_memory
+
+    device_bytes, _ = device_memory_bytes(typed)
+    mem = run_memory(typed) if device_bytes is not None and typed.trainer.device == "cuda" else None
+    if mem is None:
+        return {}
+    return {f"perf/estimated_memory_gb/{p.phase}": p.total / 2**30 for p in mem.phases(device_bytes)}

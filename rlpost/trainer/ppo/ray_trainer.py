@@ -39,6 +39,7 @@ from rlpost.single_controller.ray import RayWorkerGroup, ResourcePoolManager, Ro
 from rlpost.trainer.ppo import core_algos
 from rlpost.trainer.ppo.checkpointing import TrainerCheckpointer, already_complete
 from rlpost.trainer.ppo.core_algos import AdvantageEstimator, apply_kl_penalty, compute_advantage
+from rlpost.trainer.ppo.preflight import estimate_metrics
 from rlpost.trainer.ppo.profiling import ProfileSchedule
 from rlpost.trainer.ppo.metric_utils import (
     compute_data_metrics,
@@ -140,6 +141,7 @@ class RayPPOTrainer:
         self.profiler = ProfileSchedule(self.typed_config, {
             "actor": self.actor_rollout_wg, "rollout": self.actor_rollout_wg, "ref": self.ref_policy_wg,
             "critic": self.critic_wg, "reward_model": self.rm_wg})
+        self.memory_estimate = estimate_metrics(self.typed_config)  # logged with the first step's measured peaks
 
     # verl's names of the worker groups
     @property
@@ -203,6 +205,8 @@ class RayPPOTrainer:
                 print(f"[rlpost] stopping at step {self.global_steps}: {err}")
                 break
             metrics["training/epoch"] = self.epoch
+            metrics.update(self.memory_estimate)
+            self.memory_estimate = {}
             nonfinite = guard.observe(self.global_steps, metrics)
             if self._due(trainer_cfg.test_freq, is_last) and self.validator.enabled:
                 metrics.update(self._validate())

@@ -102,3 +102,14 @@ def test_dry_run_prints_the_estimate_and_refuses(make_cfg, tmp_path, capsys):
     assert "update_actor" in capsys.readouterr().out
     assert run(make_cfg({**base, "trainer.device_memory_gb": 40, f"{ARR}.rollout.gpu_memory_utilization": 0.95})) == 2
     assert "use actor_rollout_ref.rollout.gpu_memory_utilization=0." in capsys.readouterr().err
+
+
+def test_estimate_metrics_only_on_gpu(make_cfg, tmp_path):
+    from rlpost.trainer.ppo.preflight import estimate_metrics
+
+    c = grpo(make_cfg, model_dir(tmp_path, "q05", QWEN_05B), 1, 32, 0.6, **{"trainer.device_memory_gb": 80})
+    out = estimate_metrics(c)
+    assert sorted(out) == [f"perf/estimated_memory_gb/{p}" for p in ("gen", "old_log_prob", "ref", "update_actor")]
+    assert out["perf/estimated_memory_gb/gen"] == pytest.approx(0.6 * 80 + 0.494 * 14 * 1e9 / GIB, abs=0.05)
+    cpu = grpo(make_cfg, c.actor_rollout_ref.model.path, 1, 32, 0.6, **{"trainer.device": "cpu"})
+    assert estimate_metrics(cpu) == {}
