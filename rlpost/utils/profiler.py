@@ -12,7 +12,8 @@ Worker methods decorated with `@phase(name)` are the phases inside a step:
     nsys          cudaProfilerStart/Stop + NVTX ranges; nsys (Ray's nsight runtime_env) writes the report
 
 With `discrete` every phase gets its own capture instead of one per step. `@phase` also records the peak
-device memory of the phase (`perf/max_memory_allocated_gb/<phase>`, GPU only) for the worker's metrics.
+device memory of the phase (`perf/max_memory_allocated_gb/<phase>`, GPU only) for the worker's metrics. A
+sleeping vLLM engine's tensors stay counted there (its sleep mode frees the pages behind the allocator).
 """
 
 from __future__ import annotations
