@@ -9,7 +9,6 @@ null, with `nsys` as the tool when `global_profiler.tool` is null. Files land un
 
 from __future__ import annotations
 
-import logging
 import shutil
 from contextlib import contextmanager
 from typing import Any, Iterator
@@ -17,8 +16,6 @@ from typing import Any, Iterator
 from rlpost.config.schema import PPOTrainerConfig
 from rlpost.trainer.config.profiling_rules import profile_steps, profile_tool, role_profilers
 from rlpost.utils.profiler import ProfileOptions
-
-logger = logging.getLogger(__name__)
 
 
 def role_options(c: PPOTrainerConfig, role: str) -> ProfileOptions | None:
@@ -36,12 +33,13 @@ def role_options(c: PPOTrainerConfig, role: str) -> ProfileOptions | None:
                                           ["trace_alloc_max_entries"]))
 
 
-def nsight_runtime_env(c: PPOTrainerConfig) -> dict[str, Any]:
-    """Ray actor options that start every worker process under nsys (empty unless the tool is nsys)."""
+def nsight_runtime_env(c: PPOTrainerConfig, options: dict[str, Any]) -> dict[str, Any]:
+    """Ray actor `options` of the worker processes, plus an nsight runtime_env (workers start under nsys)
+    when the tool is nsys; the options' own runtime_env entries are kept."""
     if profile_tool(c) != "nsys":
-        return {}
-    return {"runtime_env": {"nsight": {k: str(v) for k, v in c.trainer.worker_nsight_options.items()
-                                       if v is not None}}}
+        return options
+    nsight = {k: str(v) for k, v in c.trainer.worker_nsight_options.items() if v is not None}
+    return {**options, "runtime_env": {**(options.get("runtime_env") or {}), "nsight": nsight}}
 
 
 def check_profiler_tools(c: PPOTrainerConfig) -> None:
@@ -90,7 +88,7 @@ class ProfileSchedule:
             yield
         finally:
             if self.active and self._stops(step, is_last):
-                for group, options in self.active:
-                    for files in group.stop_profile(options.role):
-                        self.written.extend(files)
-                logger.warning("profile of step %d written: %s", step, ", ".join(self.written) or "by nsys")
+                written = [f for group, options in self.active for files in group.stop_profile(options.role)
+                           for f in files]
+                self.written.extend(written)
+                print(f"[rlpost] profile of step {step}: {', '.join(written) or 'nsys writes its report'}")

@@ -115,6 +115,7 @@ class RayPPOTrainer:
         rc = self.algo.rollout_correction  # bypass mode corrects inside the actor's loss instead
         self.use_rollout_correction = bool(rc.rollout_is or rc.rollout_rs) and not rc.bypass_mode
         self.workers: WorkerGroups | None = None
+        self.profiler, self.memory_estimate = ProfileSchedule(self.typed_config, {}), {}  # set in init_workers
         self.global_steps, self.epoch, self.tracker = 0, 0, None
         self._create_dataloader(train_dataset, val_dataset, collate_fn, train_sampler)
 

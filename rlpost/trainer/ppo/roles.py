@@ -125,7 +125,7 @@ def build_worker_groups(config: PPOTrainerConfig, plan: RolePlan, role_worker_ma
     views: dict[str, Any] = {}
     for pool, class_dict in by_pool.items():
         colocated = create_colocated_worker_cls(class_dict)
-        colocated.update_options(nsight_runtime_env(config))  # nsys: every worker process starts under it
+        colocated.options = nsight_runtime_env(config, colocated.options)  # nsys: workers start under it
         group = ray_worker_group_cls(
             resource_pool=pool, ray_cls_with_init=colocated,
             name_prefix=pool.name_prefix or "workers", call_timeout_s=config.trainer.ray_call_timeout,

@@ -43,7 +43,8 @@ def test_resolved_options_and_legacy_profile_steps(small_cfg, monkeypatch):
     legacy = small_cfg({"trainer.profile_steps": [1], f"{ACTOR}.enable": True, "trainer.device": "cuda"})
     c = typed_config(legacy)
     assert role_options(c, "actor").tool == "nsys"
-    assert nsight_runtime_env(c)["runtime_env"]["nsight"]["capture-range"] == "cudaProfilerApi"
+    env = nsight_runtime_env(c, {"runtime_env": {"env_vars": {"A": "1"}}})["runtime_env"]
+    assert env["nsight"]["capture-range"] == "cudaProfilerApi" and env["env_vars"] == {"A": "1"}
     monkeypatch.setattr("shutil.which", lambda name: None)
     with pytest.raises(ValueError, match="`nsys` is not on PATH.*global_profiler.tool=torch"):
         check_profiler_tools(c)
