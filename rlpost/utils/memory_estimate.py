@@ -40,8 +40,14 @@ class ModelShape:
 
     @classmethod
     def from_config_json(cls, cfg: dict) -> ModelShape:
-        """From a HF config.json dict (`text_config` of a multimodal one)."""
+        """From a HF config.json dict (`text_config` of a multimodal one).
+
+        Raises:
+            KeyError: a size the dense layout needs is missing. ValueError: a mixture-of-experts model.
+        """
         cfg = cfg.get("text_config") or cfg
+        if any(k in cfg for k in ("num_experts", "num_local_experts", "n_routed_experts")):
+            raise ValueError("mixture-of-experts layers are not estimated")
         heads = cfg["num_attention_heads"]
         head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
         return cls(hidden=cfg["hidden_size"], layers=cfg["num_hidden_layers"], vocab=cfg["vocab_size"],

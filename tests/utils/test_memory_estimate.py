@@ -30,6 +30,11 @@ def test_parameter_count_and_activation_bytes():
     assert s.act_bytes_per_token_layer == 48 + 16 + 12 + 8 + 8 + 64
 
 
+def test_experts_are_not_estimated():
+    with pytest.raises(ValueError, match="mixture-of-experts"):
+        ModelShape.from_config_json({**TINY, "num_experts": 8})
+
+
 def test_resident_state_and_offload():
     s = ModelShape.from_config_json(TINY)  # 404 params, 202 per shard
     assert resident_bytes(s, setup()) == {"params": 4 * 202, "optimizer": 8 * 202}

@@ -158,7 +158,7 @@ def run_memory(c: PPOTrainerConfig) -> RunMemory | None:
         return None
     try:
         shapes = [load_shape(str(p)) for p in paths]
-    except KeyError:  # not a dense decoder config (e.g. a custom architecture)
+    except (KeyError, ValueError):  # not a dense decoder config (a custom architecture, experts)
         return None
     return RunMemory(c, shapes[0], shapes[1] if len(shapes) > 1 else None)
 
