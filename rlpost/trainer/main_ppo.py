@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 from rlpost.trainer.config import ConfigError, ConfigWarning, validate_config
 from rlpost.trainer.config.convert import to_typed
 from rlpost.trainer.config.overrides import check_override_keys, check_user_yaml
+from rlpost.trainer.config.memory import check_dry_run_memory
 from rlpost.trainer.config.plan import dry_run_plan
 from rlpost.data.loader import create_rl_sampler  # noqa: F401  verl's names in this module
 from rlpost.data.rl_dataset import create_rl_dataset  # noqa: F401
@@ -45,7 +46,13 @@ def run(cfg: DictConfig) -> int:
         print(f"config error: {err}", file=sys.stderr)
         return 2
     if cfg.trainer.dry_run:
-        print(dry_run_plan(to_typed(cfg)))
+        typed = to_typed(cfg)
+        print(dry_run_plan(typed))
+        try:
+            check_dry_run_memory(typed)
+        except ConfigError as err:
+            print(f"config error: {err}", file=sys.stderr)
+            return 2
         return 0
     from rlpost.trainer.ppo.launch import InputError
     from rlpost.trainer.ppo.nonfinite import NonFiniteError

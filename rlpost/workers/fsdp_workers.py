@@ -18,7 +18,7 @@ import torch
 
 from rlpost import keys
 from rlpost.protocol import DataProto
-from rlpost.single_controller.base import Dispatch, Worker, register
+from rlpost.single_controller.base import Dispatch, register
 from rlpost.utils.checkpoint import prune_oldest
 from rlpost.utils.distributed import consecutive_groups, gather_in_group, init_distributed
 from rlpost.utils.fsdp import (apply_fsdp2, compute_dtype, iter_full_params, load_model_to, move_optimizer,
@@ -26,11 +26,13 @@ from rlpost.utils.fsdp import (apply_fsdp2, compute_dtype, iter_full_params, loa
 from rlpost.utils.lora import apply_lora, lora_enabled
 from rlpost.utils.model import load_model
 from rlpost.utils.optim import build_lr_scheduler, build_optimizer
+from rlpost.utils.profiler import lifetime_peaks, phase
 from rlpost.utils.ulysses import SequenceParallel, new_sequence_parallel, sp_size, use_ulysses_attention
 from rlpost.workers.actor import DataParallelPPOActor
 from rlpost.workers.batching import rows_per_rank
 from rlpost.workers.critic import DataParallelPPOCritic
 from rlpost.workers.fsdp_checkpoint import load_fsdp_checkpoint, save_fsdp_checkpoint
+from rlpost.workers.profiling import ProfiledWorker
 
 ROLES = ("actor", "rollout", "ref", "actor_rollout", "actor_rollout_ref")
 DEFAULT_CONTENTS = ("model", "optimizer", "extra")
@@ -76,6 +78,13 @@ def _sp_parts(sp: SequenceParallel | None) -> tuple[Any, int]:
     return (None, 0) if sp is None else (sp.group, sp.rank)
 
 
+def _free_cached_blocks(device: str) -> None:
+    """Hand the caching allocator's free blocks back to the driver before the rollout engine wakes: the
+    update's peak would otherwise stay reserved beside the engine's gpu_memory_utilization share."""
+    if device == "cuda":
+        torch.cuda.empty_cache()
+
+
 def _timed(metrics: dict, name: str, start: float) -> None:
     metrics[f"timing_s/{name}"] = time.perf_counter() - start
 
@@ -83,14 +92,14 @@ def _timed(metrics: dict, name: str, start: float) -> None:
 def memory_metrics() -> dict[str, float]:
     """Peak device memory of this worker on GPU; its resident set size on CPU (GiB)."""
     if torch.cuda.is_available() and torch.cuda.is_initialized():
-        return {"perf/max_memory_allocated_gb": torch.cuda.max_memory_allocated() / 2**30,
-                "perf/max_memory_reserved_gb": torch.cuda.max_memory_reserved() / 2**30}
+        allocated, reserved = lifetime_peaks()  # the phases reset the allocator's peak statistics
+        return {"perf/max_memory_allocated_gb": allocated / 2**30, "perf/max_memory_reserved_gb": reserved / 2**30}
     import psutil
 
     return {"perf/cpu_memory_used_gb": psutil.Process().memory_info().rss / 2**30}
 
 
-class _FSDPRole(Worker):
+class _FSDPRole(ProfiledWorker):
     """Shared start-up and checkpoint plumbing of the two FSDP workers."""
 
     def __init__(self, timeout_s: float = 1800.0) -> None:
@@ -274,6 +283,7 @@ class ActorRolloutRefWorker(_FSDPRole):
         if self._is_actor:
             self._offload(self.actor_module, self.actor_optimizer, self.config.actor.fsdp_config)
 
+    @phase("update_weights")
     def _sync_weights(self) -> float:
         """Stream the actor's params one full tensor at a time (HF names, rollout dtype) into the engine.
 
@@ -283,6 +293,7 @@ class ActorRolloutRefWorker(_FSDPRole):
         start = time.perf_counter()
         fsdp_cfg = self.config.actor.fsdp_config
         self._onload(self.actor_module, None, fsdp_cfg)
+        _free_cached_blocks(self.device)
         dtype = to_dtype(self.config.rollout.dtype)
         if self._lora_sync is not None:
             self._lora_sync.sync(self.rollout, dtype)
@@ -292,6 +303,7 @@ class ActorRolloutRefWorker(_FSDPRole):
         return time.perf_counter() - start
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @phase("gen")
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Sample responses. Reads `input_ids`, `attention_mask`, `position_ids` (B, P); writes `prompts`,
         `responses`, `input_ids`, `attention_mask`, `position_ids`, `response_mask` (+ `rollout_log_probs`);
@@ -304,6 +316,7 @@ class ActorRolloutRefWorker(_FSDPRole):
         prompts.meta_info.setdefault(keys.META_PAD_TOKEN_ID, self.tokenizer.pad_token_id)
         if self.rollout.needs_sync:  # a level-2 sleep dropped the weights (e.g. validation before training)
             self._sync_weights()
+        _free_cached_blocks(self.device)
         self.rollout.wake_up()
         if self.agent_rollout is not None:
             out = self.agent_rollout.generate_sequences(self.rollout, prompts)
@@ -324,6 +337,7 @@ class ActorRolloutRefWorker(_FSDPRole):
         return own_rows(self.rollout.generate_sequences(rows), start, len(prompts))
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @phase("old_log_prob")
     def compute_log_prob(self, data: DataProto) -> DataProto:
         """Reads `input_ids`, `attention_mask`, `position_ids`, `responses`; writes `old_log_probs`,
         `entropys` (B, R). Micro-batching from rollout.log_prob_* keys."""
@@ -339,6 +353,7 @@ class ActorRolloutRefWorker(_FSDPRole):
         return own_rows(out, start, rows)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @phase("ref")
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
         """Reads `input_ids`, `attention_mask`, `position_ids`, `responses`; writes `ref_log_prob` (B, R).
         A LoRA actor computes them itself with its adapters disabled (the base model is the reference)."""
@@ -358,6 +373,7 @@ class ActorRolloutRefWorker(_FSDPRole):
         return own_rows(DataProto.from_dict(tensors=_to_cpu({keys.REF_LOG_PROB: log_probs})), start, rows)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @phase("update_actor", report=True)
     def update_actor(self, data: DataProto) -> DataProto:
         """PPO update, then weight sync into the rollout engine. Reads `input_ids`, `attention_mask`,
         `position_ids`, `responses`, `response_mask`, `old_log_probs`, `advantages` (+ `ref_log_prob` with
@@ -436,6 +452,7 @@ class CriticWorker(_FSDPRole):
         self._offload(self.module, self.optimizer, self.fsdp_config)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @phase("values")
     def compute_values(self, data: DataProto) -> DataProto:
         """Reads `input_ids`, `attention_mask`, `position_ids`, `responses`; writes `values` (B, R)."""
         cfg = self.config
@@ -451,6 +468,7 @@ class CriticWorker(_FSDPRole):
         return own_rows(DataProto.from_dict(tensors=_to_cpu({keys.VALUES: values})), start, rows)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @phase("update_critic", report=True)
     def update_critic(self, data: DataProto) -> DataProto:
         """Reads `input_ids`, `attention_mask`, `position_ids`, `responses`, `response_mask`, `values`,
         `returns`; writes meta_info metrics critic/vf_loss, vf_clipfrac, vpred_mean, grad_norm, lr."""

@@ -15,11 +15,13 @@ from typing import Any
 import torch
 from rlpost import keys
 from rlpost.protocol import DataProto
-from rlpost.single_controller.base import Dispatch, Worker, register
+from rlpost.single_controller.base import Dispatch, register
 from rlpost.utils.distributed import init_distributed
 from rlpost.utils.fsdp import apply_fsdp2, compute_dtype, load_model_to, offload_model
 from rlpost.utils.model import import_external_libs, load_hf_config
+from rlpost.utils.profiler import phase
 from rlpost.workers.batching import TensorDict, micro_batches
+from rlpost.workers.profiling import ProfiledWorker
 
 # Pooling id that never occurs in input_ids, so HF's "rightmost non-pad token" pooling takes the last column.
 _NO_PAD_ID = -1
@@ -133,7 +135,7 @@ def tokenize_left_padded(texts: list[str], tokenizer: Any, max_length: int | Non
     return {keys.INPUT_IDS: ids, keys.ATTENTION_MASK: mask, keys.POSITION_IDS: pos}
 
 
-class RewardModelWorker(Worker):
+class RewardModelWorker(ProfiledWorker):
     """Scores responses with a learned reward model, colocated with the actor (same process and group).
 
     Args:
@@ -204,6 +206,7 @@ class RewardModelWorker(Worker):
         return scores[rev] if rev is not None else scores
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @phase("rm")
     def compute_rm_score(self, data: DataProto) -> DataProto:
         """Reads `input_ids`, `attention_mask`, `position_ids` (B, T), `responses` (B, R), non-tensor
         `raw_prompt` (re-templating only); writes `rm_scores` (B, R): the score on the last response token."""

@@ -4,6 +4,8 @@ import os
 from typing import Any
 
 from rlpost.trainer.config.batch_rules import n_devices
+from rlpost.trainer.config.memory import memory_lines
+from rlpost.utils.memory_estimate import GIB
 from rlpost.trainer.config.roles import need_critic, need_reference_policy, need_reward_model
 from rlpost.trainer.config.rules import sequence_parallel_roles
 from rlpost.config.schema import PPOTrainerConfig
@@ -37,6 +39,7 @@ def dry_run_plan(c: PPOTrainerConfig) -> str:
                               critic.use_dynamic_bsz, critic.ppo_epochs, c, critic.ulysses_sequence_parallel_size)
     lines += _algorithm(c)
     lines += _steps(c)
+    lines += memory_lines(c, None if c.trainer.device_memory_gb is None else int(c.trainer.device_memory_gb * GIB))
     return "\n".join(lines)
 
 

@@ -62,16 +62,12 @@ AREAS: tuple[tuple[str, str], ...] = (
     ("use_shm", "shared-memory loading"),
     ("megatron", "Megatron"),
     ("fire_sampling", "FIRE sampling"),
-    ("profiler", "profiling"),
-    ("profile", "profiling"),
-    ("nsight", "profiling"),
 )
 
 # Ulysses sizes still refused: the engine-level copies and the reward model's (the actor's, reference's and
 # critic's are built).
 SP_KEYS = (f"{ARR}.actor.fsdp_config", f"{ARR}.ref.fsdp_config", "critic.model.fsdp_config", "reward_model")
 ENGINE_KEYS = (f"{ARR}.actor.fsdp_config", f"{ARR}.ref.fsdp_config", "critic.model.fsdp_config")
-PROFILED = (f"{ARR}.actor", f"{ARR}.ref", f"{ARR}.rollout", "critic", "reward_model")
 
 NOT_SUPPORTED_YET: dict[str, Refusal] = {
     f"{ARR}.hybrid_engine": only(True),
@@ -131,11 +127,7 @@ NOT_SUPPORTED_YET: dict[str, Refusal] = {
     "reward_model.sandbox_fusion.url": only(None),
     "trainer.logger": never("vemlp_wandb"),
     "trainer.default_hdfs_dir": only(None),
-    "trainer.profile_steps": only(None),
     "trainer.esi_redundant_time": only(0),
-    "global_profiler.tool": only(None),
-    "global_profiler.steps": only(None),
-    "global_profiler.profile_continuous_steps": only(False),
     **{f"{group}.ulysses_sequence_parallel_size": only(1) for group in SP_KEYS},
     **{f"{group}.{key}": only(False) for group in ENGINE_KEYS
        for key in ("entropy_from_logits_with_chunking", "use_torch_compile", "entropy_checkpointing")},
@@ -143,10 +135,6 @@ NOT_SUPPORTED_YET: dict[str, Refusal] = {
     **{f"{group}.forward_prefetch": only(False) for group in ENGINE_KEYS},
     **{f"{group}.mixed_precision.{key}": only("fp32", "float32") for group in ENGINE_KEYS
        for key in ("reduce_dtype", "buffer_dtype")},
-    **{f"{group}.profiler.{key}": only(False) for group in PROFILED for key in ("discrete", "enable", "all_ranks")
-       if not (group.endswith("rollout") and key == "discrete")},
-    **{f"{group}.profiler.ranks": only(None, []) for group in PROFILED},
-    **{f"{group}.profiler.tool": only(None) for group in PROFILED},
 }
 
 # Keys accepted with a one-line notice when set away from their default: they choose between verl-internal
@@ -170,12 +158,11 @@ NOTICES: dict[str, str] = {
     "critic.model.fsdp_config.use_orig_params": "FSDP2 always keeps the original parameters",
     f"{ARR}.ref.fsdp_config.optimizer_offload": "the reference has no optimizer",
     "trainer.use_legacy_worker_impl": "rlpost has one worker implementation, used for every value",
+    "trainer.controller_nsight_options": "the controller is the process you launch: run it under `nsys profile` "
+                                         "with these options yourself to trace it",
     "reward_model.model.use_remove_padding": "the reward model scores padded rows (same scores; packing only saves "
                                              "time there)",
 }
-
-# Nsight option maps: any change from the package default is refused (profiling is not built).
-NOT_SUPPORTED_IF_CHANGED: tuple[str, ...] = ("trainer.controller_nsight_options", "trainer.worker_nsight_options")
 
 
 def check_not_supported(cfg: DictConfig) -> None:
@@ -187,12 +174,6 @@ def check_not_supported(cfg: DictConfig) -> None:
         if refusal.refuses(value):
             fix = _fix(key, refusal, value, default_of(key))
             raise ConfigError(f"not supported yet: {key}={_show(value)} ({_area(key)} is not built); use {fix}.")
-    for key in NOT_SUPPORTED_IF_CHANGED:
-        value, default = _plain(OmegaConf.select(cfg, key, default=None)), default_of(key)
-        if value != default:
-            raise ConfigError(
-                f"not supported yet: {key}={value} (Nsight profiling is not built); leave it at its default."
-            )
 
 
 def notices(cfg: DictConfig) -> list[str]:

@@ -25,10 +25,15 @@ def run_ppo(config: DictConfig) -> dict[str, float]:
     from rlpost.single_controller.ray.init import finish_ray, init_ray
 
     from rlpost.trainer.ppo.checkpointing import already_complete, finished_run
-    from rlpost.trainer.ppo.preflight import check_devices
+    from rlpost.trainer.config.convert import to_typed
+    from rlpost.trainer.ppo.preflight import check_devices, check_memory
+    from rlpost.trainer.ppo.profiling import check_profiler_tools
 
     try:
         check_devices(config)  # before Ray: it would wait for devices that do not exist, then time out
+        typed = to_typed(config)
+        check_memory(typed)  # before Ray: a phase that cannot fit would die mid-run
+        check_profiler_tools(typed)
     except ValueError as err:
         raise InputError(str(err)) from err
     trainer = build_trainer(config)

@@ -143,3 +143,61 @@ def check_engine_kwargs(config: Any) -> None:
             raise ValueError(f"actor_rollout_ref.rollout.engine_kwargs.vllm.{key}: not an argument of vLLM "
                              f"{vllm.__version__}'s engine; {hint}the accepted names are the fields of "
                              "vllm.EngineArgs")
+
+
+def device_memory_bytes(config: Any) -> tuple[int | None, str]:
+    """(bytes per device the memory estimate checks against, where that number came from).
+
+    `trainer.device_memory_gb` when set; else on GPU the total memory of the first visible device, read
+    through NVML so this process (the Ray driver) creates no CUDA context on it; else (CPU) None.
+    """
+    trainer = config.trainer
+    if trainer.device_memory_gb is not None:
+        return int(float(trainer.device_memory_gb) * 2**30), f"trainer.device_memory_gb={trainer.device_memory_gb}"
+    if trainer.device != "cuda":
+        return None, "CPU run"
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip() or "0"
+        handle = (pynvml.nvmlDeviceGetHandleByIndex(int(visible)) if visible.isdigit()
+                  else pynvml.nvmlDeviceGetHandleByUUID(visible))
+        return int(pynvml.nvmlDeviceGetMemoryInfo(handle).total), "NVML total memory of the first visible GPU"
+    except Exception:  # no NVML bindings or driver: ask the CUDA runtime (creates a context here)
+        import torch
+
+        return int(torch.cuda.mem_get_info(0)[1]), "torch.cuda.mem_get_info of GPU 0"
+
+
+def check_memory(typed: Any) -> None:
+    """Print the per-phase memory estimate and refuse a run whose estimate cannot fit the device.
+
+    Args:
+        typed: the typed `ppo_trainer` config.
+
+    Raises:
+        ValueError (`ConfigError`): a phase does not fit; names the knob and a value that fits.
+    """
+    from rlpost.trainer.config.memory import check_memory_fit, memory_lines, run_memory
+
+    device_bytes, where = device_memory_bytes(typed)
+    if device_bytes is None:
+        return
+    mem = run_memory(typed)
+    if mem is None:
+        return
+    print("\n".join(memory_lines(typed, device_bytes)))
+    check_memory_fit(mem, device_bytes, where)
+
+
+def estimate_metrics(typed: Any) -> dict[str, float]:
+    """`{perf/estimated_memory_gb/<phase>: GiB}` per device, logged beside the measured per-phase peaks
+    (`perf/max_memory_allocated_gb/<phase>`); empty on CPU or without a config.json."""
+    from rlpost.trainer.config.memory import run_memory
+
+    device_bytes, _ = device_memory_bytes(typed)
+    mem = run_memory(typed) if device_bytes is not None and typed.trainer.device == "cuda" else None
+    if mem is None:
+        return {}
+    return {f"perf/estimated_memory_gb/{p.phase}": p.total / 2**30 for p in mem.phases(device_bytes)}

@@ -39,6 +39,8 @@ from rlpost.single_controller.ray import RayWorkerGroup, ResourcePoolManager, Ro
 from rlpost.trainer.ppo import core_algos
 from rlpost.trainer.ppo.checkpointing import TrainerCheckpointer, already_complete
 from rlpost.trainer.ppo.core_algos import AdvantageEstimator, apply_kl_penalty, compute_advantage
+from rlpost.trainer.ppo.preflight import estimate_metrics
+from rlpost.trainer.ppo.profiling import ProfileSchedule
 from rlpost.trainer.ppo.metric_utils import (
     compute_data_metrics,
     compute_throughout_metrics,
@@ -113,6 +115,7 @@ class RayPPOTrainer:
         rc = self.algo.rollout_correction  # bypass mode corrects inside the actor's loss instead
         self.use_rollout_correction = bool(rc.rollout_is or rc.rollout_rs) and not rc.bypass_mode
         self.workers: WorkerGroups | None = None
+        self.profiler, self.memory_estimate = ProfileSchedule(self.typed_config, {}), {}  # set in init_workers
         self.global_steps, self.epoch, self.tracker = 0, 0, None
         self._create_dataloader(train_dataset, val_dataset, collate_fn, train_sampler)
 
@@ -136,6 +139,10 @@ class RayPPOTrainer:
         self.validator = Validator(self.config, self.tokenizer, self.actor_rollout_wg, self.val_reward_fn,
                                    self.val_dataloader)
         self.checkpointer = TrainerCheckpointer(self.config, self.workers, self.train_dataloader)
+        self.profiler = ProfileSchedule(self.typed_config, {
+            "actor": self.actor_rollout_wg, "rollout": self.actor_rollout_wg, "ref": self.ref_policy_wg,
+            "critic": self.critic_wg, "reward_model": self.rm_wg})
+        self.memory_estimate = estimate_metrics(self.typed_config)  # logged with the first step's measured peaks
 
     # verl's names of the worker groups
     @property
@@ -192,12 +199,15 @@ class RayPPOTrainer:
             self.global_steps += 1
             is_last = self.global_steps >= self.total_training_steps
             try:
-                metrics = self.train_step(DataProto.from_single_dict(batch_dict), batches)
+                with self.profiler.step(self.global_steps, is_last):
+                    metrics = self.train_step(DataProto.from_single_dict(batch_dict), batches)
             except DataExhausted as err:
                 self.global_steps -= 1  # the step never ran
                 print(f"[rlpost] stopping at step {self.global_steps}: {err}")
                 break
             metrics["training/epoch"] = self.epoch
+            metrics.update(self.memory_estimate)
+            self.memory_estimate = {}
             nonfinite = guard.observe(self.global_steps, metrics)
             if self._due(trainer_cfg.test_freq, is_last) and self.validator.enabled:
                 metrics.update(self._validate())

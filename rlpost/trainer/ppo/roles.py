@@ -115,6 +115,7 @@ def build_worker_groups(config: PPOTrainerConfig, plan: RolePlan, role_worker_ma
     initialised last so the engine sizes its cache after the others allocated.
     """
     from rlpost.single_controller.ray import create_colocated_worker_cls
+    from rlpost.trainer.ppo.profiling import nsight_runtime_env
 
     specs = _role_specs(config, plan, role_worker_mapping)
     pools.create_resource_pool()
@@ -123,8 +124,10 @@ def build_worker_groups(config: PPOTrainerConfig, plan: RolePlan, role_worker_ma
         by_pool.setdefault(pools.get_resource_pool(role), {})[prefix] = spec
     views: dict[str, Any] = {}
     for pool, class_dict in by_pool.items():
+        colocated = create_colocated_worker_cls(class_dict)
+        colocated.options = nsight_runtime_env(config, colocated.options)  # nsys: workers start under it
         group = ray_worker_group_cls(
-            resource_pool=pool, ray_cls_with_init=create_colocated_worker_cls(class_dict),
+            resource_pool=pool, ray_cls_with_init=colocated,
             name_prefix=pool.name_prefix or "workers", call_timeout_s=config.trainer.ray_call_timeout,
             startup_timeout_s=config.trainer.ray_wait_register_center_timeout,
             stall_timeout_s=config.trainer.ray_stall_timeout,

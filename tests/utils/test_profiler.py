@@ -1,0 +1,50 @@
+"""The worker-side profiler session: which captures a step makes and the files they write."""
+
+import json
+
+import pytest
+import torch
+
+from rlpost.utils.profiler import SESSION, ProfileOptions, drain_phase_peaks, phase
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def options(tmp_path, role="actor", discrete=False, ranks=None) -> ProfileOptions:
+    return ProfileOptions(role=role, tool="torch", ranks=ranks, save_path=str(tmp_path), discrete=discrete,
+                          contents=("cpu",), max_entries=1000)
+
+
+@phase("update_actor")
+def work() -> torch.Tensor:
+    return (torch.ones(64, 64) @ torch.ones(64, 64)).sum()
+
+
+def written() -> list[str]:
+    out, SESSION.written = SESSION.written, []
+    return out
+
+
+def test_one_trace_per_step_for_colocated_roles(tmp_path):
+    SESSION.start(3, options(tmp_path, "actor"), rank=1)
+    SESSION.start(3, options(tmp_path, "ref"), rank=1)
+    work()
+    SESSION.stop("actor")
+    assert written() == []  # the reference is still inside the step
+    SESSION.stop("ref")
+    path = tmp_path / "step3_actor+ref_rank1.json"
+    assert written() == [str(path)]
+    events = json.loads(path.read_text())["traceEvents"]
+    assert any(e.get("name") == "aten::mm" for e in events)
+
+
+def test_discrete_captures_each_phase_and_ranks_filter(tmp_path):
+    SESSION.start(2, options(tmp_path, discrete=True), rank=0)
+    work()
+    SESSION.stop("actor")
+    assert written() == [str(tmp_path / "step2_update_actor_rank0.json")]
+    SESSION.start(2, options(tmp_path, ranks=(1,)), rank=0)  # rank 0 is not listed: nothing captured
+    work()
+    SESSION.stop("actor")
+    assert written() == []
+    assert drain_phase_peaks() == {}  # CPU: no device peaks
