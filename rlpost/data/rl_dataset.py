@@ -19,6 +19,7 @@ import torch
 from torch.utils.data import Dataset
 
 from rlpost import keys
+from rlpost.utils.shm import copy_to_shm
 
 TRUNCATIONS = ("left", "right", "middle", "error")
 
@@ -34,8 +35,9 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def read_parquet_files(files: str | list[str]) -> "Any":
-    """Concatenate parquet files into one pandas DataFrame; a missing file is named in the error."""
+def read_parquet_files(files: str | list[str], use_shm: bool = False) -> "Any":
+    """Concatenate parquet files into one pandas DataFrame; a missing file is named in the error.
+    `use_shm` (`data.use_shm`): each file is read from its /dev/shm copy (`rlpost.utils.shm`)."""
     import pandas as pd
 
     files = [files] if isinstance(files, (str, Path)) else list(files)
@@ -45,7 +47,7 @@ def read_parquet_files(files: str | list[str]) -> "Any":
             raise ValueError(f"not supported yet: hdfs paths in data files ({f})")
         if not Path(f).is_file():
             raise FileNotFoundError(f"data file not found: {f}")
-        frames.append(pd.read_parquet(f))
+        frames.append(pd.read_parquet(copy_to_shm(f) if use_shm else f))
     if not frames:
         raise ValueError("no data files given")
     frame = pd.concat(frames, ignore_index=True)
@@ -112,7 +114,7 @@ class RLHFDataset(Dataset):
         if self.truncation not in TRUNCATIONS:
             raise ValueError(f"data.truncation={self.truncation!r} must be one of {TRUNCATIONS}")
         self.data_files = data_files
-        frame = read_parquet_files(data_files)
+        frame = read_parquet_files(data_files, bool(config.use_shm))
         self.file_rows = frame.attrs["file_rows"]
         if max_samples > 0:
             frame = frame.iloc[:max_samples]
