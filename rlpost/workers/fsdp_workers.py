@@ -26,8 +26,8 @@ from rlpost.utils.fsdp import (apply_fsdp2, compute_dtype, iter_full_params, loa
                                offload_model, to_dtype)
 from rlpost.utils.lora import apply_lora, lora_enabled
 from rlpost.utils.model import load_model
-from rlpost.utils.shm import local_model_path
 from rlpost.utils.optim import build_lr_scheduler, build_optimizer
+from rlpost.utils.shm import local_model_path
 from rlpost.utils.ulysses import SequenceParallel, new_sequence_parallel, sp_size, use_ulysses_attention
 from rlpost.workers.actor import DataParallelPPOActor
 from rlpost.workers.batching import rows_per_rank
