@@ -204,22 +204,29 @@ def build_model_dir(out: Path, tiny: bool) -> Path:
     return path
 
 
-def run_rank(rank: int, port: int, args: argparse.Namespace, tmp: str) -> None:
-    """One of the WORLD processes: model (built by rank 0), both workers, every length; rank 0 writes JSON."""
+def start_rank(rank: int, world: int, port: int, device: str, tiny: bool, tmp: str) -> tuple[Path, int]:
+    """Join the process group of `world` spawned ranks; rank 0 builds the model. Returns (model dir, vocab)."""
     import torch.distributed as dist
 
     from rlpost.utils.distributed import init_distributed
 
-    os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(WORLD), "LOCAL_RANK": str(rank),
-                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RLPOST_DEVICE": args.device})
-    if args.device == "cpu":
+    os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
+                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RLPOST_DEVICE": device})
+    if device == "cpu":
         torch.set_num_threads(1)
-    init_distributed(args.device)
+    init_distributed(device)
     model_dir = Path(tmp) / "model"
     if rank == 0:
-        build_model_dir(model_dir, args.tiny)
+        build_model_dir(model_dir, tiny)
     dist.barrier()
-    vocab = json.loads((model_dir / "config.json").read_text())["vocab_size"]
+    return model_dir, json.loads((model_dir / "config.json").read_text())["vocab_size"]
+
+
+def run_rank(rank: int, port: int, args: argparse.Namespace, tmp: str) -> None:
+    """One of the WORLD processes: model (built by rank 0), both workers, every length; rank 0 writes JSON."""
+    import torch.distributed as dist
+
+    model_dir, vocab = start_rank(rank, WORLD, port, args.device, args.tiny, tmp)
     workers = build_workers(model_dir, args)
     results: dict[str, Any] = {}
     for length in sorted(args.lengths):

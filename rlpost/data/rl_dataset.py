@@ -20,6 +20,7 @@ import torch
 from torch.utils.data import Dataset
 
 from rlpost import keys
+from rlpost.utils.shm import copy_to_shm
 
 TRUNCATIONS = ("left", "right", "middle", "error")
 
@@ -37,8 +38,9 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def read_parquet_files(files: str | list[str]) -> "Any":
-    """Concatenate parquet files into one pandas DataFrame; a missing file is named in the error."""
+def read_parquet_files(files: str | list[str], use_shm: bool = False) -> "Any":
+    """Concatenate parquet files into one pandas DataFrame; a missing file is named in the error.
+    `use_shm` (`data.use_shm`): each file is read from its /dev/shm copy (`rlpost.utils.shm`)."""
     import pandas as pd
 
     files = [files] if isinstance(files, (str, Path)) else list(files)
@@ -49,7 +51,7 @@ def read_parquet_files(files: str | list[str]) -> "Any":
         if not Path(f).is_file():
             raise FileNotFoundError(f"data file not found: {f}")
         try:
-            frames.append(pd.read_parquet(f))
+            frames.append(pd.read_parquet(copy_to_shm(f) if use_shm else f))
         except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
             raise ValueError(f"data file {f} cannot be read as parquet ({exc}); data files must be parquet, "
                              "e.g. made by examples/data_preprocess/gsm8k.py") from exc
@@ -119,7 +121,7 @@ class RLHFDataset(Dataset):
         if self.truncation not in TRUNCATIONS:
             raise ValueError(f"data.truncation={self.truncation!r} must be one of {TRUNCATIONS}")
         self.data_files = data_files
-        frame = read_parquet_files(data_files)
+        frame = read_parquet_files(data_files, bool(config.use_shm))
         self.file_rows = frame.attrs["file_rows"]
         if max_samples > 0:
             frame = frame.iloc[:max_samples]

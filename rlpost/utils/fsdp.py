@@ -15,6 +15,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
+from rlpost.utils.fsdp_gather import full_entry, iter_full_bucketed
 from rlpost.utils.model import decoder_layer_classes
 
 _DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
@@ -83,7 +84,7 @@ def units_to_wrap(model: torch.nn.Module, min_num_params: int = 0) -> list[torch
 
 def apply_fsdp2(model: torch.nn.Module, device: str, *, fsdp_size: int, reshard_after_forward: bool,
                 offload_policy: bool, min_num_params: int, mesh: DeviceMesh | None = None,
-                trainable: bool = True, param_dtype: Any = None) -> torch.nn.Module:
+                trainable: bool = True, param_dtype: Any = None, forward_prefetch: bool = False) -> torch.nn.Module:
     """Shard `model` in place with FSDP2 and move it to `device`.
 
     Args:
@@ -93,6 +94,8 @@ def apply_fsdp2(model: torch.nn.Module, device: str, *, fsdp_size: int, reshard_
         min_num_params: size-based wrapping unit (`units_to_wrap`); 0: one unit per decoder layer.
         trainable: False freezes the parameters (reference, reward model).
         param_dtype: compute dtype override (`fsdp_config.mixed_precision.param_dtype`); None: by device.
+        forward_prefetch: each unit starts the all-gather of the next unit when its own forward starts
+            (`set_modules_to_forward_prefetch`), instead of when the next unit's forward starts.
 
     Mixed precision: params compute in `compute_dtype(device, param_dtype)`, gradients reduce in float32.
     """
@@ -102,13 +105,33 @@ def apply_fsdp2(model: torch.nn.Module, device: str, *, fsdp_size: int, reshard_
     kwargs: dict[str, Any] = {"mesh": mesh, "mp_policy": mp, "reshard_after_forward": bool(reshard_after_forward)}
     if offload_policy:
         kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=device != "cpu")
-    for unit in units_to_wrap(model, int(min_num_params)):
+    units = units_to_wrap(model, int(min_num_params))
+    for unit in units:
         fully_shard(unit, **kwargs)
+    if forward_prefetch:
+        set_forward_prefetch(units)
     if "offload_policy" not in kwargs:
         model.to(device)
     if not trainable:
         model.requires_grad_(False)
     return model
+
+
+def set_forward_prefetch(units: list[torch.nn.Module]) -> None:
+    """Root, then each wrapped unit in module order, prefetches the next unit's all-gather in forward.
+
+    FSDP2 otherwise issues a unit's all-gather from its own pre-forward hook, so the copy can only overlap
+    the previous unit's compute if the CPU runs ahead; an explicit prefetch queues it one unit earlier.
+    (Backward prefetch is FSDP2's default.)
+
+    Args:
+        units: as from `units_to_wrap`, already `fully_shard`-ed: blocks in module order, root last.
+    """
+    *blocks, root = units
+    if blocks:
+        root.set_modules_to_forward_prefetch([blocks[0]])
+    for unit, nxt in zip(blocks, blocks[1:]):
+        unit.set_modules_to_forward_prefetch([nxt])
 
 
 def offload_model(model: torch.nn.Module) -> None:
@@ -130,23 +153,22 @@ def move_optimizer(optimizer: torch.optim.Optimizer, device: str) -> None:
 
 
 def iter_full_params(model: torch.nn.Module, dtype: torch.dtype | None = None,
-                     keep: Callable[[str], bool] | None = None) -> Iterator[tuple[str, torch.Tensor]]:
-    """Yield (hf_name, full tensor) one parameter at a time; every rank must consume the whole iterator.
+                     keep: Callable[[str], bool] | None = None,
+                     bucket_bytes: int = 0) -> Iterator[tuple[str, torch.Tensor]]:
+    """Yield (hf_name, full tensor) in state-dict order; every rank must consume the whole iterator.
 
-    Only one gathered tensor is alive at a time (the caller drops it before the next), so the peak is one
-    layer's weight, never a second full copy of the model. `keep(name)` False skips an entry before its
-    gather (e.g. the frozen base when only LoRA adapters are wanted).
+    `bucket_bytes` 0: one all-gather per tensor, and only one gathered tensor is alive at a time (the caller
+    drops it before the next), so the peak is one layer's weight. `bucket_bytes` > 0: one all-gather per
+    bucket of that many bytes of full tensors (`rlpost.utils.fsdp_gather`): fewer collectives, about two
+    buckets of extra memory; the same values. `keep(name)` False skips an entry before its gather (e.g. the
+    frozen base when only LoRA adapters are wanted).
     """
-    for name, tensor in model.state_dict().items():
-        if keep is not None and not keep(name):
-            continue
-        if isinstance(tensor, DTensor) and tensor.device_mesh.size() == 1:
-            tensor = tensor.to_local()  # one shard holds everything: no collective, no DTensor dispatch
-        if dtype is not None:
-            tensor = tensor.to(dtype)  # cast the shard before gathering: fp32 -> bf16 halves the bytes sent
-        if isinstance(tensor, DTensor):
-            tensor = tensor.full_tensor()
-        yield name, tensor
+    entries = ((n, t) for n, t in model.state_dict().items() if keep is None or keep(n))
+    if bucket_bytes > 0:
+        yield from iter_full_bucketed(entries, dtype, bucket_bytes)
+        return
+    for name, tensor in entries:
+        yield name, full_entry(tensor, dtype)
 
 
 def trainable_names(model: torch.nn.Module) -> set[str]:

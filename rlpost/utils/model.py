@@ -1,8 +1,8 @@
 """HF model loading for the workers: causal LM (actor / ref) and a value model (critic).
 
-Config keys read (verl's `actor_rollout_ref.model` / `critic.model`): path, trust_remote_code, override_config,
-external_lib, enable_gradient_checkpointing. Options that are not built (use_liger, use_fused_kernels, ...)
-are refused at start-up (`rlpost/trainer/config/unsupported.py`), not here.
+Config keys read (verl's `actor_rollout_ref.model` / `critic.model`): path, use_shm, trust_remote_code,
+override_config, external_lib, enable_gradient_checkpointing. Options that are not built (use_liger,
+use_fused_kernels, ...) are refused at start-up (`rlpost/trainer/config/unsupported.py`), not here.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 from omegaconf import OmegaConf
+
+from rlpost.utils.shm import local_model_path
 
 
 def import_external_libs(names: str | list[str] | None) -> None:
@@ -56,7 +58,8 @@ def load_model(model_cfg: Any, dtype: torch.dtype, value_model: bool = False) ->
 
     import_external_libs(model_cfg.external_lib)
     trust = bool(model_cfg.trust_remote_code)
-    hf_config = load_hf_config(model_cfg.path, trust, model_cfg.override_config)
+    path = local_model_path(model_cfg)
+    hf_config = load_hf_config(path, trust, model_cfg.override_config)
     if value_model:
         hf_config.num_labels = 1
         hf_config.classifier_dropout = 0.0
@@ -64,7 +67,7 @@ def load_model(model_cfg: Any, dtype: torch.dtype, value_model: bool = False) ->
     else:
         cls = AutoModelForCausalLM
     model = cls.from_pretrained(
-        model_cfg.path, config=hf_config, dtype=dtype, trust_remote_code=trust, attn_implementation="sdpa"
+        path, config=hf_config, dtype=dtype, trust_remote_code=trust, attn_implementation="sdpa"
     )
     if model_cfg.enable_gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

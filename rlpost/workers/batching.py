@@ -1,5 +1,6 @@
 """Per-rank batching shared by the actor and the critic: micro-batches (fixed or by token count),
-mini-batches with optional shuffling, and loss weights that make gradient accumulation exact."""
+mini-batches with optional shuffling, loss weights that make gradient accumulation exact, and the rows a
+rank's group (tensor-parallel peers, a Ulysses group) shares."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from typing import Any
 import torch
 
 from rlpost import keys
+from rlpost.protocol import DataProto
+from rlpost.utils.distributed import gather_in_group
 from rlpost.utils.seqlen_balancing import rearrange_micro_batches, reverse_indices
 
 TensorDict = dict[str, torch.Tensor]
@@ -169,3 +172,29 @@ def train_epochs(module: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg:
                 metrics.setdefault(k, []).append(v)
     optimizer.zero_grad(set_to_none=True)
     return metrics
+
+
+def group_rows(data: DataProto, group: Any, rank: int) -> tuple[DataProto, int]:
+    """The rows of every member of `group` (in rank order) and the index of this rank's first row.
+
+    Ranks that must process the same rows (tensor-parallel rollout peers, a Ulysses group) each receive their
+    own shard from the trainer and gather their peers' shards here. `group` None: `data` itself, 0.
+    """
+    if group is None:
+        return data, 0
+    parts = gather_in_group(data, group)
+    return DataProto.concat(parts), sum(len(p) for p in parts[:rank])
+
+
+def own_rows(out: DataProto, start: int, rows: int) -> DataProto:
+    """This rank's `rows` rows of a result computed on its group's rows (meta_info kept)."""
+    if start == 0 and len(out) == rows:
+        return out
+    mine = out.slice(start, start + rows)
+    mine.meta_info = out.meta_info
+    return mine
+
+
+def sp_parts(sp: Any) -> tuple[Any, int]:
+    """(group, rank in it) of a Ulysses group (`SequenceParallel`) for `group_rows`; (None, 0) without one."""
+    return (None, 0) if sp is None else (sp.group, sp.rank)

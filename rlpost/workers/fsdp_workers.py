@@ -19,17 +19,19 @@ import torch
 from rlpost import keys
 from rlpost.protocol import DataProto
 from rlpost.single_controller.base import Dispatch, register
+from rlpost.utils.activation_offload import enable_activation_offload
 from rlpost.utils.checkpoint import prune_oldest
-from rlpost.utils.distributed import consecutive_groups, gather_in_group, init_distributed
+from rlpost.utils.distributed import consecutive_groups, init_distributed
 from rlpost.utils.fsdp import (apply_fsdp2, compute_dtype, iter_full_params, load_model_to, move_optimizer,
                                offload_model, to_dtype)
 from rlpost.utils.lora import apply_lora, lora_enabled
 from rlpost.utils.model import load_model
 from rlpost.utils.optim import build_lr_scheduler, build_optimizer
 from rlpost.utils.profiler import lifetime_peaks, phase
+from rlpost.utils.shm import local_model_path
 from rlpost.utils.ulysses import SequenceParallel, new_sequence_parallel, sp_size, use_ulysses_attention
 from rlpost.workers.actor import DataParallelPPOActor
-from rlpost.workers.batching import rows_per_rank
+from rlpost.workers.batching import group_rows, own_rows, rows_per_rank, sp_parts
 from rlpost.workers.critic import DataParallelPPOCritic
 from rlpost.workers.fsdp_checkpoint import load_fsdp_checkpoint, save_fsdp_checkpoint
 from rlpost.workers.profiling import ProfiledWorker
@@ -50,32 +52,6 @@ def _on_device(data: DataProto, device: str) -> DataProto:
 def _to_cpu(tensors: dict[str, torch.Tensor | None]) -> dict[str, torch.Tensor]:
     """Results leave the worker on CPU, so nothing CUDA goes through Ray (None entries dropped)."""
     return {k: v.cpu() for k, v in tensors.items() if v is not None}
-
-
-def group_rows(data: DataProto, group: Any, rank: int) -> tuple[DataProto, int]:
-    """The rows of every member of `group` (in rank order) and the index of this rank's first row.
-
-    Ranks that must process the same rows (tensor-parallel rollout peers, a Ulysses group) each receive their
-    own shard from the trainer and gather their peers' shards here. `group` None: `data` itself, 0.
-    """
-    if group is None:
-        return data, 0
-    parts = gather_in_group(data, group)
-    return DataProto.concat(parts), sum(len(p) for p in parts[:rank])
-
-
-def own_rows(out: DataProto, start: int, rows: int) -> DataProto:
-    """This rank's `rows` rows of a result computed on its group's rows (meta_info kept)."""
-    if start == 0 and len(out) == rows:
-        return out
-    mine = out.slice(start, start + rows)
-    mine.meta_info = out.meta_info
-    return mine
-
-
-def _sp_parts(sp: SequenceParallel | None) -> tuple[Any, int]:
-    """(group, rank in it) of a Ulysses group for `group_rows`; (None, 0) without one."""
-    return (None, 0) if sp is None else (sp.group, sp.rank)
 
 
 def _free_cached_blocks(device: str) -> None:
@@ -124,22 +100,26 @@ class _FSDPRole(ProfiledWorker):
         apply_fsdp2(module, self.device, fsdp_size=fsdp_cfg.fsdp_size,
                     reshard_after_forward=fsdp_cfg.reshard_after_forward, offload_policy=fsdp_cfg.offload_policy,
                     min_num_params=fsdp_cfg.wrap_policy.min_num_params, trainable=trainable,
-                    param_dtype=fsdp_cfg.mixed_precision.param_dtype)
+                    param_dtype=fsdp_cfg.mixed_precision.param_dtype, forward_prefetch=fsdp_cfg.forward_prefetch)
 
     def _build_trainable(self, model_cfg: Any, optim_cfg: Any, fsdp_cfg: Any, value_model: bool,
                          total_training_steps: int | None, group: str):
-        """Load (fp32 master weights), shard, then AdamW + an LR schedule over `total_training_steps`
-        (None: `optim.total_training_steps`, see `rlpost.utils.optim.resolve_total_steps`).
+        """Load (master weights in `fsdp_config.model_dtype`), shard, then AdamW + an LR schedule over
+        `total_training_steps` (None: `optim.total_training_steps`, see `rlpost.utils.optim.resolve_total_steps`).
+        With `model.enable_activation_offload` the forward's saved activations wait on the host.
 
         With `lora_rank` > 0 the base loads in the compute dtype and stays frozen; PEFT adapters (float32) are
         the only parameters the optimizer sees. Returns (module, optimizer, scheduler, peft model or None);
         `module` is the HF model (holding the adapters), the one that is sharded and run.
         """
         lora = lora_enabled(model_cfg)
-        dtype = compute_dtype(self.device, fsdp_cfg.mixed_precision.param_dtype) if lora else torch.float32
+        dtype = compute_dtype(self.device, fsdp_cfg.mixed_precision.param_dtype) if lora else \
+            to_dtype(fsdp_cfg.model_dtype)
         module = load_model(model_cfg, dtype, value_model=value_model)
         peft_model = apply_lora(module, model_cfg, group, value_model) if lora else None
         self._shard(module, fsdp_cfg, trainable=True)
+        if model_cfg.enable_activation_offload:
+            enable_activation_offload(module, self.device)
         optimizer = build_optimizer([p for p in module.parameters() if p.requires_grad], optim_cfg)
         return module, optimizer, build_lr_scheduler(optimizer, optim_cfg, total_training_steps), peft_model
 
@@ -229,7 +209,8 @@ class ActorRolloutRefWorker(_FSDPRole):
         from transformers import AutoTokenizer
 
         model_cfg = self.config.model
-        self.tokenizer = AutoTokenizer.from_pretrained(model_cfg.tokenizer_path or model_cfg.path,
+        model_path = local_model_path(model_cfg)  # the /dev/shm copy with model.use_shm
+        self.tokenizer = AutoTokenizer.from_pretrained(model_cfg.tokenizer_path or model_path,
                                                        trust_remote_code=bool(model_cfg.trust_remote_code))
         if model_cfg.custom_chat_template is not None:  # saved with hf_model checkpoints
             self.tokenizer.chat_template = model_cfg.custom_chat_template
@@ -247,9 +228,13 @@ class ActorRolloutRefWorker(_FSDPRole):
                                                    bool(model_cfg.use_remove_padding), sp=self.actor_sp)
         elif self._is_ref:
             # A separate frozen FSDP module even when it starts from the actor's weights: the actor moves.
-            # Frozen, so it is loaded straight in the compute dtype (no fp32 master copy).
+            # Frozen, so it is loaded straight in the compute dtype (no fp32 master copy), or in bf16 when
+            # ref.fsdp_config.model_dtype asks for it (the same on GPU; half the memory on CPU).
             ref_fsdp = self.config.ref.fsdp_config
-            ref_module = load_model(model_cfg, compute_dtype(self.device, ref_fsdp.mixed_precision.param_dtype))
+            ref_dtype = to_dtype(ref_fsdp.model_dtype)
+            if ref_dtype == torch.float32:
+                ref_dtype = compute_dtype(self.device, ref_fsdp.mixed_precision.param_dtype)
+            ref_module = load_model(model_cfg, ref_dtype)
             self._shard(ref_module, ref_fsdp, trainable=False)
             self.ref_module = ref_module
             self.ref_policy = DataParallelPPOActor(self.config.ref, ref_module, None,
@@ -269,7 +254,7 @@ class ActorRolloutRefWorker(_FSDPRole):
                 from rlpost.workers.lora_sync import LoraSync
 
                 self._lora_sync = LoraSync(self.actor_module, self.actor_peft, bool(model_cfg.lora.merge))
-            self.rollout = build_rollout(self.config.rollout, model_cfg.path, self.tokenizer, self.device,
+            self.rollout = build_rollout(self.config.rollout, model_path, self.tokenizer, self.device,
                                          module=self.actor_module,
                                          lora_rank=self._lora_sync.engine_lora_rank if self._lora_sync else 0)
             if self.config.rollout.multi_turn.enable:
@@ -285,10 +270,11 @@ class ActorRolloutRefWorker(_FSDPRole):
 
     @phase("update_weights")
     def _sync_weights(self) -> float:
-        """Stream the actor's params one full tensor at a time (HF names, rollout dtype) into the engine.
+        """Stream the actor's full params (HF names, rollout dtype) into the engine, gathered one bucket of
+        `rollout.update_weights_bucket_megabytes` at a time.
 
         The engine may be asleep: `update_weights` wakes only what it needs (vLLM: the weights, not the
-        KV cache). Every rank must consume the whole iterator: each `full_tensor()` is a collective.
+        KV cache). Every rank must consume the whole iterator: each bucket's all-gather is a collective.
         """
         start = time.perf_counter()
         fsdp_cfg = self.config.actor.fsdp_config
@@ -298,7 +284,8 @@ class ActorRolloutRefWorker(_FSDPRole):
         if self._lora_sync is not None:
             self._lora_sync.sync(self.rollout, dtype)
         else:
-            self.rollout.update_weights(iter_full_params(self.actor_module, dtype))
+            bucket = int(self.config.rollout.update_weights_bucket_megabytes) * 2**20
+            self.rollout.update_weights(iter_full_params(self.actor_module, dtype, bucket_bytes=bucket))
         self._offload(self.actor_module, None, fsdp_cfg)
         return time.perf_counter() - start
 
@@ -344,7 +331,7 @@ class ActorRolloutRefWorker(_FSDPRole):
         fsdp_cfg = self.config.actor.fsdp_config
         self._onload(self.actor_module, None, fsdp_cfg)
         rows = len(data)
-        data, start = group_rows(data, *_sp_parts(self.actor_sp))
+        data, start = group_rows(data, *sp_parts(self.actor_sp))
         self._log_prob_meta(data, self.config.rollout, self.actor_sp)
         log_probs, ents = self.actor.compute_log_prob(_on_device(data, self.device), calculate_entropy=True)
         self._offload(self.actor_module, None, fsdp_cfg)
@@ -365,7 +352,7 @@ class ActorRolloutRefWorker(_FSDPRole):
             adapters_off = nullcontext()
         self._onload(module, None, fsdp_cfg)
         rows = len(data)
-        data, start = group_rows(data, *_sp_parts(sp))
+        data, start = group_rows(data, *sp_parts(sp))
         self._log_prob_meta(data, self.config.ref, sp)
         with adapters_off:
             log_probs, _ = self.ref_policy.compute_log_prob(_on_device(data, self.device), calculate_entropy=False)
@@ -382,7 +369,7 @@ class ActorRolloutRefWorker(_FSDPRole):
         fsdp_cfg = self.config.actor.fsdp_config
         self._onload(self.actor_module, self.actor_optimizer, fsdp_cfg)
         data.meta_info.setdefault(keys.META_TEMPERATURE, float(self.config.rollout.temperature))
-        data, _ = group_rows(data, *_sp_parts(self.actor_sp))
+        data, _ = group_rows(data, *sp_parts(self.actor_sp))
         metrics: dict[str, Any] = self.actor.update_policy(_on_device(data, self.device))
         metrics["actor/lr"] = self.actor_lr_scheduler.get_last_lr()[0]
         self.actor_lr_scheduler.step()
@@ -458,7 +445,7 @@ class CriticWorker(_FSDPRole):
         cfg = self.config
         self._onload(self.module, None, self.fsdp_config)
         rows = len(data)
-        data, start = group_rows(data, *_sp_parts(self.sp))
+        data, start = group_rows(data, *sp_parts(self.sp))
         data.meta_info["micro_batch_size"] = cfg.forward_micro_batch_size_per_gpu
         data.meta_info["use_dynamic_bsz"] = bool(cfg.use_dynamic_bsz)
         # a per-device token budget: the devices of a Ulysses group share each micro-batch
@@ -474,7 +461,7 @@ class CriticWorker(_FSDPRole):
         `returns`; writes meta_info metrics critic/vf_loss, vf_clipfrac, vpred_mean, grad_norm, lr."""
         start = time.perf_counter()
         self._onload(self.module, self.optimizer, self.fsdp_config)
-        data, _ = group_rows(data, *_sp_parts(self.sp))
+        data, _ = group_rows(data, *sp_parts(self.sp))
         metrics: dict[str, Any] = self.critic.update_critic(_on_device(data, self.device))
         metrics["critic/lr"] = self.lr_scheduler.get_last_lr()[0]
         self.lr_scheduler.step()

@@ -78,8 +78,11 @@ def _worker(rank: int, world: int, port: int, model_dir: str, out: dict, err_dir
             dist.all_reduce(total)
             losses.append(total.item())
         checksum = sum(t.double().sum().item() for _, t in iter_full_params(model))
+        per_tensor = [t.clone() for _, t in iter_full_params(model, torch.bfloat16)]
+        bucketed = [t for _, t in iter_full_params(model, torch.bfloat16, bucket_bytes=2**16)]  # weight-sync path
+        same = all(torch.equal(a, b) for a, b in zip(per_tensor, bucketed)) and len(per_tensor) == len(bucketed)
         if rank == 0:
-            out["losses"], out["checksum"] = losses, checksum
+            out["losses"], out["checksum"], out["bucketed_equal"] = losses, checksum, same
         else:
             out[f"checksum_{rank}"] = checksum
     except BaseException:
@@ -106,5 +109,6 @@ def test_fsdp2_nccl_matches_single_gpu(tiny_model_dir, tmp_path):
     assert len(out["losses"]) == STEPS
     assert out["losses"] == pytest.approx(ref, rel=2e-4, abs=2e-4)
     assert out["losses"][-1] < out["losses"][0]
+    assert out["bucketed_equal"]  # one NCCL all-gather per 64 KiB bucket gives the per-tensor values exactly
     for rank in range(1, world):
         assert out[f"checksum_{rank}"] == pytest.approx(out["checksum"], rel=1e-9)

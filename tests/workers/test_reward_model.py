@@ -230,7 +230,8 @@ def test_a_causal_lm_is_refused_as_reward_model(tiny_model_dir):
 
 
 def test_trainer_uses_rm_scores_instead_of_the_rule(tmp_path, dirs):
-    """`RayPPOTrainer._compute_reward` with an RM group: token_level_scores are the RM's rm_scores."""
+    """`RayPPOTrainer._start_reward` / `_store_reward` with an RM group: token_level_scores are the RM's
+    rm_scores, also when the reward function runs in the background (launch_reward_fn_async)."""
     from transformers import AutoTokenizer
 
     from rlpost.reward import load_reward_manager
@@ -248,6 +249,7 @@ def test_trainer_uses_rm_scores_instead_of_the_rule(tmp_path, dirs):
     rm_group = SimpleNamespace(compute_rm_score=lambda b: DataProto.from_dict(tensors={keys.RM_SCORES: rm}))
     fake = SimpleNamespace(workers=SimpleNamespace(reward_model=rm_group),
                            reward_fn=load_reward_manager(cfg, tok))
-    extra = RayPPOTrainer._compute_reward(fake, data)
-    assert extra == {}
+    job = RayPPOTrainer._start_reward(fake, data, run_async=True)
+    extra = RayPPOTrainer._store_reward(fake, data, job)
+    assert extra == []
     assert torch.equal(data.batch[keys.TOKEN_LEVEL_SCORES], rm) and keys.RM_SCORES in data.batch

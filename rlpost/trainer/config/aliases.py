@@ -41,6 +41,8 @@ SYNONYMS: tuple[tuple[str, str], ...] = (
     ("critic.optim.clip_grad", "critic.grad_clip"),
     ("ray_kwargs.ray_init.num_cpus", "ray_init.num_cpus"),
     ("ray_kwargs.timeline_json_file", "ray_init.timeline_json_file"),
+    (f"{ARR}.rollout.checkpoint_engine.update_weights_bucket_megabytes",
+     f"{ARR}.rollout.update_weights_bucket_megabytes"),
 )
 
 # (parent, old global micro-batch, new per-device micro-batch).

@@ -98,4 +98,6 @@ def enums() -> dict[str, tuple[Any, ...]]:
         "trainer.use_legacy_worker_impl": ("auto", "enable", "disable"),
         **{f"{group}.mixed_precision.param_dtype": (None, "bf16", "bfloat16", "fp16", "float16", "fp32", "float32")
            for group in (f"{ARR}.actor.fsdp_config", f"{ARR}.ref.fsdp_config", "critic.model.fsdp_config")},
+        **{f"{group}.model_dtype": ("fp32", "float32", "bf16", "bfloat16")
+           for group in (f"{ARR}.actor.fsdp_config", f"{ARR}.ref.fsdp_config", "critic.model.fsdp_config")},
     }

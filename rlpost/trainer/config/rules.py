@@ -25,6 +25,7 @@ POSITIVE_INTS = (
     f"{ARR}.actor.ppo_max_token_len_per_gpu", f"{ARR}.ref.log_prob_max_token_len_per_gpu",
     f"{ARR}.rollout.n", f"{ARR}.rollout.val_kwargs.n", f"{ARR}.rollout.tensor_model_parallel_size",
     f"{ARR}.rollout.max_num_batched_tokens", f"{ARR}.rollout.max_num_seqs",
+    f"{ARR}.rollout.update_weights_bucket_megabytes",
     f"{ARR}.rollout.log_prob_max_token_len_per_gpu", "critic.ppo_mini_batch_size", "critic.ppo_epochs",
     "critic.ppo_max_token_len_per_gpu", "critic.forward_max_token_len_per_gpu",
     "reward_model.forward_max_token_len_per_gpu", "reward_model.sandbox_fusion.max_concurrent",
@@ -194,6 +195,10 @@ def check_combinations(c: PPOTrainerConfig) -> None:
     if rollout.name == "sglang" and c.trainer.device == "cpu":
         fail(f"not supported yet: {ARR}.rollout.name=sglang with trainer.device=cpu",
              "SGLang runs on GPUs only", f"{ARR}.rollout.name=vllm (or hf)")
+    if c.reward_model.launch_reward_fn_async and algo.filter_groups.enable:
+        fail("reward_model.launch_reward_fn_async=true, algorithm.filter_groups.enable=true",
+             "dynamic sampling keeps or drops groups by their scores, so the reward cannot wait until later",
+             "reward_model.launch_reward_fn_async=false")
     if c.trainer.resume_mode == "resume_path" and not c.trainer.resume_from_path:
         fail("trainer.resume_mode=resume_path, trainer.resume_from_path=null",
              "resume_path needs the checkpoint folder", "trainer.resume_from_path=/abs/ckpt/global_step_N "

@@ -71,10 +71,8 @@ ENGINE_KEYS = (f"{ARR}.actor.fsdp_config", f"{ARR}.ref.fsdp_config", "critic.mod
 
 NOT_SUPPORTED_YET: dict[str, Refusal] = {
     f"{ARR}.hybrid_engine": only(True),
-    f"{ARR}.model.enable_activation_offload": only(False),
     f"{ARR}.model.use_liger": only(False),
     f"{ARR}.model.use_fused_kernels": only(False),
-    f"{ARR}.model.use_shm": only(False),
     f"{ARR}.model.hf_config_path": only(None),
     f"{ARR}.actor.strategy": never("megatron"),
     f"{ARR}.actor.use_torch_compile": only(False),
@@ -107,12 +105,9 @@ NOT_SUPPORTED_YET: dict[str, Refusal] = {
     f"{ARR}.rollout.agent.custom_async_server.name": only(None),
     "algorithm.rollout_correction.rollout_rs_threshold_lower": only(None),
     "algorithm.rollout_correction.rollout_token_veto_threshold": only(None),
-    "data.use_shm": only(False),
     "data.datagen.path": only(None),
     "data.datagen.name": only(None),
     "critic.strategy": never("megatron"),
-    "critic.model.use_shm": only(False),
-    "critic.model.enable_activation_offload": only(False),
     "critic.checkpoint.async_save": only(False),
     "critic.optim.optimizer": only("AdamW"),
     "critic.optim.optimizer_impl": only("torch.optim"),
@@ -123,7 +118,6 @@ NOT_SUPPORTED_YET: dict[str, Refusal] = {
     "reward_model.model.use_shm": only(False),
     "reward_model.model.use_fused_kernels": only(False),
     "reward_model.model.fsdp_config.forward_prefetch": only(False),
-    "reward_model.launch_reward_fn_async": only(False),
     "reward_model.sandbox_fusion.url": only(None),
     "trainer.logger": never("vemlp_wandb"),
     "trainer.default_hdfs_dir": only(None),
@@ -131,8 +125,6 @@ NOT_SUPPORTED_YET: dict[str, Refusal] = {
     **{f"{group}.ulysses_sequence_parallel_size": only(1) for group in SP_KEYS},
     **{f"{group}.{key}": only(False) for group in ENGINE_KEYS
        for key in ("entropy_from_logits_with_chunking", "use_torch_compile", "entropy_checkpointing")},
-    **{f"{group}.model_dtype": only("fp32", "float32") for group in ENGINE_KEYS},
-    **{f"{group}.forward_prefetch": only(False) for group in ENGINE_KEYS},
     **{f"{group}.mixed_precision.{key}": only("fp32", "float32") for group in ENGINE_KEYS
        for key in ("reduce_dtype", "buffer_dtype")},
 }
@@ -142,17 +134,14 @@ NOT_SUPPORTED_YET: dict[str, Refusal] = {
 NOTICES: dict[str, str] = {
     f"{ARR}.rollout.multi_stage_wake_up": "the vLLM hybrid engine always wakes weights before the sync and the "
                                           "KV cache after it",
-    f"{ARR}.rollout.update_weights_bucket_megabytes": "weights stream into the engine one tensor at a time; "
-                                                     "the bucket size has no effect",
-    f"{ARR}.rollout.checkpoint_engine.update_weights_bucket_megabytes": (
-        "weights stream into the engine one tensor at a time; the bucket size has no effect"),
     f"{ARR}.rollout.skip_tokenizer_init": "rlpost always passes token ids to the engine",
     f"{ARR}.rollout.multi_turn.use_inference_chat_template": "agent loops keep the model's tokens as generated and "
                                                              "render the other messages with the tokenizer's chat "
                                                              "template; the key has no effect",
     f"{ARR}.rollout.agent.num_workers": "rlpost runs the agent loops of each rollout worker on one asyncio event "
                                         "loop inside that worker; the number of agent-loop workers has no effect",
-    f"{ARR}.rollout.layered_summon": "the weight sync gathers one tensor at a time whatever its value",
+    f"{ARR}.rollout.layered_summon": "the weight sync gathers one bucket of update_weights_bucket_megabytes at a "
+                                     "time whatever its value",
     f"{ARR}.actor.fsdp_config.use_orig_params": "FSDP2 always keeps the original parameters",
     f"{ARR}.ref.fsdp_config.use_orig_params": "FSDP2 always keeps the original parameters",
     "critic.model.fsdp_config.use_orig_params": "FSDP2 always keeps the original parameters",

@@ -41,6 +41,7 @@ from rlpost.trainer.ppo.checkpointing import TrainerCheckpointer, already_comple
 from rlpost.trainer.ppo.core_algos import AdvantageEstimator, apply_kl_penalty, compute_advantage
 from rlpost.trainer.ppo.preflight import estimate_metrics
 from rlpost.trainer.ppo.profiling import ProfileSchedule
+from rlpost.trainer.ppo.reward_job import RewardJob
 from rlpost.trainer.ppo.metric_utils import (
     compute_data_metrics,
     compute_throughout_metrics,
@@ -251,14 +252,16 @@ class RayPPOTrainer:
         timing: dict[str, float] = {}
         metrics: dict[str, Any] = {}
         with _timer("step", timing):
+            reward = None  # a `RewardJob` when the reward runs after balancing (in the background when async)
             if self.algo.filter_groups.enable:
                 batch, reward_keys = self._generate_filtered(batch, more_batches, timing, metrics)
             else:
-                batch, reward_keys = self._generate_and_score(batch, timing)
-            if "reward_timeout" in batch.non_tensor_batch:  # prime manager: samples that scored 0.0 by time-out
-                metrics["reward/timeout_count"] = int(np.sum(batch.non_tensor_batch["reward_timeout"]))
+                batch = self._generate(batch, timing)
             if self.config.trainer.balance_batch:
                 self._balance_batch(batch, metrics)
+            if not self.algo.filter_groups.enable:
+                with _timer("reward", timing):
+                    reward = self._start_reward(batch, self.config.reward_model.launch_reward_fn_async)
             with _timer("old_log_prob", timing):
                 self._compute_old_log_prob(batch, metrics)
             if self.use_rollout_correction:
@@ -270,6 +273,11 @@ class RayPPOTrainer:
             if self.use_critic:
                 with _timer("values", timing):
                     batch = batch.union(self.critic_wg.compute_values(batch))
+            if reward is not None:
+                with _timer("reward_wait", timing):
+                    reward_keys = self._store_reward(batch, reward)
+            if "reward_timeout" in batch.non_tensor_batch:  # prime manager: samples that scored 0.0 by time-out
+                metrics["reward/timeout_count"] = int(np.sum(batch.non_tensor_batch["reward_timeout"]))
             with _timer("adv", timing):
                 self._compute_advantage(batch, metrics)
             if self.use_critic:
@@ -294,8 +302,8 @@ class RayPPOTrainer:
         """gen + reward: the scored rollouts and the names of the reward's extra per-row fields."""
         batch = self._generate(batch, timing)
         with _timer("reward", timing):
-            extra = self._compute_reward(batch)
-        return batch, list(extra)
+            keys = self._store_reward(batch, self._start_reward(batch, run_async=False))
+        return batch, keys
 
     def _generate_filtered(self, batch: DataProto, more_batches: Iterator[dict] | None, timing: dict[str, float],
                            metrics: dict[str, Any]) -> tuple[DataProto, list[str]]:
@@ -374,16 +382,21 @@ class RayPPOTrainer:
         batch.reorder(torch.tensor(order))
         metrics["training/balance_token_spread"] = spread
 
-    def _compute_reward(self, batch: DataProto) -> dict[str, list]:
-        """`token_level_scores` (B, R) from the reward model and/or reward function; extra fields per row."""
+    def _start_reward(self, batch: DataProto, run_async: bool) -> RewardJob:
+        """Reward-model scores (`rm_scores`, now) and the reward function's job on them (`run_async`: in
+        the background, `reward_model.launch_reward_fn_async`)."""
         if self.workers.reward_model is not None:
             batch.union(self.workers.reward_model.compute_rm_score(batch))
-        result = self.reward_fn(batch, return_dict=True)
+        return RewardJob(self.reward_fn, batch, run_async)
+
+    def _store_reward(self, batch: DataProto, job: RewardJob) -> list[str]:
+        """Wait for `job`; write `token_level_scores` (B, R) and the extra per-row fields; return their names."""
+        result = job.result()
         batch.batch[K.TOKEN_LEVEL_SCORES] = result["reward_tensor"]
         extra = result.get("reward_extra_info", {}) or {}
         for name, values in extra.items():
             batch.non_tensor_batch[name] = np.asarray(values, dtype=object)
-        return extra
+        return list(extra)
 
     def _compute_old_log_prob(self, batch: DataProto, metrics: dict[str, Any]) -> None:
         """`old_log_probs` from the actor; in rollout_correction.bypass_mode, the rollout's own log-probs."""

@@ -87,6 +87,12 @@ RULES = [
     ({"trainer.resume_mode": "resume_path"}, ["resume_from_path=null", "trainer.resume_from_path="]),
     ({f"{ARR}.actor.use_dynamic_bsz": True, f"{ARR}.actor.ppo_max_token_len_per_gpu": 100},
      ["ppo_max_token_len_per_gpu=100", "ppo_max_token_len_per_gpu=1024"]),
+    # FSDP engine knobs
+    ({"reward_model.launch_reward_fn_async": True, "algorithm.filter_groups.enable": True},
+     ["launch_reward_fn_async=true", "filter_groups.enable=true", "use reward_model.launch_reward_fn_async=false"]),
+    ({f"{ARR}.actor.fsdp_config.model_dtype": "fp16"}, ["model_dtype=fp16", "must be one of fp32, float32, bf16, bfloat16"]),
+    ({f"{ARR}.rollout.update_weights_bucket_megabytes": 0}, ["update_weights_bucket_megabytes=0", "must be an "
+                                                             "integer >= 1"]),
 ]
 
 
@@ -138,5 +144,10 @@ def test_built_features_are_accepted(small_cfg):
         f"{ARR}.actor.use_dynamic_bsz": True, f"{ARR}.rollout.name": "hf", "reward_model.enable": True,
         "trainer.logger": ["console", "file", "wandb", "tensorboard", "mlflow"], "algorithm.use_pf_ppo": True,
         "custom_reward_function.path": "/tmp/r.py", "trainer.save_freq": 5,
+        f"{ARR}.actor.fsdp_config.model_dtype": "bf16", "critic.model.fsdp_config.model_dtype": "bfloat16",
+        f"{ARR}.ref.fsdp_config.forward_prefetch": True, "critic.model.fsdp_config.forward_prefetch": True,
+        f"{ARR}.model.enable_activation_offload": True, "critic.model.enable_activation_offload": True,
+        f"{ARR}.model.use_shm": True, "critic.model.use_shm": True, "data.use_shm": True,
+        "reward_model.launch_reward_fn_async": True,
     })
     assert validate_config(cfg).actor_rollout_ref.rollout.name == "hf"

@@ -110,6 +110,8 @@ def test_moved_multi_turn_paths_are_checked_under_their_new_name(small_cfg):
     ("data.validation_shuffle", True, "data.val_shuffle"),
     (f"{ARR}.model.external_lib", "my_pkg", f"{ARR}.model.external_libs"),
     (f"{ARR}.actor.use_remove_padding", True, f"{ARR}.model.use_remove_padding"),
+    (f"{ARR}.rollout.checkpoint_engine.update_weights_bucket_megabytes", 2048,  # verl's newer spelling
+     f"{ARR}.rollout.update_weights_bucket_megabytes"),
 ])
 def test_synonyms_set_the_key(small_cfg, synonym, value, key):
     with warnings.catch_warnings():
@@ -119,8 +121,8 @@ def test_synonyms_set_the_key(small_cfg, synonym, value, key):
 
 
 def test_notice_for_accepted_no_effect_keys(small_cfg):
-    with pytest.warns(ConfigWarning, match="update_weights_bucket_megabytes=2048 accepted: weights stream"):
-        typed_config(small_cfg({f"{ARR}.rollout.update_weights_bucket_megabytes": 2048}))
+    with pytest.warns(ConfigWarning, match="layered_summon=true accepted: the weight sync gathers one bucket"):
+        typed_config(small_cfg({f"{ARR}.rollout.layered_summon": True}))
 
 
 def test_hydra_target_markers_are_accepted(small_cfg):
