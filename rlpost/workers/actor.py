@@ -102,8 +102,7 @@ def _sequence_parallel_forward(module: torch.nn.Module, packed_ids: torch.Tensor
         per_tok = logits_fn(logits[local], labels[local + shard.start])
         if local.numel() == 0 and logits.requires_grad:
             # No kept token in this slice, but the backward must still run through this rank's model: its
-            # all-to-alls pair with the other ranks'. (With logits_to_keep the empty head output is still
-            # attached to the model's graph.)
+            # all-to-alls pair with the other ranks' (`token_logp_entropy` keeps its empty output attached).
             per_tok = per_tok + logits.sum() * 0
     buffer = per_tok.new_zeros((shard.length, *per_tok.shape[1:]))
     buffer = buffer.index_put((local,), per_tok)
@@ -211,8 +210,8 @@ def token_logp_entropy(logits: torch.Tensor, labels: torch.Tensor, temperature: 
         else:
             both = body(z, index, with_entropy)
         parts.append(both if with_entropy else both[:, :1])
-    if not parts:
-        return logits.new_zeros((0, 2 if with_entropy else 1), dtype=torch.float32)
+    if not parts:  # still attached to the graph: a rank's backward must run even with no token (Ulysses)
+        return logits.new_zeros((0, 2 if with_entropy else 1), dtype=torch.float32) + logits.float().sum() * 0
     return torch.cat(parts)
 
 
