@@ -8,9 +8,11 @@ from rlpost import keys
 
 
 def varied_batch(vocab: int, p: int = 7, r: int = 6) -> dict[str, torch.Tensor]:
-    """5 rows: left-padded prompts and right-padded responses of varied lengths (one response of 1 token)."""
+    """5 rows: left-padded prompts (up to p) and right-padded responses (up to r) of varied lengths (at the
+    defaults one response of 1 token)."""
     g = torch.Generator().manual_seed(0)
-    p_len, r_len = torch.tensor([7, 2, 5, 1, 4]), torch.tensor([6, 3, 1, 6, 4])
+    p_len = (torch.tensor([1.0, 0.3, 0.7, 0.15, 0.6]) * p).long().clamp(min=1)
+    r_len = (torch.tensor([1.0, 0.5, 0.17, 1.0, 0.67]) * r).long().clamp(min=1)
     p_mask = (torch.arange(p)[None] >= (p - p_len)[:, None]).long()
     r_mask = (torch.arange(r)[None] < r_len[:, None]).long()
     prompts = torch.randint(3, vocab, (5, p), generator=g) * p_mask
