@@ -85,16 +85,19 @@ def chunk_stats(z: torch.Tensor, labels: torch.Tensor, with_entropy: bool
 
 def chunk_grad_logits(z: torch.Tensor, labels: torch.Tensor, lse: torch.Tensor, ent: torch.Tensor,
                       g_logp: torch.Tensor, g_ent: torch.Tensor | None) -> torch.Tensor:
-    """Gradient wrt float32 logits z (n, V) of sum(g_logp * logp + g_ent * entropy).
+    """Gradient wrt float32 logits z (n, V) of sum(g_logp * logp + g_ent * entropy); overwrites z.
 
-    d logp / dz = onehot(label) - p;  d entropy / dz = -p * (log p + entropy).
+    d logp / dz = onehot(label) - p;  d entropy / dz = -p * (log p + entropy), so the gradient is
+    onehot * g_logp - p * (g_logp + (log p + entropy) * g_ent). Computed in place: two (n, V) float32 tensors
+    (z and p) instead of five.
     """
-    logp_all = z - lse[:, None]
-    p = logp_all.exp()
-    grad = -p * g_logp[:, None]
-    if g_ent is not None:
-        grad = grad - p * (logp_all + ent[:, None]) * g_ent[:, None]
-    return grad.scatter_add(-1, labels[:, None], g_logp[:, None])
+    z.sub_(lse[:, None])  # log p
+    p = z.exp()
+    if g_ent is None:
+        grad = p.mul_(-g_logp[:, None])
+    else:
+        grad = z.add_(ent[:, None]).mul_(g_ent[:, None]).add_(g_logp[:, None]).mul_(p).neg_()
+    return grad.scatter_add_(-1, labels[:, None], g_logp[:, None])
 
 
 class _FusedLogProb(torch.autograd.Function):

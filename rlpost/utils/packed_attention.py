@@ -61,8 +61,8 @@ def packed_sequences(seq_lens: torch.Tensor | list[int], device: torch.device | 
 
 
 @functools.lru_cache(maxsize=1)
-def _varlen_kernel() -> tuple[Callable[..., torch.Tensor] | None, dict[str, Any], bool]:
-    """(varlen_attn or None, its causal keyword arguments, whether it takes enable_gqa).
+def _varlen_kernel() -> tuple[Callable[..., torch.Tensor] | None, dict[str, Any], bool, bool]:
+    """(varlen_attn or None, its causal keyword arguments, whether it takes enable_gqa, whether it takes scale).
 
     The signature moved between releases: torch 2.10 takes `is_causal`, later ones `window_size=(-1, 0)`;
     `enable_gqa` arrived after `window_size`.
@@ -70,15 +70,15 @@ def _varlen_kernel() -> tuple[Callable[..., torch.Tensor] | None, dict[str, Any]
     try:
         from torch.nn.attention.varlen import varlen_attn
     except ImportError:
-        return None, {}, False
+        return None, {}, False, False
     params = inspect.signature(varlen_attn).parameters
     if "window_size" in params:
         causal: dict[str, Any] = {"window_size": (-1, 0)}
     elif "is_causal" in params:
         causal = {"is_causal": True}
     else:
-        return None, {}, False
-    return varlen_attn, causal, "enable_gqa" in params
+        return None, {}, False, False
+    return varlen_attn, causal, "enable_gqa" in params, "scale" in params
 
 
 def varlen_available(q: torch.Tensor, dropout: float) -> bool:
@@ -100,15 +100,16 @@ def attend_packed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seqs: Packe
         (N, H, D) attention output.
     """
     if varlen_available(q, dropout):
-        kernel, causal, takes_gqa = _varlen_kernel()
+        kernel, causal, takes_gqa, takes_scale = _varlen_kernel()
         if q.shape[0] != k.shape[0] and not takes_gqa:
             rep = q.shape[0] // k.shape[0]
             k, v = k.repeat_interleave(rep, dim=0), v.repeat_interleave(rep, dim=0)
         gqa = {"enable_gqa": True} if takes_gqa and q.shape[0] != k.shape[0] else {}
-        scale = {"scale": scaling} if "window_size" in causal else {}
-        if scaling is not None and not scale and scaling != q.shape[-1] ** -0.5:
+        scale = {"scale": scaling} if takes_scale else {}
+        if scaling is not None and not takes_scale and scaling != q.shape[-1] ** -0.5:
             q = q * (scaling * q.shape[-1] ** 0.5)  # a kernel without `scale` applies 1 / sqrt(D)
-        t = (x.transpose(0, 1) for x in (q, k, v))
+        # (N, H, D), the layout the q/k/v projections wrote: contiguous without a copy
+        t = (x.transpose(0, 1).contiguous() for x in (q, k, v))
         return kernel(*t, seqs.cu_seqlens, seqs.cu_seqlens, seqs.max_len, seqs.max_len, **causal, **gqa, **scale)
     gqa = q.shape[0] != k.shape[0]
     outs = [F.scaled_dot_product_attention(q[None, :, s:e], k[None, :, s:e], v[None, :, s:e], dropout_p=dropout,

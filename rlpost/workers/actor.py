@@ -251,7 +251,8 @@ class DataParallelPPOActor:
     def _forward_micro_batch(self, mb: TensorDict, temperature: float, calculate_entropy: bool
                              ) -> tuple[torch.Tensor | None, torch.Tensor]:
         """Entropy (b, R) or None and log-probs (b, R) of the response tokens, logits / temperature."""
-        fused = FusedHeadOptions(temperature, calculate_entropy, self._chunk, self._compile_fn) \
+        # half the rows per chunk: the fused backward holds its (chunk, V) float32 logits and probabilities
+        fused = FusedHeadOptions(temperature, calculate_entropy, self._chunk // 2, self._compile_fn) \
             if self.use_fused_kernels else None
 
         def fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -45,7 +45,7 @@ def test_attend_packed_equals_block_mask_with_gqa_values_and_grads():
 
 
 def test_kernel_choice_and_layout_from_position_ids():
-    kernel, causal, _ = pa._varlen_kernel()
+    kernel, causal, _, _ = pa._varlen_kernel()
     if kernel is not None:  # torch >= 2.10; the causal keyword follows the installed signature
         assert causal in ({"window_size": (-1, 0)}, {"is_causal": True})
     q = torch.zeros(2, 4, 8, dtype=torch.bfloat16)
