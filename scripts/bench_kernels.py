@@ -11,7 +11,8 @@ mini-batch, KL loss on) on the same rows; the variants alternate, `--reps` round
 medians reported. Two batches: every response of `--response-len` tokens ("fixed") and response lengths drawn
 uniformly in [--min-response, --response-len] ("uniform"). The update starts from the same weights each
 round only in distribution (each round trains), which is what a run sees.
-Writes `benchmarks/results/kernels_<device>.json`.
+Writes `benchmarks/results/kernels_<device>_<batches>.json` (run `--batches fixed` and `--batches uniform`
+apart to stay under a 10-minute command).
 """
 
 from __future__ import annotations
@@ -173,7 +174,7 @@ def main() -> None:
                       flush=True)
     slug = "cpu_toy" if args.toy else bench_limits.device_slug()
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    path = args.out_dir / f"kernels_{slug}.json"
+    path = args.out_dir / f"kernels_{slug}_{'_'.join(args.batches)}.json"
     path.write_text(json.dumps(res, indent=1, default=str))
     print(f"wrote {path}")
 
