@@ -91,3 +91,17 @@ def test_packed_model_log_probs_entropy_and_grads_equal_padded(tiny_model_dir, m
     with torch.no_grad():
         again = forward_response_logits(packed_model, mb, False, fn)
     torch.testing.assert_close(again[real], padded[real], atol=1e-5, rtol=1e-5)
+
+
+def test_generate_on_the_patched_model_equals_sdpa(tiny_model_dir):
+    """HF `generate` (padding mask, KV cache, one-token decode steps) is unchanged by the packed attention."""
+    from transformers import AutoModelForCausalLM
+
+    plain = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    packed = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    pa.use_packed_attention(packed)
+    ids = torch.tensor([[0, 0, 5, 6, 7], [8, 9, 10, 11, 12]])
+    for rows in (2, 1):
+        kw = {"input_ids": ids[:rows], "attention_mask": (ids[:rows] != 0).long(), "max_new_tokens": 5,
+              "do_sample": False, "pad_token_id": 0}
+        assert torch.equal(packed.generate(**kw), plain.generate(**kw))
