@@ -1,8 +1,9 @@
 """HF model loading for the workers: causal LM (actor / ref) and a value model (critic).
 
 Config keys read (verl's `actor_rollout_ref.model` / `critic.model`): path, use_shm, trust_remote_code,
-override_config, external_lib, enable_gradient_checkpointing. Options that are not built (use_liger,
-use_fused_kernels, ...) are refused at start-up (`rlpost/trainer/config/unsupported.py`), not here.
+override_config, external_lib, enable_gradient_checkpointing, use_remove_padding (packed attention,
+`rlpost.utils.packed_attention`). Options that are not built (use_liger, ...) are refused at start-up
+(`rlpost/trainer/config/unsupported.py`), not here.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
+from rlpost.utils.packed_attention import use_packed_attention
 from rlpost.utils.shm import local_model_path
 
 
@@ -52,7 +54,8 @@ def load_model(model_cfg: Any, dtype: torch.dtype, value_model: bool = False) ->
             instead of a causal LM; the head is freshly initialised when the checkpoint has none.
 
     Returns:
-        the model, in train mode, gradient checkpointing enabled when `enable_gradient_checkpointing`.
+        the model, in train mode, gradient checkpointing enabled when `enable_gradient_checkpointing`, its
+        attention on packed rows without a mask when `use_remove_padding`.
     """
     from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
 
@@ -71,6 +74,8 @@ def load_model(model_cfg: Any, dtype: torch.dtype, value_model: bool = False) ->
     )
     if model_cfg.enable_gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if model_cfg.use_remove_padding:
+        use_packed_attention(model)
     return model
 
 

@@ -1,12 +1,12 @@
 """Remove-padding ("rmpad"): pack the real tokens of a micro-batch into one row and run without pad tokens.
 
-Choice of attention path (documented in docs/design.md by the lead): the packed row is fed to the HF model
-with `attention_mask=None` and `position_ids` that restart at 0 for every sequence. transformers (>= 4.54,
-`masking_utils.find_packed_sequence_indices`) detects the restarts and builds a block-diagonal causal mask,
-so a token never attends across sequences. It must run with `use_cache=False`: with a KV cache
-present transformers skips the packed-sequence detection. This works on CPU (SDPA with an explicit boolean
-mask) and on GPU (SDPA; flash-attn varlen when installed). No pad tokens are computed, which is where the
-saving comes from; the log-probs equal the padded path's on every real token (tests/utils/test_fsdp_padding.py).
+Attention path: the packed row is fed to the HF model with `attention_mask=None`, `use_cache=False` and
+`position_ids` that restart at 0 for every sequence. Models loaded with `use_remove_padding`
+(`rlpost.utils.model.load_model`) attend causally within each sequence through
+`rlpost.utils.packed_attention` (PyTorch's varlen flash kernel on CUDA, per-sequence SDPA elsewhere), with no
+(N x N) mask; any other HF model falls back to transformers' own packed-sequence detection (a block-diagonal
+mask for SDPA). No pad tokens are computed, which is where the saving comes from; the log-probs equal the
+padded path's on every real token (tests/utils/test_packed_attention.py).
 """
 
 from __future__ import annotations

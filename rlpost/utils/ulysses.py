@@ -8,14 +8,15 @@ equal slices of L = N / size tokens: rank r embeds, projects and runs the MLPs o
 
 Attention. Rotary embeddings are applied per token before attention (each rank knows its tokens' position
 ids), then an all-to-all turns (H heads, L tokens) into (H / size heads, N tokens): every rank attends over
-the whole row for its heads, sequence by sequence (causal SDPA on each packed sequence, so no token attends
-across sequences), and a second all-to-all turns the result back. When the model has fewer KV heads than
+the whole row for its heads, causally within each packed sequence (`rlpost.utils.packed_attention`: no token
+attends across sequences), and a second all-to-all turns the result back. When the model has fewer KV heads than
 `size` (GQA) the KV heads are repeated first so that each rank gets whole KV heads for its query heads.
 
 The attention is patched from outside the model: `use_ulysses_attention` registers `ulysses_attention` with
 transformers' `AttentionInterface` and selects it for the model; the per-forward layout (`PackedShard`)
 reaches the attention layers as a forward keyword argument, so gradient checkpointing recomputes with it.
-Called without one (e.g. HF `generate` on the actor's module), the attention is plain SDPA.
+Called without one (e.g. HF `generate` on the actor's module), it is `packed_attention` (SDPA for padded
+batches).
 
 Gradients. Each rank of a group computes the same loss from the gathered per-token outputs
 (`gather_sequence`) and back-propagates its own slice, so the group's parameter gradients sum to the full
@@ -32,6 +33,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+
+from rlpost.utils.packed_attention import (PackedSequences, attend_packed, has_sliding_window, hf_model_of,
+                                           packed_attention, packed_sequences, select_attention)
 
 ATTENTION_NAME = "rlpost_ulysses"
 SHARD_KWARG = "ulysses_shard"
@@ -136,20 +140,25 @@ class PackedShard:
     Attributes:
         input_ids: (1, L) token ids of the slice. position_ids: (1, L) their positions.
         start: index of the slice's first token in the padded row (rank * L).
-        bounds: (S + 1,) sequence boundaries in the padded row of N = size * L tokens, 0 first, N last; the
-            padding appended to the row is one more sequence.
+        seqs: sequence layout of the padded row of N = size * L tokens; the padding appended to the row is one
+            more sequence.
         sp: the SP group.
     """
 
     input_ids: torch.Tensor
     position_ids: torch.Tensor
     start: int
-    bounds: tuple[int, ...]
+    seqs: PackedSequences
     sp: SequenceParallel
 
     @property
     def length(self) -> int:
         return self.input_ids.shape[1]
+
+    @property
+    def bounds(self) -> tuple[int, ...]:
+        """(S + 1,) sequence boundaries in the padded row, 0 first, N last."""
+        return self.seqs.bounds
 
 
 def shard_packed_row(packed_ids: torch.Tensor, packed_pos: torch.Tensor, seq_lens: torch.Tensor,
@@ -168,11 +177,10 @@ def shard_packed_row(packed_ids: torch.Tensor, packed_pos: torch.Tensor, seq_len
     pad = -n0 % sp.size
     ids = F.pad(packed_ids, (0, pad))
     pos = torch.cat([packed_pos, torch.arange(pad, device=packed_pos.device, dtype=packed_pos.dtype)[None]], 1)
-    lens = [int(v) for v in seq_lens.tolist() if v > 0] + ([pad] if pad else [])
-    bounds = (0, *[int(v) for v in torch.tensor(lens).cumsum(0).tolist()])
+    seqs = packed_sequences([*seq_lens.tolist(), pad], packed_ids.device)
     local = (n0 + pad) // sp.size
     start = sp.rank * local
-    return PackedShard(ids[:, start:start + local], pos[:, start:start + local], start, bounds, sp)
+    return PackedShard(ids[:, start:start + local], pos[:, start:start + local], start, seqs, sp)
 
 
 def _repeat_kv_for_group(key: torch.Tensor, value: torch.Tensor, size: int
@@ -185,16 +193,6 @@ def _repeat_kv_for_group(key: torch.Tensor, value: torch.Tensor, size: int
     return key.repeat_interleave(rep, dim=1), value.repeat_interleave(rep, dim=1)
 
 
-def _attend_per_sequence(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bounds: tuple[int, ...],
-                         dropout: float, scaling: float | None) -> torch.Tensor:
-    """Causal SDPA on each packed sequence. q: (h, N, D); k, v: (g, N, D) with g dividing h. -> (h, N, D)."""
-    gqa = q.shape[0] != k.shape[0]
-    outs = [F.scaled_dot_product_attention(q[None, :, s:e], k[None, :, s:e], v[None, :, s:e], dropout_p=dropout,
-                                           is_causal=True, scale=scaling, enable_gqa=gqa)[0]
-            for s, e in zip(bounds[:-1], bounds[1:])]
-    return torch.cat(outs, dim=1)
-
-
 def ulysses_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                       attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
                       sliding_window: int | None = None, **kwargs: Any) -> tuple[torch.Tensor, None]:
@@ -203,17 +201,16 @@ def ulysses_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     Args:
         query: (1, H, L, D) after rotary embedding; key, value: (1, G, L, D).
         attention_mask: unused with a shard (the sequence bounds define the mask); else as for SDPA.
-        kwargs: `ulysses_shard` (the `PackedShard` of this forward) or None, plus transformers' own.
+        kwargs: `ulysses_shard` (the `PackedShard` of this forward) or None (then `packed_attention`), plus
+            transformers' own.
 
     Returns:
         ((1, L, H, D) attention output, None).
     """
     shard: PackedShard | None = kwargs.pop(SHARD_KWARG, None)
     if shard is None:
-        from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
-                                      scaling=scaling, **kwargs)
+        return packed_attention(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                **kwargs)
     if sliding_window is not None:
         # use_ulysses_attention refuses sliding-window models when the patch is applied; this guards direct use
         raise NotImplementedError("not supported yet: ulysses_sequence_parallel_size > 1 with sliding-window "
@@ -221,32 +218,22 @@ def ulysses_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     sp = shard.sp
     key, value = _repeat_kv_for_group(key, value, sp.size)
     q, k, v = (seq_to_heads(t[0], sp) for t in (query, key, value))
-    out = _attend_per_sequence(q, k, v, shard.bounds, dropout, scaling)
-    return heads_to_seq(out, sp).transpose(0, 1)[None], None
+    out = attend_packed(q, k, v, shard.seqs, dropout, scaling)  # (N, h / size, D)
+    return heads_to_seq(out.transpose(0, 1), sp).transpose(0, 1)[None], None
 
 
 def use_ulysses_attention(model: torch.nn.Module, size: int) -> None:
     """Route `model`'s attention through `ulysses_attention` for groups of `size` ranks (registered once per
-    process; masks for calls without a shard are built as for SDPA).
+    process; calls without a shard go to `packed_attention`).
 
     Raises:
         ValueError: the attention heads do not split over `size` ranks, or the model does not dispatch
             attention through transformers' `AttentionInterface`.
     """
-    from transformers import AttentionInterface, PreTrainedModel
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
-
-    hf_model = next(m for m in model.modules() if isinstance(m, PreTrainedModel))  # under any wrapper
-    text_config = hf_model.config.get_text_config()
-    heads = text_config.num_attention_heads
+    heads = hf_model_of(model).config.get_text_config().num_attention_heads
     if heads % size:
         raise ValueError(f"ulysses_sequence_parallel_size={size} must divide the model's {heads} attention heads")
-    if getattr(text_config, "use_sliding_window", False) and getattr(text_config, "sliding_window", None):
+    if has_sliding_window(model):
         raise NotImplementedError(f"not supported yet: ulysses_sequence_parallel_size={size} with a sliding-window "
                                   f"attention model (use_sliding_window=true in its config.json); set it to 1")
-    AttentionInterface.register(ATTENTION_NAME, ulysses_attention)
-    ALL_MASK_ATTENTION_FUNCTIONS.register(ATTENTION_NAME, sdpa_mask)
-    hf_model.set_attn_implementation(ATTENTION_NAME)
-    if hf_model.config._attn_implementation != ATTENTION_NAME:
-        raise ValueError(f"{type(hf_model).__name__} does not dispatch attention through transformers' "
-                         "AttentionInterface; Ulysses sequence parallelism cannot patch it")
+    select_attention(model, ATTENTION_NAME, ulysses_attention)

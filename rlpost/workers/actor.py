@@ -14,6 +14,8 @@ import torch
 
 from rlpost import keys
 from rlpost.algos import agg_loss, get_policy_loss_fn, kl_penalty
+from rlpost.utils.fused_logprob import FusedHeadOptions, chunk_stats, compiled, eager, fused_lm_head
+from rlpost.utils.packed_attention import PACKED_KWARG, packed_sequences
 from rlpost.utils.padding import next_token_labels, pad_output, unpad_input
 from rlpost.utils.ulysses import (SHARD_KWARG, SequenceParallel, gather_sequence, shard_packed_row, sp_size,
                                   sync_rng)
@@ -21,11 +23,18 @@ from rlpost.workers.batching import TensorDict, micro_batches, train_epochs
 
 _MODEL_INPUTS = (keys.INPUT_IDS, keys.ATTENTION_MASK, keys.POSITION_IDS, keys.RESPONSES)
 _CHUNK_TOKENS = 4096  # rows of (tokens, V) float32 temporaries per step: 4096 x 152k x 4 B = 2.5 GB
+_SMALL_CHUNK_TOKENS = 1024  # entropy_from_logits_with_chunking: a quarter of the float32 temporaries
 
 
 def _accepts_logits_to_keep(module: torch.nn.Module) -> bool:
     """True for HF causal LMs whose forward can skip the LM head on unwanted positions."""
     return "logits_to_keep" in inspect.signature(type(module).forward).parameters
+
+
+def _takes_extra_kwargs(module: torch.nn.Module) -> bool:
+    """True when the forward passes extra keyword arguments on (HF models hand them to the attention)."""
+    params = inspect.signature(type(module).forward).parameters.values()
+    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
 def _response_positions(mask: torch.Tensor, r: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -46,9 +55,29 @@ def _response_positions(mask: torch.Tensor, r: int) -> tuple[torch.Tensor, torch
     return packed_pos[grid], grid
 
 
+def _run_head(module: torch.nn.Module, labels: torch.Tensor, logits_fn: Any, fused: FusedHeadOptions | None,
+              **inputs: Any) -> torch.Tensor:
+    """Model forward whose LM head sees exactly the wanted positions (`logits_to_keep` in `inputs`).
+
+    Args:
+        labels: (...) next-token ids of those positions.
+        logits_fn: maps (logits (n, V), labels (n,)) -> (n, K) or (n,); unused when `fused`.
+        fused: run the head as `rlpost.utils.fused_logprob.fused_lm_head` (no logits); None: the model's head.
+
+    Returns:
+        (n, K) or (n,) per-position values, n = labels.numel(); fused: (n, 2) [log-prob, entropy].
+    """
+    if fused is None:
+        logits = module(**inputs).logits
+        return logits_fn(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+    with fused_lm_head(module, labels, fused):
+        out = module(**inputs).logits
+    return out.reshape(-1, out.shape[-1])
+
+
 def _sequence_parallel_forward(module: torch.nn.Module, packed_ids: torch.Tensor, packed_pos: torch.Tensor,
                                mask: torch.Tensor, keep: torch.Tensor, logits_fn: Any,
-                               sp: SequenceParallel) -> torch.Tensor:
+                               sp: SequenceParallel, fused: FusedHeadOptions | None) -> torch.Tensor:
     """`logits_fn` at the packed positions `keep`, each rank of the SP group running its slice of the row.
 
     Every rank applies the head to the kept positions of its own slice, writes them into an (L, K) buffer and
@@ -56,7 +85,7 @@ def _sequence_parallel_forward(module: torch.nn.Module, packed_ids: torch.Tensor
 
     Args:
         packed_ids, packed_pos: (1, N) packed row. mask: (b, T) attention mask (sequence lengths).
-        keep: (n,) sorted packed positions whose output is wanted.
+        keep: (n,) sorted packed positions whose output is wanted. fused: see `_run_head`.
 
     Returns:
         (n, K) or (n,) per-token tensor, identical on every rank of the group.
@@ -64,33 +93,39 @@ def _sequence_parallel_forward(module: torch.nn.Module, packed_ids: torch.Tensor
     labels = next_token_labels(packed_ids)
     shard = shard_packed_row(packed_ids, packed_pos, mask.sum(-1), sp)
     local = keep[(keep >= shard.start) & (keep < shard.start + shard.length)] - shard.start
-    extra = {"logits_to_keep": local} if _accepts_logits_to_keep(module) else {}
-    out = module(input_ids=shard.input_ids, position_ids=shard.position_ids, attention_mask=None,
-                 use_cache=False, **{SHARD_KWARG: shard}, **extra)
-    logits = out.logits.squeeze(0)
-    per_tok = logits_fn(logits if extra else logits[local], labels[local + shard.start])
-    if local.numel() == 0 and logits.requires_grad:
-        # No kept token in this slice, but the backward must still run through this rank's model: its
-        # all-to-alls pair with the other ranks'.
-        per_tok = per_tok + logits.sum() * 0
+    inputs = {"input_ids": shard.input_ids, "position_ids": shard.position_ids, "attention_mask": None,
+              "use_cache": False, SHARD_KWARG: shard}
+    if _accepts_logits_to_keep(module):
+        per_tok = _run_head(module, labels[local + shard.start], logits_fn, fused, logits_to_keep=local, **inputs)
+    else:
+        logits = module(**inputs).logits.squeeze(0)
+        per_tok = logits_fn(logits[local], labels[local + shard.start])
+        if local.numel() == 0 and logits.requires_grad:
+            # No kept token in this slice, but the backward must still run through this rank's model: its
+            # all-to-alls pair with the other ranks' (`token_logp_entropy` keeps its empty output attached).
+            per_tok = per_tok + logits.sum() * 0
     buffer = per_tok.new_zeros((shard.length, *per_tok.shape[1:]))
     buffer = buffer.index_put((local,), per_tok)
     return gather_sequence(buffer, sp)[keep]
 
 
 def forward_response_logits(module: torch.nn.Module, mb: TensorDict, use_remove_padding: bool,
-                            logits_fn: Any, sp: SequenceParallel | None = None) -> torch.Tensor:
+                            logits_fn: Any, sp: SequenceParallel | None = None,
+                            fused: FusedHeadOptions | None = None) -> torch.Tensor:
     """Run the model and return `logits_fn(out, labels)` at the positions that predict response tokens.
 
     Positions P-1 .. T-2 predict the response tokens P .. T-1. A causal LM applies its LM head to those
     positions only (`logits_to_keep`): the (b, T, V) logits of the prompt are never built. With
-    remove-padding the real tokens are packed into one row (see `rlpost.utils.padding`) and the per-token
-    result is scattered back (zeros on pad positions); with an SP group each rank runs a slice of that row.
+    remove-padding the real tokens are packed into one row (see `rlpost.utils.padding`; attention by
+    `rlpost.utils.packed_attention`) and the per-token result is scattered back (zeros on pad positions);
+    with an SP group each rank runs a slice of that row.
 
     Args:
         mb: `input_ids`, `attention_mask`, `position_ids` (b, T) and `responses` (b, R).
         logits_fn: maps (model output tensor (n, C), labels (n,)) -> per-token tensor (n, K) or (n,).
         sp: Ulysses group (needs `use_remove_padding`); None without sequence parallelism.
+        fused: fused LM head + log-prob options (a causal LM taking `logits_to_keep`; `logits_fn` unused);
+            None: the model's head, then `logits_fn`.
 
     Returns:
         (b, R) or (b, R, K) tensor.
@@ -101,61 +136,82 @@ def forward_response_logits(module: torch.nn.Module, mb: TensorDict, use_remove_
     head_only = _accepts_logits_to_keep(module)
     if sp is not None and not use_remove_padding:
         raise ValueError("Ulysses sequence parallelism runs on packed rows: it needs use_remove_padding=true")
+    if fused is not None and not head_only:
+        raise ValueError(f"use_fused_kernels needs a causal LM whose forward takes logits_to_keep; "
+                         f"{type(module).__name__} does not: set actor_rollout_ref.model.use_fused_kernels=false")
     if use_remove_padding:
         packed_ids, packed_pos, idx = unpad_input(ids, mask, pos)
         if sp is not None:
             keep, grid = _response_positions(mask, r)
-            per_tok = _sequence_parallel_forward(module, packed_ids, packed_pos, mask, keep, logits_fn, sp)
+            per_tok = _sequence_parallel_forward(module, packed_ids, packed_pos, mask, keep, logits_fn, sp, fused)
             return pad_output(per_tok, grid, b, t)[:, -r - 1:-1]
         labels = next_token_labels(packed_ids)
+        inputs = {"input_ids": packed_ids, "position_ids": packed_pos, "attention_mask": None, "use_cache": False}
+        if _takes_extra_kwargs(module):  # else the attention finds the sequences from the position ids
+            inputs[PACKED_KWARG] = packed_sequences(mask.sum(-1), ids.device)
         if not head_only:
-            out = module(input_ids=packed_ids, position_ids=packed_pos, attention_mask=None, use_cache=False)
+            out = module(**inputs)
             return pad_output(logits_fn(out.logits.squeeze(0), labels), idx, b, t)[:, -r - 1:-1]
         keep, grid = _response_positions(mask, r)
-        out = module(input_ids=packed_ids, position_ids=packed_pos, attention_mask=None, use_cache=False,
-                     logits_to_keep=keep)
-        per_tok = logits_fn(out.logits.squeeze(0), labels[keep])
+        per_tok = _run_head(module, labels[keep], logits_fn, fused, logits_to_keep=keep, **inputs)
         return pad_output(per_tok, grid, b, t)[:, -r - 1:-1]
-    extra = {"logits_to_keep": r + 1} if head_only else {}
-    out = module(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False, **extra)
-    logits = out.logits[:, -r - 1:-1]
-    per_tok = logits_fn(logits.reshape(b * r, -1), mb[keys.RESPONSES].reshape(-1))
+    inputs = {"input_ids": ids, "attention_mask": mask, "position_ids": pos, "use_cache": False}
+    if not head_only:
+        logits = module(**inputs).logits[:, -r - 1:-1]
+        per_tok = logits_fn(logits.reshape(b * r, -1), mb[keys.RESPONSES].reshape(-1))
+        return per_tok.reshape(b, r, *per_tok.shape[1:])
+    wanted = torch.arange(t - r - 1, t - 1, device=ids.device)
+    per_tok = _run_head(module, mb[keys.RESPONSES], logits_fn, fused, logits_to_keep=wanted, **inputs)
     return per_tok.reshape(b, r, *per_tok.shape[1:])
 
 
+def _logp_entropy_grad(z: torch.Tensor, index: torch.Tensor, with_entropy: bool) -> torch.Tensor:
+    """(n, 2) [log-prob, entropy] of float32 logits z (n, V) through `log_softmax` (one fused backward kernel;
+    logsumexp's takes a subtract, an exp and a multiply over the whole chunk). Entropy 0 unless asked."""
+    logp_all = torch.log_softmax(z, dim=-1)
+    logp = logp_all.gather(-1, index).squeeze(-1)
+    ent = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else torch.zeros_like(logp)
+    return torch.stack([logp, ent], dim=-1)
+
+
+def _logp_entropy_nograd(z: torch.Tensor, index: torch.Tensor, with_entropy: bool) -> torch.Tensor:
+    """As `_logp_entropy_grad`, one pass without writing a (n, V) result (no autograd)."""
+    _, logp, ent = chunk_stats(z, index.squeeze(-1), with_entropy)
+    return torch.stack([logp, ent], dim=-1)
+
+
 def token_logp_entropy(logits: torch.Tensor, labels: torch.Tensor, temperature: float = 1.0,
-                       with_entropy: bool = False, chunk: int = _CHUNK_TOKENS) -> torch.Tensor:
+                       with_entropy: bool = False, chunk: int = _CHUNK_TOKENS, checkpoint: bool = False,
+                       compile_fn: Any = eager) -> torch.Tensor:
     """Log-prob of `labels` (and entropy) under softmax(logits / temperature), in float32 chunks.
 
-    Without autograd one pass per chunk gives both: lse = logsumexp(z); logp = z[label] - lse;
-    entropy = lse - sum(p * z); no (chunk, V) result is written. With autograd the chunk goes through
-    `log_softmax`, whose backward is one fused kernel (logsumexp's takes a subtract, an exp and a
-    multiply over the whole chunk: ~0.3 s more per 64x8 update of a 152k-vocab model on an H100).
-    Only `chunk` rows of float32 logits exist at a time, plus what autograd saves per chunk.
+    Only `chunk` rows of float32 logits exist at a time, plus what autograd saves per chunk: the chunk's
+    log-softmax and, with entropy, its probabilities; with `checkpoint` only the chunk's float32 logits, the
+    rest recomputed in backward.
 
     Args:
         logits: (n, V) any float dtype. labels: (n,) token ids.
+        checkpoint: recompute each chunk's log-softmax/entropy in backward instead of saving it.
+        compile_fn: wraps the per-chunk maths (`rlpost.utils.fused_logprob.compiled` or `eager`).
 
     Returns:
         (n, 1) log-probs, or (n, 2) [log-prob, entropy] when `with_entropy`; float32.
     """
+    grad = torch.is_grad_enabled() and logits.requires_grad
+    body = compile_fn(_logp_entropy_grad if grad else _logp_entropy_nograd)
     parts = []
     for i in range(0, logits.shape[0], chunk):
         z = logits[i:i + chunk].float()
         if temperature != 1.0:
             z = z / temperature
         index = labels[i:i + chunk, None].long()
-        if torch.is_grad_enabled():
-            logp_all = torch.log_softmax(z, dim=-1)
-            logp = logp_all.gather(-1, index).squeeze(-1)
-            ent = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None
+        if grad and checkpoint:
+            both = torch.utils.checkpoint.checkpoint(body, z, index, with_entropy, use_reentrant=False)
         else:
-            lse = torch.logsumexp(z, dim=-1)
-            logp = z.gather(-1, index).squeeze(-1) - lse
-            ent = lse - (torch.softmax(z, dim=-1) * z).sum(-1) if with_entropy else None
-        parts.append(logp[:, None] if ent is None else torch.stack([logp, ent], dim=-1))
-    if not parts:
-        return logits.new_zeros((0, 2 if with_entropy else 1), dtype=torch.float32)
+            both = body(z, index, with_entropy)
+        parts.append(both if with_entropy else both[:, :1])
+    if not parts:  # still attached to the graph: a rank's backward must run even with no token (Ulysses)
+        return logits.new_zeros((0, 2 if with_entropy else 1), dtype=torch.float32) + logits.float().sum() * 0
     return torch.cat(parts)
 
 
@@ -171,26 +227,39 @@ class DataParallelPPOActor:
         use_remove_padding: pack real tokens instead of running pad tokens.
         mini_batch_rows: rows per PPO mini-batch on this rank (ppo_mini_batch_size x rollout.n / dp size).
         sp: Ulysses group (all its ranks get the same rows); None without sequence parallelism.
+        use_fused_kernels: the LM head and the log-prob/entropy as one chunked Function
+            (`rlpost.utils.fused_logprob`), never writing (tokens, V) logits.
+
+    The log-prob path also reads `use_torch_compile` (compile the per-chunk maths),
+    `entropy_from_logits_with_chunking` (smaller chunks) and `entropy_checkpointing` (recompute each chunk's
+    log-softmax/entropy in backward); the fused head always recomputes, so the last one changes nothing there.
     """
 
     def __init__(self, config: Any, module: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
                  use_remove_padding: bool = False, mini_batch_rows: int | None = None,
-                 sp: SequenceParallel | None = None) -> None:
+                 sp: SequenceParallel | None = None, use_fused_kernels: bool = False) -> None:
         self.config = config
         self.mini_batch_rows = mini_batch_rows  # rows per mini-batch on this rank; None for a frozen model
         self.module = module
         self.optimizer = optimizer
         self.use_remove_padding = use_remove_padding
         self.sp = sp
+        self.use_fused_kernels = use_fused_kernels
+        self._chunk = _SMALL_CHUNK_TOKENS if config.entropy_from_logits_with_chunking else _CHUNK_TOKENS
+        self._compile_fn = compiled if config.use_torch_compile else eager
 
     def _forward_micro_batch(self, mb: TensorDict, temperature: float, calculate_entropy: bool
                              ) -> tuple[torch.Tensor | None, torch.Tensor]:
         """Entropy (b, R) or None and log-probs (b, R) of the response tokens, logits / temperature."""
+        # half the rows per chunk: the fused backward holds its (chunk, V) float32 logits and probabilities
+        fused = FusedHeadOptions(temperature, calculate_entropy, self._chunk // 2, self._compile_fn) \
+            if self.use_fused_kernels else None
 
         def fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-            return token_logp_entropy(logits, labels, temperature, calculate_entropy)
+            return token_logp_entropy(logits, labels, temperature, calculate_entropy, self._chunk,
+                                      bool(self.config.entropy_checkpointing), self._compile_fn)
 
-        both = forward_response_logits(self.module, mb, self.use_remove_padding, fn, self.sp)
+        both = forward_response_logits(self.module, mb, self.use_remove_padding, fn, self.sp, fused)
         return (both[..., 1] if calculate_entropy else None), both[..., 0]
 
     @torch.no_grad()

@@ -219,13 +219,15 @@ class ActorRolloutRefWorker(_FSDPRole):
             self.actor_module, self.actor_optimizer, self.actor_lr_scheduler, self.actor_peft = self._build_trainable(
                 model_cfg, acfg.optim, acfg.fsdp_config, False, total_training_steps, "actor_rollout_ref.model")
             self.actor = DataParallelPPOActor(acfg, self.actor_module, self.actor_optimizer,
-                                              bool(model_cfg.use_remove_padding), self.mini_batch_rows, self.actor_sp)
+                                              bool(model_cfg.use_remove_padding), self.mini_batch_rows, self.actor_sp,
+                                              bool(model_cfg.use_fused_kernels))
             if self.actor_sp is not None:
                 use_ulysses_attention(self.actor_module, self.actor_sp.size)
         self._ref_in_actor = self._is_ref and self.actor_peft is not None
         if self._ref_in_actor:  # the same module, hence the actor's sequence-parallel layout (checked at start-up)
             self.ref_policy = DataParallelPPOActor(self.config.ref, self.actor_module, None,
-                                                   bool(model_cfg.use_remove_padding), sp=self.actor_sp)
+                                                   bool(model_cfg.use_remove_padding), sp=self.actor_sp,
+                                                   use_fused_kernels=bool(model_cfg.use_fused_kernels))
         elif self._is_ref:
             # A separate frozen FSDP module even when it starts from the actor's weights: the actor moves.
             # Frozen, so it is loaded straight in the compute dtype (no fp32 master copy), or in bf16 when
@@ -238,7 +240,8 @@ class ActorRolloutRefWorker(_FSDPRole):
             self._shard(ref_module, ref_fsdp, trainable=False)
             self.ref_module = ref_module
             self.ref_policy = DataParallelPPOActor(self.config.ref, ref_module, None,
-                                                   bool(model_cfg.use_remove_padding), sp=self.ref_sp)
+                                                   bool(model_cfg.use_remove_padding), sp=self.ref_sp,
+                                                   use_fused_kernels=bool(model_cfg.use_fused_kernels))
             if self.ref_sp is not None:
                 use_ulysses_attention(ref_module, self.ref_sp.size)
             self._offload(ref_module, None, ref_fsdp)

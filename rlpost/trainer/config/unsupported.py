@@ -54,7 +54,8 @@ AREAS: tuple[tuple[str, str], ...] = (
     ("reward_model.ulysses_sequence_parallel_size", "Ulysses sequence parallelism for the reward model"),
     ("rollout_correction", "this rollout-correction option"),
     ("quantization", "quantized rollout"),
-    ("use_liger", "Liger kernels"),
+    ("use_liger", "Liger kernels (liger-kernel is not installed; "
+                  "actor_rollout_ref.model.use_fused_kernels=true gives a chunked fused log-prob)"),
     ("fused_kernel", "fused kernels"),
     ("torch_compile", "torch.compile"),
     ("entropy_", "entropy chunking/checkpointing"),
@@ -72,21 +73,14 @@ ENGINE_KEYS = (f"{ARR}.actor.fsdp_config", f"{ARR}.ref.fsdp_config", "critic.mod
 NOT_SUPPORTED_YET: dict[str, Refusal] = {
     f"{ARR}.hybrid_engine": only(True),
     f"{ARR}.model.use_liger": only(False),
-    f"{ARR}.model.use_fused_kernels": only(False),
     f"{ARR}.model.hf_config_path": only(None),
     f"{ARR}.actor.strategy": never("megatron"),
-    f"{ARR}.actor.use_torch_compile": only(False),
-    f"{ARR}.actor.entropy_from_logits_with_chunking": only(False),
-    f"{ARR}.actor.entropy_checkpointing": only(False),
     f"{ARR}.actor.freeze_vision_tower": only(False),
     f"{ARR}.actor.checkpoint.async_save": only(False),
     f"{ARR}.actor.optim.optimizer": only("AdamW"),
     f"{ARR}.actor.optim.optimizer_impl": only("torch.optim"),
     f"{ARR}.actor.optim.override_optimizer_config": only(None, {}),
     f"{ARR}.ref.strategy": never("megatron"),
-    f"{ARR}.ref.use_torch_compile": only(False),
-    f"{ARR}.ref.entropy_from_logits_with_chunking": only(False),
-    f"{ARR}.ref.entropy_checkpointing": only(False),
     f"{ARR}.ref.model": only(None),
     f"{ARR}.rollout.mode": only("sync"),
     f"{ARR}.rollout.load_format": never("megatron", "dummy_megatron"),
@@ -149,6 +143,8 @@ NOTICES: dict[str, str] = {
     "trainer.use_legacy_worker_impl": "rlpost has one worker implementation, used for every value",
     "trainer.controller_nsight_options": "the controller is the process you launch: run it under `nsys profile` "
                                          "with these options yourself to trace it",
+    f"{ARR}.model.fused_kernel_options.impl_backend": "the fused log-prob is one PyTorch implementation (chunked "
+                                                      "matmul + log-softmax); triton runs the same",
     "reward_model.model.use_remove_padding": "the reward model scores padded rows (same scores; packing only saves "
                                              "time there)",
 }

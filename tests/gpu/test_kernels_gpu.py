@@ -1,0 +1,68 @@
+"""On one GPU, bf16: packed attention (varlen_attn when the installed torch has it) gives the padded path's
+log-probs, entropy and gradients; the fused LM head gives the unfused head's (0.5B-shaped heads, 2 layers)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlpost import keys
+from rlpost.utils import packed_attention as pa
+from rlpost.utils.fused_logprob import FusedHeadOptions
+from rlpost.workers.actor import forward_response_logits, token_logp_entropy
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "utils"))
+from _batches import varied_batch  # noqa: E402
+
+pytestmark = [pytest.mark.gpu, pytest.mark.timeout(300)]
+
+
+def _model():
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    cfg = Qwen2Config(hidden_size=896, num_hidden_layers=2, num_attention_heads=14, num_key_value_heads=2,
+                      intermediate_size=1024, vocab_size=4096, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    return Qwen2ForCausalLM(cfg).to("cuda", torch.bfloat16)
+
+
+def _run(model, mb, rmpad, fused=None):
+    def fn(logits, labels):
+        return token_logp_entropy(logits, labels, 1.0, with_entropy=True)
+
+    model.zero_grad()
+    both = forward_response_logits(model, mb, rmpad, fn, fused=fused)
+    real = mb[keys.RESPONSE_MASK].bool()
+    (both[..., 0][real].sum() + both[..., 1][real].sum()).backward()
+    return both.detach().float(), {n: p.grad.float().clone() for n, p in model.named_parameters()}
+
+
+def _close_grads(a, b):
+    for name in a:
+        rel = (a[name] - b[name]).norm() / b[name].norm().clamp(min=1e-6)
+        assert rel < 3e-2, (name, rel.item())
+
+
+def test_packed_equals_padded_in_bf16():
+    model = _model()
+    assert pa.use_packed_attention(model)
+    mb = {k: v.cuda() for k, v in varied_batch(4096, p=64, r=192).items()}
+    real = mb[keys.RESPONSE_MASK].bool()
+    padded, padded_grads = _run(model, mb, False)
+    packed, packed_grads = _run(model, mb, True)
+    print("varlen kernel used:", pa.varlen_available(torch.zeros(1, device="cuda", dtype=torch.bfloat16), 0.0))
+    torch.testing.assert_close(packed[real], padded[real], atol=5e-2, rtol=2e-2)
+    _close_grads(packed_grads, padded_grads)
+
+
+def test_fused_equals_unfused_in_bf16():
+    model = _model()
+    mb = {k: v.cuda() for k, v in varied_batch(4096, p=64, r=192).items()}
+    real = mb[keys.RESPONSE_MASK].bool()
+    plain, plain_grads = _run(model, mb, False)
+    fused, fused_grads = _run(model, mb, False, FusedHeadOptions(1.0, True, chunk=100))
+    torch.testing.assert_close(fused[real], plain[real], atol=2e-3, rtol=2e-3)
+    _close_grads(fused_grads, plain_grads)
