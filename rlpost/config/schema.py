@@ -314,6 +314,7 @@ class TrainerConfig(BaseConfig):
     verbose_engine_logs: bool
     device: str
     dry_run: bool
+    staleness: int
     rollout_drift_warn: float
     controller_nsight_options: dict[str, Any]
     worker_nsight_options: dict[str, Any]

@@ -44,9 +44,7 @@ AREAS: tuple[tuple[str, str], ...] = (
     (f"{ARR}.rollout.multi_turn.format", "a parser for this tool-call format"),
     (f"{ARR}.rollout.multi_turn.completion_callback", "the multi-turn completion callback"),
     (f"{ARR}.rollout.agent.custom_async_server", "the custom async server"),
-    (f"{ARR}.rollout.mode", "async rollout"),
     (f"{ARR}.rollout.over_sample_rate", "async rollout"),
-    (f"{ARR}.hybrid_engine", "separate rollout devices"),
     ("reward_model.enable_resource_pool", "separate rollout devices"),
     ("lora", "LoRA"),
     ("fsdp_config.ulysses_sequence_parallel_size", "the engine-level Ulysses size (the role's "
@@ -74,7 +72,6 @@ ENGINE_KEYS = (f"{ARR}.actor.fsdp_config", f"{ARR}.ref.fsdp_config", "critic.mod
 PROFILED = (f"{ARR}.actor", f"{ARR}.ref", f"{ARR}.rollout", "critic", "reward_model")
 
 NOT_SUPPORTED_YET: dict[str, Refusal] = {
-    f"{ARR}.hybrid_engine": only(True),
     f"{ARR}.model.enable_activation_offload": only(False),
     f"{ARR}.model.use_liger": only(False),
     f"{ARR}.model.use_fused_kernels": only(False),
@@ -94,7 +91,6 @@ NOT_SUPPORTED_YET: dict[str, Refusal] = {
     f"{ARR}.ref.entropy_from_logits_with_chunking": only(False),
     f"{ARR}.ref.entropy_checkpointing": only(False),
     f"{ARR}.ref.model": only(None),
-    f"{ARR}.rollout.mode": only("sync"),
     f"{ARR}.rollout.load_format": never("megatron", "dummy_megatron"),
     f"{ARR}.rollout.use_fire_sampling": only(False),
     f"{ARR}.rollout.data_parallel_size": only(1),
