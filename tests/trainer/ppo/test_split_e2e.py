@@ -4,7 +4,8 @@ the weights broadcast over gloo after each update.
 One-step-off-policy (trainer.staleness=1): each batch's policy version is logged and lags by one step, and a
 run resumed from its step-2 checkpoint (which keeps the batch generated ahead) ends with exactly the weights
 of the uninterrupted run. On-policy split placement (staleness 0) with `rollout.mode=async`: the engine gets
-the new weights every step (rollout and actor log-probs agree)."""
+the new weights every step (rollout and actor log-probs agree), the reference policy a role of its own on the
+trainer's devices."""
 
 import json
 import subprocess
@@ -100,8 +101,9 @@ def test_resume_regenerates_nothing_and_ends_with_the_same_weights(one_step_off,
 def test_on_policy_split_with_async_rollout_syncs_every_step(workspace):
     root, model = workspace
     run(command(root, model, "on_policy", "trainer.total_training_steps=3", "trainer.save_freq=-1",
-                "actor_rollout_ref.rollout.mode=async"))
+                "actor_rollout_ref.rollout.mode=async", "actor_rollout_ref.actor.use_kl_loss=true"))
     rows = metrics(root / "on_policy")
     assert [r["training/policy_staleness"] for r in rows] == [0, 0, 0]
     assert all(r["training/rollout_probs_diff_max"] < 1e-3 for r in rows)  # each batch from the current weights
     assert all(r["timing_s/update_weights"] > 0 for r in rows)
+    assert all("timing_s/ref" in r for r in rows) and rows[-1]["actor/kl_loss"] > 0
