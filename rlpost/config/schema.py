@@ -315,6 +315,7 @@ class TrainerConfig(BaseConfig):
     device: str
     dry_run: bool
     device_memory_gb: float | None
+    staleness: int
     rollout_drift_warn: float
     controller_nsight_options: dict[str, Any]
     worker_nsight_options: dict[str, Any]

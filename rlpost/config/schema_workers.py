@@ -310,6 +310,8 @@ class RolloutConfig(BaseConfig):
 
     name: str
     mode: str
+    nnodes: int
+    n_gpus_per_node: int
     temperature: float
     top_k: int
     top_p: float

@@ -1,13 +1,15 @@
 """HF rollout: `generate` on the actor's own module - the slow reference path, no extra engine.
 
 Because it generates with the very module the actor trains, `update_weights` is a no-op and
-`sleep`/`wake_up` have nothing to release.
+`sleep`/`wake_up` have nothing to release. A rollout-only worker (split placement) loads a module of its own
+and copies the weights it receives into it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from typing import Any, Iterable
 
 import torch
@@ -59,6 +61,7 @@ class HFRollout(BaseRollout):
         lora_rank: int = 0,
     ) -> None:
         self.config, self.tokenizer, self.device = config, tokenizer, device
+        self.owns_module = module is None  # a rollout-only worker: weights arrive by `update_weights`
         if module is None:
             from transformers import AutoModelForCausalLM
 
@@ -109,9 +112,17 @@ class HFRollout(BaseRollout):
         """No-op: the module generating is the actor's, adapter included."""
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """No-op: the engine IS the actor's module, so it always has the current weights. The iterator is
-        not consumed (callers need not gather anything for this engine)."""
+        """With the actor's module: a no-op (the engine IS that module, always current; the iterator is not
+        consumed). With a module of its own (a rollout-only worker): copy every tensor in by HF name."""
         self.last_sync_s = 0.0
+        if not self.owns_module:
+            return
+        start = time.perf_counter()
+        state = self.module.state_dict()
+        with torch.no_grad():
+            for name, tensor in named_tensors:
+                state[name].copy_(tensor)
+        self.last_sync_s = time.perf_counter() - start
 
 
 class HFBatchEngine(BatchedEngine):

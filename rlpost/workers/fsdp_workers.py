@@ -324,6 +324,10 @@ class ActorRolloutRefWorker(_FSDPRole):
         shard (the actor's data-parallel layout); the peers of one engine concatenate their shards,
         generate all of them together and each keeps its own rows back."""
         rows, start = group_rows(prompts, self._tp_group, self._tp_rank)
+        if self.config.rollout.mode == "async":
+            from rlpost.rollout.async_mode import generate_concurrently
+
+            return own_rows(generate_concurrently(self.rollout, rows), start, len(prompts))
         return own_rows(self.rollout.generate_sequences(rows), start, len(prompts))
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)

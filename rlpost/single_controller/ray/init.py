@@ -57,7 +57,9 @@ def init_ray(ray_init_cfg: Mapping | None = None, runtime_env: Mapping[str, Any]
     env = dict(runtime_env or {})
     if log_dir is not None:
         env["env_vars"] = {**(env.get("env_vars") or {}), LOG_DIR_ENV: log_dir, QUIET_ENV: "0" if verbose else "1"}
-    kwargs = dict(num_cpus=cfg.get("num_cpus"), include_dashboard=False, log_to_driver=True,
+    # An existing cluster (RAY_ADDRESS, e.g. several nodes started with `ray start`) has its resources already.
+    num_cpus = None if os.environ.get("RAY_ADDRESS") else cfg.get("num_cpus")
+    kwargs = dict(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True,
                   runtime_env=build_runtime_env(env))
     _start_reaper_once()
     if verbose or log_dir is None:

@@ -6,6 +6,7 @@ from typing import Any
 from rlpost.trainer.config.batch_rules import n_devices
 from rlpost.trainer.config.memory import memory_lines
 from rlpost.utils.memory_estimate import GIB
+from rlpost.trainer.config.placement_rules import split_plan
 from rlpost.trainer.config.roles import need_critic, need_reference_policy, need_reward_model
 from rlpost.trainer.config.rules import sequence_parallel_roles
 from rlpost.config.schema import PPOTrainerConfig
@@ -75,6 +76,8 @@ def _processes(c: PPOTrainerConfig, devices: int) -> list[str]:
         f"rollout: {rollout.name} engine in each actor process, tensor_model_parallel_size="
         f"{rollout.tensor_model_parallel_size}, {devices // rollout.tensor_model_parallel_size} engine(s)",
     ]
+    if not c.actor_rollout_ref.hybrid_engine:
+        lines[1:2] = split_plan(c)
     mt = rollout.multi_turn
     if mt.enable:
         from rlpost.agent.config import default_agent_loop

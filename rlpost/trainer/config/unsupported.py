@@ -44,9 +44,7 @@ AREAS: tuple[tuple[str, str], ...] = (
     (f"{ARR}.rollout.multi_turn.format", "a parser for this tool-call format"),
     (f"{ARR}.rollout.multi_turn.completion_callback", "the multi-turn completion callback"),
     (f"{ARR}.rollout.agent.custom_async_server", "the custom async server"),
-    (f"{ARR}.rollout.mode", "async rollout"),
     (f"{ARR}.rollout.over_sample_rate", "async rollout"),
-    (f"{ARR}.hybrid_engine", "separate rollout devices"),
     ("reward_model.enable_resource_pool", "separate rollout devices"),
     ("lora", "LoRA"),
     ("fsdp_config.ulysses_sequence_parallel_size", "the engine-level Ulysses size (the role's "
@@ -71,7 +69,6 @@ SP_KEYS = (f"{ARR}.actor.fsdp_config", f"{ARR}.ref.fsdp_config", "critic.model.f
 ENGINE_KEYS = (f"{ARR}.actor.fsdp_config", f"{ARR}.ref.fsdp_config", "critic.model.fsdp_config")
 
 NOT_SUPPORTED_YET: dict[str, Refusal] = {
-    f"{ARR}.hybrid_engine": only(True),
     f"{ARR}.model.use_liger": only(False),
     f"{ARR}.model.hf_config_path": only(None),
     f"{ARR}.actor.strategy": never("megatron"),
@@ -82,7 +79,6 @@ NOT_SUPPORTED_YET: dict[str, Refusal] = {
     f"{ARR}.actor.optim.override_optimizer_config": only(None, {}),
     f"{ARR}.ref.strategy": never("megatron"),
     f"{ARR}.ref.model": only(None),
-    f"{ARR}.rollout.mode": only("sync"),
     f"{ARR}.rollout.load_format": never("megatron", "dummy_megatron"),
     f"{ARR}.rollout.use_fire_sampling": only(False),
     f"{ARR}.rollout.data_parallel_size": only(1),

@@ -44,3 +44,11 @@ def create_dataloaders(config: DictConfig, tokenizer: Any, processor: Any = None
                          f"{data_cfg.train_files}): lower data.{key} to <= {len(train_dataset)}")
     val_loader = None if val_dataset is None else create_val_loader(data_cfg, val_dataset, collate_fn)
     return train_loader, val_loader
+
+
+def total_training_steps(config: DictConfig, batches_per_epoch: int) -> int:
+    """`trainer.total_training_steps` when set, else epochs x batches per epoch."""
+    steps = batches_per_epoch * config.trainer.total_epochs
+    if config.trainer.total_training_steps is not None:
+        steps = int(config.trainer.total_training_steps)
+    return steps

@@ -78,7 +78,7 @@ def build_trainer(config: DictConfig):
     from rlpost.single_controller.ray import ResourcePoolManager
     from rlpost.trainer.config import ConfigError
     from rlpost.trainer.ppo.ray_trainer import RayPPOTrainer
-    from rlpost.trainer.ppo.roles import default_role_worker_mapping
+    from rlpost.trainer.ppo.roles import default_role_worker_mapping, resource_pool_spec
 
     from rlpost.trainer.ppo.preflight import (check_context_length, check_engine_kwargs, check_lora_inputs,
                                               check_model_and_data_paths, check_output_folder)
@@ -97,9 +97,7 @@ def build_trainer(config: DictConfig):
         check_multi_turn_inputs(config, {"data.train_files": train_ds, "data.val_files": val_ds})
         reward_fn, val_reward_fn = build_reward_fns(config, tokenizer, train_ds, val_ds)
         role_worker_mapping, mapping = default_role_worker_mapping(config)
-        trainer_cfg = config.trainer
-        pools = ResourcePoolManager(
-            resource_pool_spec={"global_pool": [trainer_cfg.n_gpus_per_node] * trainer_cfg.nnodes}, mapping=mapping)
+        pools = ResourcePoolManager(resource_pool_spec=resource_pool_spec(config), mapping=mapping)
         return RayPPOTrainer(config, tokenizer, role_worker_mapping, pools, reward_fn=reward_fn,
                              val_reward_fn=val_reward_fn, train_dataset=train_ds, val_dataset=val_ds)
     except ConfigError:

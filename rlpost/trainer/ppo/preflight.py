@@ -74,20 +74,35 @@ def check_devices(config: Any) -> None:
     trainer = config.trainer
     if trainer.nnodes != 1:
         return  # other nodes' devices are Ray's to count
-    want = trainer.n_gpus_per_node
+    rollout = config.actor_rollout_ref.rollout
+    split = 0 if config.actor_rollout_ref.hybrid_engine else rollout.nnodes * rollout.n_gpus_per_node
+    want = trainer.n_gpus_per_node + split
+    asked = f"trainer.n_gpus_per_node={trainer.n_gpus_per_node}" + (
+        f" + actor_rollout_ref.rollout.nnodes x n_gpus_per_node = {split} rollout = {want}" if split else "")
     if trainer.device == "cuda":
         import torch
 
         have = torch.cuda.device_count()
         if have < want:
-            raise ValueError(f"trainer.n_gpus_per_node={want}, but this machine has {have} CUDA device(s) "
-                             f"visible; use trainer.n_gpus_per_node={max(have, 1)}"
+            raise ValueError(f"{asked}, but this machine has {have} CUDA device(s) visible; use "
+                             f"{_fit(split, have)}"
                              + ("" if have else " (or trainer.device=cpu)"))
         return
     have = config.ray_init.num_cpus or os.cpu_count() or 1
     if have < want:
-        raise ValueError(f"trainer.n_gpus_per_node={want} CPU worker processes (trainer.device=cpu), but Ray has "
-                         f"{have} CPU(s) (ray_init.num_cpus or the machine's); use trainer.n_gpus_per_node={have}")
+        raise ValueError(f"{asked} CPU worker processes (trainer.device=cpu), but Ray has {have} CPU(s) "
+                         f"(ray_init.num_cpus or the machine's); use {_fit(split, have)}")
+
+
+def _fit(split: int, have: int) -> str:
+    """A device split that fits `have` devices."""
+    if not split:
+        return f"trainer.n_gpus_per_node={max(have, 1)}"
+    if have >= 2:
+        return (f"trainer.n_gpus_per_node={have - max(1, have // 2)} and actor_rollout_ref.rollout.n_gpus_per_node="
+                f"{max(1, have // 2)} (rollout.nnodes=1)")
+    return "actor_rollout_ref.hybrid_engine=true (trainer.n_gpus_per_node=1)"
+
 
 
 def check_context_length(config: Any) -> None:

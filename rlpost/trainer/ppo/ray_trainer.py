@@ -39,6 +39,7 @@ from rlpost.single_controller.ray import RayWorkerGroup, ResourcePoolManager, Ro
 from rlpost.trainer.ppo import core_algos
 from rlpost.trainer.ppo.checkpointing import TrainerCheckpointer, already_complete
 from rlpost.trainer.ppo.core_algos import AdvantageEstimator, apply_kl_penalty, compute_advantage
+from rlpost.trainer.ppo.dynamic_sampling import DataExhausted, first_groups, next_batch
 from rlpost.trainer.ppo.preflight import estimate_metrics
 from rlpost.trainer.ppo.profiling import ProfileSchedule
 from rlpost.trainer.ppo.reward_job import RewardJob
@@ -49,6 +50,7 @@ from rlpost.trainer.ppo.metric_utils import (
     reduce_metrics,
 )
 from rlpost.trainer.ppo.roles import WorkerGroups, build_worker_groups, plan_roles
+from rlpost.trainer.ppo.rollout_driver import PREPARED, build_rollouts
 from rlpost.trainer.ppo.validation import Validator, chat_template_kwargs, dump_generations, generation_inputs
 
 __all__ = ["AdvantageEstimator", "RayPPOTrainer", "ResourcePoolManager", "Role", "apply_kl_penalty",
@@ -69,10 +71,6 @@ def compute_response_mask(data: DataProto) -> torch.Tensor:
     """(B, R) attention mask of the response tokens (verl's helper for recipes)."""
     response_length = data.batch[K.RESPONSES].shape[1]
     return data.batch[K.ATTENTION_MASK][:, -response_length:]
-
-
-class DataExhausted(Exception):
-    """Dynamic sampling needed another batch of prompts after the last epoch's last one."""
 
 
 class RayPPOTrainer:
@@ -122,7 +120,7 @@ class RayPPOTrainer:
 
     def _create_dataloader(self, train_dataset, val_dataset, collate_fn, train_sampler) -> None:
         """Loaders (built from `data.*` where not given), then the step count the LR schedules need."""
-        from rlpost.trainer.ppo.dataloaders import create_dataloaders
+        from rlpost.trainer.ppo.dataloaders import create_dataloaders, total_training_steps
 
         self.train_dataloader, self.val_dataloader = create_dataloaders(
             self.config, self.tokenizer, self.processor, train_dataset, val_dataset, collate_fn, train_sampler)
@@ -137,9 +135,10 @@ class RayPPOTrainer:
         self.workers = build_worker_groups(self.typed_config, self.plan, self.role_worker_mapping,
                                            self.resource_pool_manager, self.ray_worker_group_cls,
                                            self.total_training_steps)
-        self.validator = Validator(self.config, self.tokenizer, self.actor_rollout_wg, self.val_reward_fn,
+        self.rollouts = build_rollouts(self.typed_config, self.workers, self._prepare, self._gen_inputs)
+        self.validator = Validator(self.config, self.tokenizer, self.rollouts, self.val_reward_fn,
                                    self.val_dataloader)
-        self.checkpointer = TrainerCheckpointer(self.config, self.workers, self.train_dataloader)
+        self.checkpointer = TrainerCheckpointer(self.config, self.workers, self.train_dataloader, self.rollouts)
         self.profiler = ProfileSchedule(self.typed_config, {
             "actor": self.actor_rollout_wg, "rollout": self.actor_rollout_wg, "ref": self.ref_policy_wg,
             "critic": self.critic_wg, "reward_model": self.rm_wg})
@@ -184,6 +183,8 @@ class RayPPOTrainer:
 
         trainer_cfg = self.config.trainer
         self.global_steps = self._load_checkpoint()
+        if self.global_steps:
+            self.rollouts.set_version(self.global_steps)
         if self.global_steps >= self.total_training_steps:
             print(already_complete(self.global_steps, self.total_training_steps))
             return {}
@@ -195,13 +196,13 @@ class RayPPOTrainer:
         progress = StepProgress(self.total_training_steps, initial_step=self.global_steps)
         guard = NonFiniteGuard(trainer_cfg.max_nonfinite_steps)
         metrics: dict[str, float] = {}
-        batches = self._train_batches()
-        for batch_dict in batches:
+        batches = self.rollouts.batches(self._train_batches())
+        for batch in batches:
             self.global_steps += 1
             is_last = self.global_steps >= self.total_training_steps
             try:
                 with self.profiler.step(self.global_steps, is_last):
-                    metrics = self.train_step(DataProto.from_single_dict(batch_dict), batches)
+                    metrics = self.train_step(batch, batches)
             except DataExhausted as err:
                 self.global_steps -= 1  # the step never ran
                 print(f"[rlpost] stopping at step {self.global_steps}: {err}")
@@ -287,6 +288,7 @@ class RayPPOTrainer:
             if self.config.trainer.critic_warmup <= self.global_steps:
                 with _timer("update_actor", timing):
                     out = self.actor_rollout_wg.update_actor(batch)
+                    self.rollouts.sync_weights(metrics)
                 metrics.update(reduce_metrics(out.meta_info[K.META_METRICS]))
         timing.update({k.removeprefix("timing_s/"): metrics.pop(k) for k in list(metrics) if k.startswith("timing_s/")})
         self._dump_rollouts(batch, reward_keys)
@@ -294,6 +296,7 @@ class RayPPOTrainer:
         metrics.update(compute_data_metrics(batch, use_critic=self.use_critic))
         metrics.update(compute_timing_metrics(batch, timing))
         metrics.update(compute_throughout_metrics(batch, timing, n_devices))
+        metrics.update(self.rollouts.metrics(self.global_steps))
         metrics["training/global_step"] = self.global_steps
         return metrics
 
@@ -331,25 +334,31 @@ class RayPPOTrainer:
                     f"{n_kept} groups whose {fg.metric!r} varies, fewer than data.train_batch_size={want}: raise "
                     f"max_num_gen_batches (0 = no limit) or data.gen_batch_size, or pick another "
                     f"algorithm.filter_groups.metric")
-            batch = DataProto.from_single_dict(_next_batch(more_batches))
+            batch = next_batch(more_batches)
         metrics["training/num_gen_batches"] = n_gen
         metrics["training/filter_groups_kept_fraction"] = n_kept / n_seen
         return first_groups(DataProto.concat(kept), want), reward_keys
 
-    def _generate(self, batch: DataProto, timing: dict[str, float]) -> DataProto:
-        """Give each prompt a uid, repeat it `rollout.n` times and generate one response per row."""
-        rollout_cfg = self.config.actor_rollout_ref.rollout
+    def _prepare(self, batch: DataProto) -> DataProto:
+        """Give each prompt a uid and repeat it `rollout.n` times (once: the rollouts may have done it)."""
+        if batch.meta_info.get(PREPARED):
+            return batch
         batch.non_tensor_batch[K.UID] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
-        batch = batch.repeat(rollout_cfg.n, interleave=True)
-        gen_batch = self._gen_inputs(batch)
+        batch = batch.repeat(self.config.actor_rollout_ref.rollout.n, interleave=True)
+        batch.meta_info[PREPARED] = True
+        return batch
+
+    def _generate(self, batch: DataProto, timing: dict[str, float]) -> DataProto:
+        """One response per row of the prepared batch (generated now, or ahead by `self.rollouts`)."""
+        batch = self._prepare(batch)
         with _timer("gen", timing):
-            out = self.actor_rollout_wg.generate_sequences(gen_batch)
+            out = self.rollouts.generate(batch)
         timing_out = out.meta_info.pop(K.META_METRICS, {}) or {}
         if self.algo.adv_estimator == "remax":
             with _timer("gen_max", timing):
                 greedy = self._gen_inputs(batch)
                 greedy.meta_info[K.META_DO_SAMPLE] = False
-                greedy_out = self.actor_rollout_wg.generate_sequences(greedy)
+                greedy_out = self.rollouts.generate_sequences(greedy)
                 greedy_out.meta_info.pop(K.META_METRICS, None)
                 batch.batch[K.REWARD_BASELINES] = self._score_only(batch, greedy_out)
         for k in (K.INPUT_IDS, K.ATTENTION_MASK, K.POSITION_IDS):
@@ -358,8 +367,9 @@ class RayPPOTrainer:
         batch.meta_info.update({k: v for k, v in timing_out.items() if not k.startswith("timing_s/")})
         return batch
 
-    def _gen_inputs(self, batch: DataProto) -> DataProto:
-        return generation_inputs(batch, self.tokenizer, validate=False, step=self.global_steps,
+    def _gen_inputs(self, batch: DataProto, step: int | None = None) -> DataProto:
+        return generation_inputs(batch, self.tokenizer, validate=False,
+                                 step=self.global_steps if step is None else step,
                                  do_sample=self.config.actor_rollout_ref.rollout.do_sample,
                                  chat_template_kwargs=chat_template_kwargs(self.config))
 
@@ -468,29 +478,3 @@ def _rollout_log_probs(batch: DataProto) -> torch.Tensor:
         raise RuntimeError(f"algorithm.rollout_correction needs the rollout engine's log-probs (batch key "
                            f"{K.ROLLOUT_LOG_PROBS!r}): set actor_rollout_ref.rollout.calculate_log_probs=true")
     return batch.batch[K.ROLLOUT_LOG_PROBS]
-
-
-def _next_batch(more_batches: Iterator[dict] | None) -> dict:
-    if more_batches is None:
-        raise ValueError("algorithm.filter_groups needs more batches of prompts: pass train_step(batch, more_batches)")
-    try:
-        return next(more_batches)
-    except StopIteration:
-        raise DataExhausted("dynamic sampling (algorithm.filter_groups) ran out of prompts in the last epoch") from None
-
-
-def first_groups(batch: DataProto, n_groups: int) -> DataProto:
-    """The rows of the first `n_groups` distinct uids of `batch`, in batch order."""
-    uids = batch.non_tensor_batch[K.UID]
-    keep = set(list(dict.fromkeys(uids.tolist()))[:n_groups])  # dict keeps first-seen order
-    return batch.select_idxs(np.flatnonzero([u in keep for u in uids]))
-
-
-def total_training_steps(config: DictConfig, batches_per_epoch: int) -> int:
-    """`trainer.total_training_steps` when set, else epochs x batches per epoch."""
-    steps = batches_per_epoch * config.trainer.total_epochs
-    if config.trainer.total_training_steps is not None:
-        steps = int(config.trainer.total_training_steps)
-    return steps
-
-

@@ -21,6 +21,18 @@ from rlpost.single_controller.ray.base import unwrap_actor_class
 from rlpost.trainer.config.roles import need_critic, need_reference_policy
 
 
+ROLLOUT_POOL = "rollout_pool"
+
+
+def resource_pool_spec(config: DictConfig) -> dict[str, list[int]]:
+    """{pool name: processes per node}: the trainer's devices, plus a split placement's rollout devices."""
+    trainer, rollout = config.trainer, config.actor_rollout_ref.rollout
+    spec = {"global_pool": [trainer.n_gpus_per_node] * trainer.nnodes}
+    if not config.actor_rollout_ref.hybrid_engine:
+        spec[ROLLOUT_POOL] = [rollout.n_gpus_per_node] * rollout.nnodes
+    return spec
+
+
 @dataclass
 class WorkerGroups:
     """The groups the trainer calls; `critic` / `reward_model` / `ref_policy` are None when not created.
@@ -33,6 +45,7 @@ class WorkerGroups:
     critic: Any | None
     reward_model: Any | None
     ref_policy: Any | None
+    rollout: Any | None = None  # split placement: the rollout engines' own group (the actor's has none)
 
 
 @dataclass(frozen=True)
@@ -53,10 +66,15 @@ class RolePlan:
 
 
 def default_role_worker_mapping(config: DictConfig) -> tuple[dict[Role, type], dict[Role, str]]:
-    """The roles `config` needs, all on `global_pool`: (role_worker_mapping, role -> pool name)."""
+    """The roles `config` needs, all on `global_pool` but a split placement's rollout (`rollout_pool`):
+    (role_worker_mapping, role -> pool name)."""
     from rlpost.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker
 
     workers: dict[Role, type] = {Role.ActorRollout: ActorRolloutRefWorker}
+    if not config.actor_rollout_ref.hybrid_engine:
+        from rlpost.workers.split_workers import SplitActorWorker, SplitRolloutWorker
+
+        workers = {Role.ActorRollout: SplitActorWorker, Role.Rollout: SplitRolloutWorker}
     if need_reference_policy(config):
         workers[Role.RefPolicy] = ActorRolloutRefWorker
     if need_critic(config):
@@ -65,7 +83,7 @@ def default_role_worker_mapping(config: DictConfig) -> tuple[dict[Role, type], d
         from rlpost.workers.reward_model import RewardModelWorker
 
         workers[Role.RewardModel] = RewardModelWorker
-    return workers, {role: "global_pool" for role in workers}
+    return workers, {role: ROLLOUT_POOL if role == Role.Rollout else "global_pool" for role in workers}
 
 
 def plan_roles(config: DictConfig, role_worker_mapping: dict[Role, Any], pools: ResourcePoolManager) -> RolePlan:
@@ -140,15 +158,22 @@ def build_worker_groups(config: PPOTrainerConfig, plan: RolePlan, role_worker_ma
             views[prefix].init_model()
     actor = views["actor_rollout"]
     actor.init_model(total_training_steps=total_training_steps)
+    if "rollout" in views:
+        views["rollout"].init_model()
     ref = actor if plan.ref_in_actor else views.get("ref")
-    return WorkerGroups(actor, views.get("critic"), views.get("rm"), ref)
+    return WorkerGroups(actor, views.get("critic"), views.get("rm"), ref, views.get("rollout"))
 
 
 def _role_specs(config: PPOTrainerConfig, plan: RolePlan, mapping: dict[Role, Any]) -> dict[Role, tuple[str, Any]]:
     """{role: (colocated prefix, class + constructor arguments)} for every role the plan creates."""
     actor_kind = "actor_rollout_ref" if plan.ref_in_actor else "actor_rollout"
+    if Role.Rollout in mapping:  # split placement: the actor has no engine, and its reference is a role apart
+        actor_kind = "actor"
     specs = {plan.actor_role: ("actor_rollout", RayClassWithInitArgs(
         mapping[plan.actor_role], config=config.actor_rollout_ref, role=actor_kind))}
+    if Role.Rollout in mapping:
+        specs[Role.Rollout] = ("rollout", RayClassWithInitArgs(
+            mapping[Role.Rollout], config=config.actor_rollout_ref, role="rollout"))
     if plan.use_reference_policy and not plan.ref_in_actor:
         specs[Role.RefPolicy] = ("ref", RayClassWithInitArgs(
             mapping[Role.RefPolicy], config=config.actor_rollout_ref, role="ref"))

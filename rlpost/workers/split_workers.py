@@ -1,0 +1,112 @@
+"""Split placement (`actor_rollout_ref.hybrid_engine=false`): the actor and the rollout engines in separate
+worker groups on separate devices, weights sent between them over a collective (`rlpost.workers.weight_sync`).
+
+`SplitActorWorker` is the actor without an engine; `SplitRolloutWorker` is the engine without an actor.
+Both are `ActorRolloutRefWorker`s with a narrower role, plus the transfer methods. The rollout's methods do
+not block the driver, so it can train while the engines generate (one-step-off-policy).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from rlpost import keys
+from rlpost.protocol import DataProto
+from rlpost.single_controller.base import Dispatch, register
+from rlpost.utils.fsdp import iter_full_params, to_dtype
+from rlpost.workers import weight_sync
+from rlpost.workers.fsdp_workers import ActorRolloutRefWorker
+
+
+def _bucket_bytes(config: Any) -> int:
+    return int(config.rollout.checkpoint_engine.update_weights_bucket_megabytes) * 2**20
+
+
+class _WeightSyncMixin:
+    """The transfer group's handle and plan, shared by both sides."""
+
+    _sync_group: Any = None
+    _sync_metas: list[weight_sync.TensorMeta] = []
+
+    def _join(self, host: str, port: int, rank: int, world: int, metas: list) -> None:
+        self._sync_metas = metas
+        if rank >= 0:
+            self._sync_group = weight_sync.connect(host, port, rank, world, self.device,
+                                                   timeout_s=float(self.config.nccl_timeout))
+
+
+class SplitActorWorker(_WeightSyncMixin, ActorRolloutRefWorker):
+    """The actor of a split placement (role `actor`): trains; its rank 0 sends the weights."""
+
+    def __init__(self, config: Any, role: str = "actor") -> None:
+        super().__init__(config, role)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def weight_meta(self) -> list[weight_sync.TensorMeta]:
+        """Name, full shape and engine dtype of every parameter, in sync order (no gather needed)."""
+        dtype = to_dtype(self.config.rollout.dtype)
+        state = self.actor_module.state_dict()
+        return [weight_sync.TensorMeta(name, tuple(t.shape), dtype) for name, t in state.items()]
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def sync_endpoint(self) -> tuple[str, int]:
+        """Where the transfer group meets: this node's IP and a free port (rank 0's answer is used)."""
+        import ray
+
+        from rlpost.utils.distributed import free_port
+
+        return ray.util.get_node_ip_address(), free_port("")
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
+    def join_weight_sync(self, host: str, port: int, world: int, metas: list) -> None:
+        """Trainer rank 0 becomes rank 0 of the transfer group; the other trainer ranks only gather."""
+        self._join(host, port, 0 if self.rank == 0 else -1, world, metas)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
+    def send_weights(self) -> dict[str, float]:
+        """Gather the full parameters (all trainer ranks) and broadcast them, bucketed, from rank 0.
+
+        Returns {`timing_s/send_weights`, `perf/weight_sync_bytes`}: waits for the rollout ranks to receive,
+        so the time includes any generation they were finishing first."""
+        start = time.perf_counter()
+        fsdp_cfg = self.config.actor.fsdp_config
+        self._onload(self.actor_module, None, fsdp_cfg)
+        named = iter_full_params(self.actor_module, to_dtype(self.config.rollout.dtype))
+        sent = weight_sync.send(self._sync_group, named, self._sync_metas, _bucket_bytes(self.config))
+        self._offload(self.actor_module, None, fsdp_cfg)
+        return {"timing_s/send_weights": time.perf_counter() - start, "perf/weight_sync_bytes": float(sent)}
+
+
+class SplitRolloutWorker(_WeightSyncMixin, ActorRolloutRefWorker):
+    """The rollout engines of a split placement (role `rollout`): generate; receive the weights."""
+
+    def __init__(self, config: Any, role: str = "rollout") -> None:
+        super().__init__(config, role)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
+    def join_weight_sync(self, host: str, port: int, world: int, metas: list) -> None:
+        """Rollout rank r is rank 1 + r of the transfer group."""
+        self._join(host, port, 1 + self.rank, world, metas)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
+    def receive_weights(self) -> float:
+        """Receive every bucket and stream it into the engine; returns the seconds it took."""
+        start = time.perf_counter()
+        self.rollout.update_weights(weight_sync.receive(self._sync_group, self._sync_metas,
+                                                        _bucket_bytes(self.config), self._model_device()))
+        return time.perf_counter() - start
+
+    def _model_device(self) -> str:
+        return "cuda" if self.device == "cuda" else "cpu"
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO, blocking=False)
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        """`ActorRolloutRefWorker.generate_sequences`, returning a future to the driver. Sampling is seeded
+        by (global step, rank), so a batch generated again after a resume is the same batch."""
+        step = int(prompts.meta_info.get(keys.META_GLOBAL_STEP, 0))
+        validate = bool(prompts.meta_info.get(keys.META_VALIDATE, False))
+        torch.manual_seed(1_000_003 * step + 2 * self.rank + int(validate))
+        return super().generate_sequences(prompts)

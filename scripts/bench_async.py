@@ -1,0 +1,144 @@
+"""Rollout off the critical path on a 2-GPU host: hybrid engine on 2 GPUs vs split placement 1 + 1 (on-policy)
+vs one-step-off-policy 1 + 1, same model and batch, at one or more response lengths.
+
+    python scripts/bench_async.py --response-lens 512 2048          # on the GPU host (docs/async.md)
+
+Each configuration is one `main_ppo` GRPO run through `examples/grpo_trainer/run_qwen2_5_0_5b_gpu.sh` on a
+random-weight Qwen2.5-0.5B-architecture model (`scripts/bench_limits.py --save-model`) and the times-ten data,
+64 prompts x 8 responses, 512 prompt tokens, `ignore_eos` (every response has the full length). Per run:
+seconds per step (median of the steps after the first), generated tokens per second, and the fraction of
+`nvidia-smi` samples (every 0.5 s, both GPUs, between the first and the last step) at 0 % utilisation.
+Writes `benchmarks/results/async_<gpu>.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+MODEL, DATA = Path("/tmp/m"), Path("/tmp/d")
+
+SPLIT = ["actor_rollout_ref.hybrid_engine=false", "actor_rollout_ref.rollout.nnodes=1",
+         "actor_rollout_ref.rollout.n_gpus_per_node=1", "actor_rollout_ref.rollout.free_cache_engine=false",
+         "actor_rollout_ref.rollout.calculate_log_probs=true", "actor_rollout_ref.rollout.gpu_memory_utilization=0.8"]
+CONFIGS: dict[str, tuple[int, list[str]]] = {  # name: (trainer GPUs, overrides)
+    "hybrid_2gpu": (2, []),
+    "split_1+1": (1, [*SPLIT, "trainer.staleness=0"]),
+    "one_step_off_1+1": (1, [*SPLIT, "trainer.staleness=1"]),
+}
+
+
+class GpuSampler:
+    """`nvidia-smi` utilisation of every GPU every `period_s`, with the time of each sample."""
+
+    def __init__(self, period_s: float = 0.5) -> None:
+        self.period_s, self.samples = period_s, []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
+                                 capture_output=True, text=True).stdout
+            self.samples.append((time.time(), [int(v) for v in out.split()]))
+            self._stop.wait(self.period_s)
+
+    def __enter__(self) -> GpuSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def idle_fraction(self, start: float, end: float) -> float:
+        """Fraction of (sample, GPU) pairs between `start` and `end` at 0 % utilisation."""
+        values = [u for t, utils in self.samples if start <= t <= end for u in utils]
+        return sum(u == 0 for u in values) / max(len(values), 1)
+
+
+def step_times(metrics_file: Path) -> list[dict]:
+    """The metrics of every step logged so far (one JSON object per line)."""
+    if not metrics_file.exists():
+        return []
+    return [json.loads(line) for line in metrics_file.read_text().splitlines() if line.strip()]
+
+
+def run_one(name: str, response_len: int, args: argparse.Namespace) -> dict[str, Any]:
+    gpus, overrides = CONFIGS[name]
+    run_dir = Path(f"/tmp/bench_async_{name}_{response_len}")
+    subprocess.run(["rm", "-rf", str(run_dir)], check=True)
+    cmd = ["bash", "examples/grpo_trainer/run_qwen2_5_0_5b_gpu.sh", f"data.train_batch_size={args.prompts}",
+           f"data.max_response_length={response_len}", "data.val_files=null",
+           "actor_rollout_ref.rollout.ignore_eos=true", "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+           f"actor_rollout_ref.rollout.n={args.n}", f"trainer.total_training_steps={args.steps}",
+           "trainer.test_freq=-1", "trainer.save_freq=-1", "trainer.val_before_train=false",
+           f"trainer.experiment_name={name}", f"trainer.default_local_dir={run_dir}", *overrides, *args.override]
+    env = {**os.environ, "MODEL_PATH": str(MODEL), "DATA_DIR": str(DATA), "N_GPUS": str(gpus)}
+    log = REPO / "benchmarks" / "results" / f"async_{name}_{response_len}.log"
+    arrivals: list[float] = []
+    with GpuSampler() as sampler, log.open("w") as out:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+        while proc.poll() is None:  # note when each step's metrics line lands
+            n = len(step_times(run_dir / "metrics.jsonl"))
+            arrivals += [time.time()] * (n - len(arrivals))
+            time.sleep(0.25)
+    rows = step_times(run_dir / "metrics.jsonl")
+    if proc.returncode or len(rows) < 2:
+        return {"config": name, "response_len": response_len, "error": f"rc={proc.returncode}, see {log}"}
+    steady = rows[1:]
+    s_per_step = statistics.median(r["timing_s/step"] for r in steady)
+    tokens = args.prompts * args.n * response_len
+    return {
+        "config": name, "response_len": response_len, "trainer_gpus": gpus, "s_per_step": s_per_step,
+        "gen_tokens_per_s": tokens / s_per_step,
+        "gpu_idle_fraction": sampler.idle_fraction(arrivals[0], arrivals[-1]) if len(arrivals) > 1 else None,
+        "phases_s": {k.removeprefix("timing_s/"): statistics.median(r[k] for r in steady)
+                     for k in steady[0] if k.startswith("timing_s/")},
+        "policy_staleness": [r.get("training/policy_staleness") for r in rows],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--response-lens", type=int, nargs="+", default=[512, 2048])
+    ap.add_argument("--prompts", type=int, default=64)
+    ap.add_argument("--n", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    ap.add_argument("--override", nargs="*", default=[], help="extra Hydra overrides for every run")
+    ap.add_argument("--json-out", type=Path, default=None)
+    args = ap.parse_args()
+    if not MODEL.is_dir():
+        subprocess.run([sys.executable, "scripts/bench_limits.py", "--save-model", str(MODEL)], cwd=REPO, check=True)
+    if not DATA.is_dir():
+        subprocess.run([sys.executable, "examples/data_preprocess/times_ten.py", "--local_dir", str(DATA)],
+                       cwd=REPO, check=True)
+    gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                         text=True).stdout.split("\n")[0].strip()
+    results = []
+    for response_len in args.response_lens:
+        by_name = {}
+        for name in args.configs:
+            by_name[name] = run_one(name, response_len, args)
+            print(json.dumps(by_name[name]), flush=True)
+        hybrid, off = by_name.get("hybrid_2gpu", {}), by_name.get("one_step_off_1+1", {})
+        if "s_per_step" in hybrid and "s_per_step" in off:
+            print(f"{response_len}: one-step-off / hybrid step time = {off['s_per_step'] / hybrid['s_per_step']:.2f}")
+        results.extend(by_name.values())
+    out = args.json_out or REPO / "benchmarks" / "results" / f"async_{gpu.replace(' ', '_').lower()}.json"
+    out.write_text(json.dumps({"gpu": gpu, "prompts": args.prompts, "n": args.n, "results": results}, indent=1))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

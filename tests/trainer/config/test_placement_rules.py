@@ -1,0 +1,55 @@
+"""Start-up rules of split placement and trainer.staleness, the device count before Ray starts, and the
+dry-run plan of both pools."""
+
+import pytest
+
+from rlpost.trainer.config import ConfigError, typed_config, validate_config
+from rlpost.trainer.config.plan import dry_run_plan
+from rlpost.trainer.ppo.preflight import check_devices
+from rlpost.trainer.ppo.roles import resource_pool_spec
+
+ARR = "actor_rollout_ref"
+SPLIT = {f"{ARR}.hybrid_engine": False, f"{ARR}.rollout.nnodes": 1, f"{ARR}.rollout.n_gpus_per_node": 1,
+         f"{ARR}.rollout.calculate_log_probs": True}
+
+
+def _error(small_cfg, values: dict) -> str:
+    with pytest.raises(ConfigError) as err:
+        validate_config(small_cfg(values))
+    assert "\n" not in str(err.value)
+    return str(err.value)
+
+
+def test_negative_staleness_is_refused(small_cfg):
+    assert "trainer.staleness=-1" in _error(small_cfg, {**SPLIT, "trainer.staleness": -1})
+
+
+def test_staleness_needs_split_placement(small_cfg):
+    msg = _error(small_cfg, {"trainer.staleness": 1})
+    assert f"trainer.staleness=1, {ARR}.hybrid_engine=true" in msg and f"{ARR}.hybrid_engine=false" in msg
+
+
+def test_split_placement_needs_rollout_devices(small_cfg):
+    msg = _error(small_cfg, {**SPLIT, f"{ARR}.rollout.n_gpus_per_node": 0})
+    assert "= 0 rollout devices" in msg and f"{ARR}.rollout.n_gpus_per_node=1" in msg
+
+
+def test_staleness_needs_rollout_log_probs(small_cfg):
+    msg = _error(small_cfg, {**SPLIT, "trainer.staleness": 1, f"{ARR}.rollout.calculate_log_probs": False})
+    assert f"{ARR}.rollout.calculate_log_probs=true" in msg
+
+
+def test_split_plan_and_pools(small_cfg):
+    cfg = small_cfg({**SPLIT, "trainer.staleness": 1})
+    validate_config(cfg)
+    plan = dry_run_plan(typed_config(cfg))
+    assert "rollout pool: 1 devices" in plan and "trainer.staleness=1 (one-step-off-policy)" in plan
+    assert resource_pool_spec(cfg)["rollout_pool"] == [1]
+
+
+def test_too_many_devices_fail_before_ray_with_the_sum(small_cfg):
+    cfg = small_cfg({**SPLIT, "trainer.device": "cpu", "trainer.n_gpus_per_node": 2, "ray_init.num_cpus": 2})
+    with pytest.raises(ValueError, match=r"trainer.n_gpus_per_node=2 \+ .* = 1 rollout = 3 CPU worker processes"
+                                         r".*use trainer.n_gpus_per_node=1 and actor_rollout_ref.rollout"
+                                         r".n_gpus_per_node=1"):
+        check_devices(cfg)

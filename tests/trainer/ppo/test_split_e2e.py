@@ -1,0 +1,109 @@
+"""Split placement end to end through `main_ppo` on CPU: 1 trainer process + 1 rollout process (HF engine),
+the weights broadcast over gloo after each update.
+
+One-step-off-policy (trainer.staleness=1): each batch's policy version is logged and lags by one step, and a
+run resumed from its step-2 checkpoint (which keeps the batch generated ahead) ends with exactly the weights
+of the uninterrupted run. On-policy split placement (staleness 0) with `rollout.mode=async`: the engine gets
+the new weights every step (rollout and actor log-probs agree), the reference policy a role of its own on the
+trainer's devices."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(400)]
+
+REWARD_FN = '''
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    """Longer answers score higher: non-zero advantages even for an untrained model."""
+    return len(solution_str) / 10.0
+'''
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory, tiny_model_dir):
+    root = tmp_path_factory.mktemp("split_e2e")
+    subprocess.run([sys.executable, "examples/data_preprocess/arith.py", "--local_dir", str(root / "data"),
+                    "--train_size", "8", "--test_size", "2"], check=True, capture_output=True)
+    (root / "reward.py").write_text(REWARD_FN)
+    return root, tiny_model_dir
+
+
+def command(root, model, name: str, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-m", "rlpost.trainer.main_ppo",
+        f"data.train_files={root / 'data' / 'train.parquet'}", "data.val_files=null", "data.train_batch_size=2",
+        "data.max_prompt_length=32", "data.max_response_length=6", f"actor_rollout_ref.model.path={model}",
+        "algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.rollout.name=hf",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1", "actor_rollout_ref.rollout.calculate_log_probs=true",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.actor.optim.lr=1e-2", "actor_rollout_ref.actor.entropy_coeff=0.01",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
+        f"custom_reward_function.path={root / 'reward.py'}",
+        "actor_rollout_ref.hybrid_engine=false", "actor_rollout_ref.rollout.nnodes=1",
+        "actor_rollout_ref.rollout.n_gpus_per_node=1", "actor_rollout_ref.rollout.checkpoint_engine."
+        "update_weights_bucket_megabytes=1",
+        "trainer.device=cpu", "trainer.n_gpus_per_node=1", "trainer.test_freq=-1", "trainer.logger=[console]",
+        "ray_init.num_cpus=2", f"trainer.default_local_dir={root / name}", *extra,
+    ]
+
+
+def run(cmd: list[str]) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=380)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def metrics(run_dir) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def actor_weights(run_dir, step: int) -> dict[str, torch.Tensor]:
+    return torch.load(run_dir / f"global_step_{step}" / "actor" / "model_world_size_1_rank_0.pt", weights_only=False)
+
+
+@pytest.fixture(scope="module")
+def one_step_off(workspace):
+    root, model = workspace
+    run(command(root, model, "straight", "trainer.staleness=1", "trainer.total_training_steps=4",
+                "trainer.save_freq=2"))
+    return root / "straight"
+
+
+def test_one_step_off_batches_carry_their_policy_version(one_step_off):
+    rows = metrics(one_step_off)
+    assert [r["training/policy_version"] for r in rows] == [0, 0, 1, 2]  # batch k+1 made with the weights of k-1
+    assert [r["training/policy_staleness"] for r in rows] == [0, 1, 1, 1]
+    drift = [r["training/rollout_probs_diff_max"] for r in rows]
+    assert drift[0] < 1e-3  # step 1: the engine holds exactly the actor's weights (sent at start-up)
+    assert min(drift[1:]) > 10 * drift[0]  # later steps: the batch came from the previous policy
+    assert all(r["perf/weight_sync_bytes"] > 0 for r in rows)
+    assert (one_step_off / "global_step_2" / "rollout_inflight.pt").exists()
+
+
+def test_resume_regenerates_nothing_and_ends_with_the_same_weights(one_step_off, workspace):
+    root, model = workspace
+    run(command(root, model, "resumed", "trainer.staleness=1", "trainer.total_training_steps=4",
+                "trainer.save_freq=2", "trainer.resume_mode=resume_path",
+                f"trainer.resume_from_path={one_step_off / 'global_step_2'}"))
+    straight, resumed = metrics(one_step_off), metrics(root / "resumed")
+    assert [r["step"] for r in resumed] == [3, 4]
+    for a, b in zip(straight[2:], resumed):
+        assert b["training/policy_version"] == a["training/policy_version"]
+        assert b["critic/score/mean"] == a["critic/score/mean"]
+    want, got = actor_weights(one_step_off, 4), actor_weights(root / "resumed", 4)
+    assert want.keys() == got.keys()
+    assert all(torch.equal(want[k], got[k]) for k in want)
+
+
+def test_on_policy_split_with_async_rollout_syncs_every_step(workspace):
+    root, model = workspace
+    run(command(root, model, "on_policy", "trainer.total_training_steps=3", "trainer.save_freq=-1",
+                "actor_rollout_ref.rollout.mode=async", "actor_rollout_ref.actor.use_kl_loss=true"))
+    rows = metrics(root / "on_policy")
+    assert [r["training/policy_staleness"] for r in rows] == [0, 0, 0]
+    assert all(r["training/rollout_probs_diff_max"] < 1e-3 for r in rows)  # each batch from the current weights
+    assert all(r["timing_s/update_weights"] > 0 for r in rows)
+    assert all("timing_s/ref" in r for r in rows) and rows[-1]["actor/kl_loss"] > 0
