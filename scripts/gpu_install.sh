@@ -3,7 +3,8 @@
 #
 #   bash scripts/gpu_install.sh PARTS_DIR [TARGET_DIR]     # TARGET_DIR defaults to /tmp/rlpost_site
 #
-# PARTS_DIR holds gpu_bundle.tar.xz.00, .01, ... and SHA256SUMS. The wheels go in with
+# PARTS_DIR holds the parts of ONE bundle (gpu_bundle.tar.xz.00, .01, ... or gpu_bundle_sglang.tar.xz.NN) and
+# SHA256SUMS. The SGLang bundle goes into its own TARGET_DIR, put on PYTHONPATH in front of the first one's. The wheels go in with
 # `pip install --no-index --no-deps --target`, so the host's own torch / transformers stay untouched.
 # The last line printed is the `export PYTHONPATH=...` line to run (see docs/gpu.md).
 set -euo pipefail
@@ -19,8 +20,10 @@ if [[ -f SHA256SUMS ]]; then
     sha256sum --quiet -c SHA256SUMS
 fi
 shopt -s nullglob
-parts=(gpu_bundle.tar.xz.[0-9][0-9])
-(( ${#parts[@]} > 0 )) || { echo "no gpu_bundle.tar.xz.NN parts in $parts_dir" >&2; exit 1; }
+parts=(gpu_bundle*.tar.xz.[0-9][0-9])
+(( ${#parts[@]} > 0 )) || { echo "no gpu_bundle*.tar.xz.NN parts in $parts_dir" >&2; exit 1; }
+stems=$(printf '%s\n' "${parts[@]}" | sed 's/\.[0-9][0-9]$//' | sort -u)
+[[ $(wc -l <<<"$stems") == 1 ]] || { echo "parts of several bundles in $parts_dir: $stems" >&2; exit 1; }
 cat "${parts[@]}" | xz -d -T0 | tar -x -C "$work"
 cd - >/dev/null
 
