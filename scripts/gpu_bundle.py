@@ -11,6 +11,9 @@ uncompressed (so that xz sees the raw bytes and compresses them well), packs the
 splits it into numbered parts ``gpu_bundle.tar.xz.00``, ``.01``, ... of at most ``--part-mib`` MiB each, with
 a ``SHA256SUMS`` file. ``scripts/gpu_install.sh`` reassembles and installs them on the host (docs/gpu.md).
 
+``--cuda-toolchain`` builds a third (``CUDA_TOOLCHAIN``, parts ``gpu_bundle_cuda.tar.xz.NN``): the CUDA 13.0
+compiler SGLang's run-time kernels need, installed into a folder kept off ``PYTHONPATH``.
+
 ``--sglang`` builds the second bundle instead (``SGLANG_LACKS`` / ``SGLANG_STRIP``, parts
 ``gpu_bundle_sglang.tar.xz.NN``): installed into its own folder and put on ``PYTHONPATH`` in front of the first
 bundle's, it adds SGLang and the pins where SGLang differs from vLLM; rlpost's wheel comes with the first bundle.
@@ -90,6 +93,16 @@ SGLANG_STRIP = [
     r"^xgrammar/.*\.a$",
 ]
 
+# A CUDA 13.0 compiler for the kernels SGLang compiles at run time (`sglang.jit_kernel`: rotary embedding,
+# SiLU-and-mul, the KV-cache store, position clamping; through tvm_ffi, nvcc and ninja) on a host without a CUDA
+# toolkit. Installed into a folder of its own, kept OFF PYTHONPATH (its `nvidia/cu13` would shadow the host's
+# CUDA wheels); `gpu_install.sh` adds the `lib64` and `libcudart.so` links nvcc's link step looks for, and
+# prints CUDA_HOME / PATH. Needs the host's C++ compiler (g++).
+CUDA_TOOLCHAIN = """
+nvidia_cuda_nvcc==13.0.88 nvidia_cuda_crt==13.0.88 nvidia_nvvm==13.0.88 nvidia_cuda_cccl==13.0.85
+nvidia_cuda_runtime==13.0.96 ninja==1.13.2
+""".split()
+
 # Pins published only as source distributions (pure python): built into wheels locally.
 SDIST_ONLY = {"antlr4_python3_runtime"}
 
@@ -166,23 +179,28 @@ def main() -> None:
     """Download, strip, pack, split; print the parts."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sglang", action="store_true", help="build the SGLang bundle (SGLANG_LACKS) instead")
-    ap.add_argument("--out", type=Path, default=None, help="default carry/gpu_bundle (carry/gpu_bundle_sglang)")
+    ap.add_argument("--cuda-toolchain", action="store_true", help="build the CUDA compiler bundle (CUDA_TOOLCHAIN)")
+    ap.add_argument("--out", type=Path, default=None, help="default carry/<bundle name>")
     ap.add_argument("--part-mib", type=int, default=55)
     ap.add_argument("--xz-level", type=int, default=9)
     ap.add_argument("--no-rlpost", action="store_true", help="leave rlpost's own wheel out")
     ap.add_argument("--cache", type=Path, default=None, help="reuse downloaded wheels from this folder")
     args = ap.parse_args()
-    name = "gpu_bundle_sglang" if args.sglang else "gpu_bundle"
+    name, lacks, strip = "gpu_bundle", HOST_LACKS, STRIP
+    if args.sglang:
+        name, lacks, strip = "gpu_bundle_sglang", SGLANG_LACKS, SGLANG_STRIP
+    elif args.cuda_toolchain:
+        name, lacks, strip = "gpu_bundle_cuda", CUDA_TOOLCHAIN, []
     out = args.out or Path("carry") / name
     repo = Path(__file__).resolve().parents[1]
     raw = args.cache or out / "raw"
     stage = out / "wheels"
     for d in (raw, stage):
         d.mkdir(parents=True, exist_ok=True)
-    download(SGLANG_LACKS if args.sglang else HOST_LACKS, raw)
-    if not (args.no_rlpost or args.sglang):
+    download(lacks, raw)
+    if name == "gpu_bundle" and not args.no_rlpost:
         build_rlpost_wheel(repo, raw)
-    patterns = [re.compile(p) for p in (SGLANG_STRIP if args.sglang else STRIP)]
+    patterns = [re.compile(p) for p in strip]
     total_kept = total_removed = 0
     for whl in sorted(raw.glob("*.whl")):
         kept, removed = restrip_wheel(whl, stage, patterns)
