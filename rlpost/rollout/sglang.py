@@ -30,7 +30,8 @@ from rlpost import keys
 from rlpost.protocol import DataProto
 from rlpost.rollout import ROLLOUT_REGISTRY
 from rlpost.rollout.base import BaseRollout, resolve_sampling
-from rlpost.rollout.sglang_args import engine_kwargs, fa3_installed, sampling_params, scheduler_devices
+from rlpost.rollout.sglang_args import (check_cuda_compiler, engine_kwargs, fa3_installed, sampling_params,
+                                        scheduler_devices)
 from rlpost.rollout.utils import assemble_output, eos_id_set, prompt_token_lists, tensor_buckets
 from rlpost.utils.distributed import consecutive_groups, gather_in_group
 
@@ -55,6 +56,7 @@ def _import_sglang(device: str) -> Any:
     except ImportError as err:
         raise RuntimeError(f"actor_rollout_ref.rollout.name=sglang needs the sglang package ({err}): {_INSTALL}") \
             from err
+    check_cuda_compiler()
     # CUDA tensors are then pickled with the device's UUID, not its index: the schedulers number the
     # GPUs differently from this process (see `scheduler_devices`).
     monkey_patch_torch_reductions()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import glob
 import importlib.util
 import os
+import shutil
 from typing import Any
 
 from rlpost.rollout.base import SamplingSpec
@@ -58,6 +59,24 @@ def fa3_installed() -> bool:
     if spec is None or not spec.submodule_search_locations:
         return False
     return any(glob.glob(os.path.join(d, "flash_ops*.so")) for d in spec.submodule_search_locations)
+
+
+def check_cuda_compiler() -> str:
+    """The nvcc SGLang's run-time kernels (`sglang.jit_kernel`) are compiled with: `$CUDA_HOME/bin/nvcc`, else
+    the one on PATH. Checked before the engine starts: without it the first forward fails inside a scheduler.
+
+    Raises:
+        RuntimeError: no nvcc; says how to carry one in.
+    """
+    home = os.environ.get("CUDA_HOME")
+    nvcc = os.path.join(home, "bin", "nvcc") if home else shutil.which("nvcc")
+    if not nvcc or not os.access(nvcc, os.X_OK):
+        raise RuntimeError(
+            f"actor_rollout_ref.rollout.name=sglang compiles some CUDA kernels at run time and finds no nvcc "
+            f"(CUDA_HOME={home!r}): install the CUDA compiler bundle (docs/gpu.md: scripts/gpu_bundle.py "
+            "--cuda-toolchain, scripts/gpu_install.sh PARTS /tmp/rlpost_cuda) and export the CUDA_HOME / PATH "
+            "it prints")
+    return nvcc
 
 
 def scheduler_devices(visible: list[str], local_device: int) -> tuple[str | None, int]:

@@ -7,8 +7,8 @@ import torch
 from _compose import SMALL, compose_config
 from rlpost.rollout import build_rollout
 from rlpost.rollout.base import SamplingSpec
-from rlpost.rollout.sglang_args import (ACCEPTED, check_extra_keys, engine_kwargs, fa3_installed, sampling_params,
-                                        scheduler_devices)
+from rlpost.rollout.sglang_args import (ACCEPTED, check_cuda_compiler, check_extra_keys, engine_kwargs,
+                                        fa3_installed, sampling_params, scheduler_devices)
 from rlpost.rollout.utils import tensor_buckets
 from rlpost.trainer.config.errors import ConfigError
 
@@ -130,3 +130,15 @@ def test_sampling_mapping():
     assert sp["max_new_tokens"] == 8 and sp["n"] == 1
     greedy = sampling_params(SamplingSpec(True, 1.0, -1, 1.0, 4, True, False), {2})
     assert greedy["temperature"] == 0.0 and greedy["stop_token_ids"] is None and greedy["ignore_eos"] is True
+
+
+@pytest.mark.timeout(30)
+def test_missing_cuda_compiler_names_the_toolchain_bundle(monkeypatch, tmp_path):
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path))  # no bin/nvcc there
+    with pytest.raises(RuntimeError, match=r"no nvcc .*gpu_bundle\.py --cuda-toolchain"):
+        check_cuda_compiler()
+    (tmp_path / "bin").mkdir()
+    nvcc = tmp_path / "bin" / "nvcc"
+    nvcc.write_text("#!/bin/sh\n")
+    nvcc.chmod(0o755)
+    assert check_cuda_compiler() == str(nvcc)
