@@ -9,9 +9,10 @@ process (fresh CUDA context, the GPU to itself):
 - `sglang:loop`: `ActorRolloutRefWorker` with rollout.name=sglang, `generate_sequences` (wake, generate,
   batch assembly, sleep; the weights synced from the actor), as the trainer's `gen` phase;
 - `vllm:bare`, `vllm:loop`: the same with vLLM (`bench_limits.bare_generate`, rollout.name=vllm).
-Each process measures every batch size `--reps` times after a warm-up and reports medians; `--rounds` > 1
-repeats the four processes in alternating order. `--grpo-step` also times whole GRPO steps in the loop
-processes. Writes `benchmarks/results/sglang_<device>.json` (loop / bare ratios, SGLang / vLLM tokens/s).
+vLLM's processes run without the SGLang bundle on PYTHONPATH. Each process measures every batch size `--reps`
+times after a warm-up and reports medians; `--rounds` > 1 repeats the four processes in alternating order.
+`--grpo-step` also times whole GRPO steps in the loop processes. Writes `benchmarks/results/sglang_<device>.json`
+(loop / bare ratios, SGLang / vLLM tokens/s).
 """
 
 from __future__ import annotations
@@ -133,6 +134,16 @@ def summarize(runs: dict[str, list[dict[str, Any]]], prompts: list[int]) -> dict
     return out
 
 
+def child_env(mode: str) -> dict[str, str]:
+    """The environment of one measurement: vLLM runs without the SGLang bundle's folder on PYTHONPATH (its
+    transformers, flashinfer, tvm_ffi and xgrammar pins differ from the vLLM bundle's)."""
+    env = os.environ.copy()
+    if mode.startswith("vllm"):
+        paths = env.get("PYTHONPATH", "").split(os.pathsep)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p and not os.path.isdir(os.path.join(p, "sglang")))
+    return env
+
+
 def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prompts", type=int, nargs="+", default=[64, 128])
@@ -178,7 +189,7 @@ def main() -> None:
                    "--response-len", str(args.response_len), "--reps", str(args.reps),
                    "--gpu-memory-utilization", str(args.gpu_memory_utilization)] + (["--grpo-step"] * args.grpo_step)
             print(f"round {r}: {mode}", flush=True)
-            proc = subprocess.run(cmd, env=os.environ.copy())
+            proc = subprocess.run(cmd, env=child_env(mode))
             runs[mode].append(json.loads(out.read_text()) if proc.returncode == 0 else {"failed": proc.returncode})
     env = bench_limits.env_info()
     try:
