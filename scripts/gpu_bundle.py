@@ -3,12 +3,20 @@
 Run on a machine with package-registry access (any OS/Python with pip):
 
     python scripts/gpu_bundle.py --out carry/gpu_bundle
+    python scripts/gpu_bundle.py --sglang          # the SGLang bundle, carry/gpu_bundle_sglang
 
 It downloads (``pip download --no-deps``, cp312, manylinux x86_64) exactly the packages in ``HOST_LACKS`` plus
 a wheel of rlpost itself, drops the files a dense model on Hopper never loads (``STRIP``), re-zips every wheel
 uncompressed (so that xz sees the raw bytes and compresses them well), packs them into one ``tar.xz`` and
 splits it into numbered parts ``gpu_bundle.tar.xz.00``, ``.01``, ... of at most ``--part-mib`` MiB each, with
 a ``SHA256SUMS`` file. ``scripts/gpu_install.sh`` reassembles and installs them on the host (docs/gpu.md).
+
+``--cuda-toolchain`` builds a third (``CUDA_TOOLCHAIN``, parts ``gpu_bundle_cuda.tar.xz.NN``): the CUDA 13.0
+compiler SGLang's run-time kernels need, installed into a folder kept off ``PYTHONPATH``.
+
+``--sglang`` builds the second bundle instead (``SGLANG_LACKS`` / ``SGLANG_STRIP``, parts
+``gpu_bundle_sglang.tar.xz.NN``): installed into its own folder and put on ``PYTHONPATH`` in front of the first
+bundle's, it adds SGLang and the pins where SGLang differs from vLLM; rlpost's wheel comes with the first bundle.
 """
 
 from __future__ import annotations
@@ -60,6 +68,40 @@ STRIP = [
     r"^ray/jars/",
     r"^xgrammar/.*\.a$",
 ]
+
+# What the SGLang bundle adds on top of the vLLM one to run sglang 0.5.16's offline Engine (dense Qwen2, triton
+# attention, PyTorch sampler, memory saver) on that host. Pins differing from the vLLM bundle's are SGLang's own:
+# transformers 5.12.1 (the host's 5.17 already registers `qwen3_asr`, which sglang registers again at import),
+# with the tokenizers it accepts; apache_tvm_ffi, openai and xgrammar as sglang pins them. torchvision 0.26.0
+# (the cu130 build for torch 2.11) because `sglang.srt.utils.common` imports `torchvision.io` at import time;
+# IPython (with traitlets, pygments) because `sglang.utils` imports `IPython.display`.
+SGLANG_LACKS = """
+sglang==0.5.16 sglang_kernel==0.4.5 flashinfer_python==0.6.14 apache_tvm_ffi==0.1.11 torch_memory_saver==0.0.10
+transformers==5.12.1 tokenizers==0.22.2 openai==2.6.1 distro==1.9.0 xgrammar==0.2.1 torchvision==0.26.0
+orjson==3.13.0 uvloop==0.23.0 gguf==0.19.0 ipython==9.18.1 traitlets==5.16.1 pygments==2.21.0
+""".split()
+
+# Files SGLang never loads for a dense bf16 model on Hopper with the triton attention backend: the FA3 library
+# (`flash_ops`, 1 GiB, loaded only by attention_backend=fa3), the sm_100 (Blackwell) op library, the InfLLM-V2
+# and FlashMLA libraries (sparse / MLA attention), the memory saver's CUDA 12 builds, xgrammar's static library.
+SGLANG_STRIP = [
+    r"^sgl_kernel/flash_ops\.abi3\.so$",
+    r"^sgl_kernel/sm100/",
+    r"^sgl_kernel/infllm_ops\.",
+    r"^sgl_kernel/flashmla_ops\.",
+    r"^torch_memory_saver_hook_mode_(preload|torch)(_cu12)?\.abi3\.so$",
+    r"^xgrammar/.*\.a$",
+]
+
+# A CUDA 13.0 compiler for the kernels SGLang compiles at run time (`sglang.jit_kernel`: rotary embedding,
+# SiLU-and-mul, the KV-cache store, position clamping; through tvm_ffi, nvcc and ninja) on a host without a CUDA
+# toolkit. Installed into a folder of its own, kept OFF PYTHONPATH (its `nvidia/cu13` would shadow the host's
+# CUDA wheels); `gpu_install.sh` adds the `lib64` and `libcudart.so` links nvcc's link step looks for, and
+# prints CUDA_HOME / PATH. Needs the host's C++ compiler (g++).
+CUDA_TOOLCHAIN = """
+nvidia_cuda_nvcc==13.0.88 nvidia_cuda_crt==13.0.88 nvidia_nvvm==13.0.88 nvidia_cuda_cccl==13.0.85
+nvidia_cuda_runtime==13.0.96 ninja==1.13.2
+""".split()
 
 # Pins published only as source distributions (pure python): built into wheels locally.
 SDIST_ONLY = {"antlr4_python3_runtime"}
@@ -113,9 +155,10 @@ def restrip_wheel(src: Path, dest_dir: Path, patterns: list[re.Pattern]) -> tupl
     return kept, removed
 
 
-def pack(stage: Path, out: Path, part_mib: int, level: int) -> list[Path]:
-    """tar + xz the folder ``stage`` and split the stream into parts of at most ``part_mib`` MiB."""
-    archive = out / "gpu_bundle.tar"
+def pack(stage: Path, out: Path, part_mib: int, level: int, name: str = "gpu_bundle") -> list[Path]:
+    """tar + xz the folder ``stage`` into ``name.tar.xz`` and split the stream into parts of at most ``part_mib``
+    MiB (``name.tar.xz.00``, ...)."""
+    archive = out / f"{name}.tar"
     with tarfile.open(archive, "w") as tar:
         tar.add(stage, arcname="wheels")
     subprocess.run(["xz", "-f", f"-{level}", "-T0", str(archive)], check=True)
@@ -135,30 +178,38 @@ def pack(stage: Path, out: Path, part_mib: int, level: int) -> list[Path]:
 def main() -> None:
     """Download, strip, pack, split; print the parts."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=Path("carry/gpu_bundle"))
+    ap.add_argument("--sglang", action="store_true", help="build the SGLang bundle (SGLANG_LACKS) instead")
+    ap.add_argument("--cuda-toolchain", action="store_true", help="build the CUDA compiler bundle (CUDA_TOOLCHAIN)")
+    ap.add_argument("--out", type=Path, default=None, help="default carry/<bundle name>")
     ap.add_argument("--part-mib", type=int, default=55)
     ap.add_argument("--xz-level", type=int, default=9)
     ap.add_argument("--no-rlpost", action="store_true", help="leave rlpost's own wheel out")
     ap.add_argument("--cache", type=Path, default=None, help="reuse downloaded wheels from this folder")
     args = ap.parse_args()
+    name, lacks, strip = "gpu_bundle", HOST_LACKS, STRIP
+    if args.sglang:
+        name, lacks, strip = "gpu_bundle_sglang", SGLANG_LACKS, SGLANG_STRIP
+    elif args.cuda_toolchain:
+        name, lacks, strip = "gpu_bundle_cuda", CUDA_TOOLCHAIN, []
+    out = args.out or Path("carry") / name
     repo = Path(__file__).resolve().parents[1]
-    raw = args.cache or args.out / "raw"
-    stage = args.out / "wheels"
+    raw = args.cache or out / "raw"
+    stage = out / "wheels"
     for d in (raw, stage):
         d.mkdir(parents=True, exist_ok=True)
-    download(HOST_LACKS, raw)
-    if not args.no_rlpost:
+    download(lacks, raw)
+    if name == "gpu_bundle" and not args.no_rlpost:
         build_rlpost_wheel(repo, raw)
-    patterns = [re.compile(p) for p in STRIP]
+    patterns = [re.compile(p) for p in strip]
     total_kept = total_removed = 0
     for whl in sorted(raw.glob("*.whl")):
         kept, removed = restrip_wheel(whl, stage, patterns)
         total_kept, total_removed = total_kept + kept, total_removed + removed
     print(f"wheels: {len(list(stage.glob('*.whl')))}, kept {total_kept / 2**20:.0f} MiB, "
           f"stripped {total_removed / 2**20:.0f} MiB")
-    for old in args.out.glob("gpu_bundle.tar.xz.*"):
+    for old in out.glob(f"{name}.tar.xz.*"):
         old.unlink()
-    parts = pack(stage, args.out, args.part_mib, args.xz_level)
+    parts = pack(stage, out, args.part_mib, args.xz_level, name)
     shutil.rmtree(stage)
     for p in parts:
         print(f"{p}  {p.stat().st_size / 2**20:.1f} MiB")

@@ -1,11 +1,18 @@
-"""SGLang rollout (GPU only): `sglang.Engine` started by the worker, weights synced by tensor handles.
+"""SGLang rollout (GPU only): one `sglang.Engine` per tensor-parallel block, owned by the block's first rank.
 
-The ONLY module of rlpost that imports sglang; the import is guarded so that choosing this engine
-without sglang or without a CUDA GPU fails with a message saying what is needed. Not exercised on the
-CPU CI; GPU tests are marked `gpu`.
+The ONLY module of rlpost that imports sglang; the import is guarded so that choosing this engine without
+sglang or without a CUDA GPU fails with a message saying what is needed.
 
-Note: `sglang.Engine` runs its scheduler in a child process; `update_weights_from_tensor` hands the
-tensors over by CUDA IPC handles (no copy through the host), one bucket at a time.
+SGLang's offline Engine keeps its tokenizer manager in the calling (actor) process and runs one scheduler
+process per TP rank (the model, KV cache and memory saver live there). The block's first rank starts the
+engine with `tp_size` = the block size, its schedulers placed on the block's GPUs (`scheduler_devices`);
+the other ranks of the block hold no engine: they take part in the weight gathers and receive the owner's
+generations. Weights reach the schedulers by CUDA IPC handles (`update_weights_from_tensor`, in buckets),
+no copy through the host. Sleep releases KV cache and CUDA graphs through the memory saver, and the
+weights too when an actor will re-sync them (`needs_sync` until then).
+
+Log-probs: SGLang returns the log-prob of each sampled token after temperature scaling (the actor computes
+the same quantity from `logits / temperature`).
 """
 
 from __future__ import annotations
@@ -13,128 +20,170 @@ from __future__ import annotations
 import logging
 import os
 import time
-from itertools import islice
-from typing import Any, Iterable
+from contextlib import contextmanager
+from typing import Any, Iterable, Iterator
 
 import torch
+import torch.distributed as dist
 
 from rlpost import keys
 from rlpost.protocol import DataProto
 from rlpost.rollout import ROLLOUT_REGISTRY
-from rlpost.rollout.base import BaseRollout, SamplingSpec, resolve_sampling
-from rlpost.rollout.utils import assemble_output, eos_id_set, prompt_token_lists
+from rlpost.rollout.base import BaseRollout, resolve_sampling
+from rlpost.rollout.sglang_args import (check_cuda_compiler, engine_kwargs, fa3_installed, sampling_params,
+                                        scheduler_devices)
+from rlpost.rollout.utils import assemble_output, eos_id_set, prompt_token_lists, tensor_buckets
+from rlpost.utils.distributed import consecutive_groups, gather_in_group
 
 logger = logging.getLogger(__name__)
 
-_BUCKET_TENSORS = 64  # tensors per update_weights_from_tensor call: bounds the extra memory in flight
+_BUCKET_BYTES = 512 * 2**20  # tensors per `update_weights_from_tensor` call: bounds the extra memory in flight
+_INSTALL = ("install the SGLang bundle (docs/gpu.md: python scripts/gpu_bundle.py --sglang, then "
+            "scripts/gpu_install.sh PARTS /tmp/rlpost_sglang and its PYTHONPATH line) or use rollout.name=vllm")
 
 
 def _import_sglang(device: str) -> Any:
-    """Import sglang or explain what is missing."""
+    """Import sglang (and patch torch's CUDA-tensor pickling the way its schedulers unpickle) or say what is
+    missing."""
     if device != "cuda" or not torch.cuda.is_available():
         raise RuntimeError(
-            "actor_rollout_ref.rollout.name=sglang needs a CUDA GPU (device is "
-            f"{device!r}); use rollout.name=vllm or hf on CPU"
+            f"actor_rollout_ref.rollout.name=sglang needs a CUDA GPU (device is {device!r}); use "
+            "rollout.name=vllm or hf on CPU"
         )
     try:
         import sglang
+        from sglang.srt.utils.patch_torch import monkey_patch_torch_reductions
     except ImportError as err:
-        raise RuntimeError(
-            "actor_rollout_ref.rollout.name=sglang needs the sglang package "
-            "(pip install 'rlpost[sglang]', sglang>=0.5.12 with a matching torch)"
-        ) from err
+        raise RuntimeError(f"actor_rollout_ref.rollout.name=sglang needs the sglang package ({err}): {_INSTALL}") \
+            from err
+    check_cuda_compiler()
+    # CUDA tensors are then pickled with the device's UUID, not its index: the schedulers number the
+    # GPUs differently from this process (see `scheduler_devices`).
+    monkey_patch_torch_reductions()
     return sglang
 
 
-def engine_kwargs(config: Any, model_path: str) -> dict[str, Any]:
-    """rollout config -> `sglang.Engine(...)` arguments; gpu_memory_utilization -> mem_fraction_static
-    unless engine_kwargs.sglang.mem_fraction_static is given (null entries of engine_kwargs.sglang are
-    dropped, the others passed last and win); `max_model_len: null` means prompt + response length."""
-    extra = {k: v for k, v in dict(config.engine_kwargs.sglang).items() if v is not None}
-    rank = int(os.environ.get("RANK", "0"))
-    context_length = config.max_model_len
-    if context_length is None:
-        context_length = int(config.prompt_length) + int(config.response_length)
-    kwargs: dict[str, Any] = {
-        "model_path": model_path,
-        "dtype": str(config.dtype),
-        "mem_fraction_static": float(config.gpu_memory_utilization),
-        "context_length": int(context_length),
-        "load_format": "dummy" if str(config.load_format).startswith("dummy") else "auto",
-        "tp_size": 1,
-        "base_gpu_id": int(os.environ.get("LOCAL_RANK", "0")),
-        "random_seed": rank,
-        "enable_memory_saver": bool(config.free_cache_engine),
-        "skip_tokenizer_init": True,
-        "log_level": "error",
-    }
-    kwargs.update(extra)
-    return kwargs
-
-
-def sampling_params(spec: SamplingSpec, stop_ids: set[int]) -> dict[str, Any]:
-    """SGLang sampling dict; SGLang's "off" value for top_k is -1."""
-    params: dict[str, Any] = {
-        "max_new_tokens": spec.max_tokens,
-        "ignore_eos": spec.ignore_eos,
-        "stop_token_ids": None if spec.ignore_eos else sorted(stop_ids),
-        "n": 1,
-    }
-    if spec.greedy:
-        params.update(temperature=0.0, top_k=1, top_p=1.0)
-    else:
-        params.update(temperature=spec.temperature, top_k=spec.top_k if spec.top_k > 0 else -1, top_p=spec.top_p)
-    return params
+@contextmanager
+def _visible_devices(value: str | None) -> Iterator[None]:
+    """Set CUDA_VISIBLE_DEVICES for the processes started inside (this process's CUDA is already set up)."""
+    old = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if value is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = value
+    try:
+        yield
+    finally:
+        if value is not None:
+            if old is None:
+                os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+            else:
+                os.environ["CUDA_VISIBLE_DEVICES"] = old
 
 
 @ROLLOUT_REGISTRY.register("sglang")
 class SGLangRollout(BaseRollout):
-    """`sglang.Engine` per worker process (TP 1)."""
+    """SGLang engine of this rank's TP block (see the module docstring); TP peers must make every call
+    together, with the same prompts (the worker gathers the block's rows first)."""
 
-    def __init__(self, config: Any, model_path: str, tokenizer: Any, device: str, module: Any = None) -> None:
+    def __init__(self, config: Any, model_path: str, tokenizer: Any, device: str,
+                 module: torch.nn.Module | None = None) -> None:
         sglang = _import_sglang(device)
         self.config, self.tokenizer = config, tokenizer
         self.free_cache_engine = bool(config.free_cache_engine)
-        start = time.perf_counter()
-        self.engine = sglang.Engine(**engine_kwargs(config, model_path))
-        logger.info("SGLang engine started in %.1f s", time.perf_counter() - start)
-        self.sleeping = False
+        # With an actor in this process the weights are re-synced after every sleep: drop them then.
+        self.release_weights = module is not None
+        tp = int(config.tensor_model_parallel_size)
+        rank = dist.get_rank() if dist.is_initialized() else 0
+        self.group, tp_rank = consecutive_groups(tp) if tp > 1 else (None, 0)
+        self.owner_rank = rank - tp_rank
+        visible = gather_in_group(os.environ.get("CUDA_VISIBLE_DEVICES", ""), self.group)
+        self._asleep: tuple[str, ...] = ()
+        self.engine = None
+        if tp_rank == 0:
+            children, base_gpu_id = scheduler_devices([str(v) for v in visible], torch.cuda.current_device())
+            kwargs = engine_kwargs(config, model_path, rank, base_gpu_id, fa3_installed())
+            start = time.perf_counter()
+            with _visible_devices(children):
+                self.engine = sglang.Engine(**kwargs)
+            logger.info("SGLang engine started in %.1f s (tp %d, attention %s)", time.perf_counter() - start, tp,
+                        kwargs.get("attention_backend", "default"))
+        if self.group is not None:
+            dist.barrier(group=self.group)
+
+    @property
+    def sleeping(self) -> bool:
+        """True while any engine memory (weights, KV cache, CUDA graphs) is released."""
+        return bool(self._asleep)
 
     def generate_sequences(self, prompts: DataProto) -> DataProto:
-        """See `BaseRollout.generate_sequences`."""
+        """See `BaseRollout.generate_sequences`; the owner generates, its TP peers receive the result."""
         spec = resolve_sampling(self.config, prompts.meta_info)
-        stop_ids = eos_id_set(prompts.meta_info.get(keys.META_EOS_TOKEN_ID))
-        outs = self.engine.generate(
-            input_ids=prompt_token_lists(prompts),
-            sampling_params=sampling_params(spec, stop_ids),
-            return_logprob=spec.logprobs,
-        )
-        token_ids = [list(o["output_ids"]) for o in outs]
-        log_probs = None
-        if spec.logprobs:  # entries are (logprob, token_id, text)
-            log_probs = [[float(e[0]) for e in o["meta_info"]["output_token_logprobs"]] for o in outs]
+        result: list[Any] = [None]
+        if self.engine is not None:
+            stop_ids = eos_id_set(prompts.meta_info.get(keys.META_EOS_TOKEN_ID))
+            outs = self.engine.generate(input_ids=prompt_token_lists(prompts),
+                                        sampling_params=sampling_params(spec, stop_ids), return_logprob=spec.logprobs)
+            token_ids = [list(o["output_ids"]) for o in outs]
+            log_probs = None
+            if spec.logprobs:  # entries are (logprob, token_id, text)
+                log_probs = [[float(e[0]) for e in o["meta_info"]["output_token_logprobs"]] for o in outs]
+            result = [(token_ids, log_probs)]
+        if self.group is not None:
+            dist.broadcast_object_list(result, src=self.owner_rank, group=self.group)
+        token_ids, log_probs = result[0]
         return assemble_output(prompts, token_ids, spec.max_tokens, log_probs)
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Send buckets of `_BUCKET_TENSORS` tensors to `update_weights_from_tensor`, then flush the cache."""
+        """Send the tensors to the engine in buckets of at most `_BUCKET_BYTES`, then flush the prefix cache
+        (cached KV was computed with the old weights). Every TP peer consumes the whole iterator (its
+        gathers are collectives); only the owner sends. Wakes the weights, not the KV cache."""
         start = time.perf_counter()
-        self.wake_up()  # the memory saver released the weights too
-        it = iter(named_tensors)
-        while bucket := list(islice(it, _BUCKET_TENSORS)):
-            self.engine.update_weights_from_tensor(named_tensors=bucket, flush_cache=False)
-        self.engine.flush_cache()
+        self._resume(("weights",))
+        if self.engine is None:
+            for _ in named_tensors:
+                pass
+        else:
+            for bucket in tensor_buckets(named_tensors, _BUCKET_BYTES):
+                self.engine.update_weights_from_tensor(named_tensors=bucket, flush_cache=False)
+            self.engine.flush_cache()
+        self.needs_sync = False
         self.last_sync_s = time.perf_counter() - start
         logger.info("SGLang weights synced in %.3f s", self.last_sync_s)
 
     def sleep(self) -> None:
-        """Release KV cache and weights memory (memory saver) while the actor trains."""
-        if self.free_cache_engine and not self.sleeping:
-            self.engine.flush_cache()
-            self.engine.release_memory_occupation()
-            self.sleeping = True
+        """Release the KV cache and CUDA graphs (and the weights, when an actor re-syncs them: `needs_sync`)
+        while the actor trains; without free_cache_engine only the prefix cache is dropped. Every TP peer
+        keeps the same state, so that all of them take part in the next sync."""
+        if self._asleep:
+            return
+        if not self.free_cache_engine:
+            if self.engine is not None:
+                self.engine.flush_cache()
+            return
+        tags = ("kv_cache", "cuda_graph") + (("weights",) if self.release_weights else ())
+        if self.engine is not None:
+            self.engine.release_memory_occupation(tags=list(tags))  # flushes the prefix cache too
+        self._asleep = tags
+        self.needs_sync = self.release_weights
 
     def wake_up(self) -> None:
-        """Re-occupy the memory released by `sleep`."""
-        if self.sleeping:
-            self.engine.resume_memory_occupation()
-            self.sleeping = False
+        """Undo `sleep` (what `update_weights` has not woken already); call before the next generation.
+
+        Raises:
+            RuntimeError: the weights were released and no `update_weights` has run since.
+        """
+        if "weights" in self._asleep:
+            raise RuntimeError("SGLang released its weights in sleep: call update_weights before wake_up")
+        self._resume(self._asleep)
+
+    def _resume(self, tags: tuple[str, ...]) -> None:
+        """Re-occupy the released memory of `tags` (those of them that are asleep)."""
+        tags = tuple(t for t in tags if t in self._asleep)
+        if tags and self.engine is not None:
+            self.engine.resume_memory_occupation(tags=list(tags))
+        self._asleep = tuple(t for t in self._asleep if t not in tags)
+
+    def shutdown(self) -> None:
+        """Stop the engine's scheduler and detokenizer processes."""
+        if self.engine is not None:
+            self.engine.shutdown()
+            self.engine = None

@@ -1,14 +1,60 @@
-"""Engine-neutral helpers: strip prompt padding, pad responses, build masks and the output batch."""
+"""Engine-neutral helpers: strip prompt padding, pad responses, build masks and the output batch; engine
+load formats and weight buckets."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
 
 from rlpost import keys
 from rlpost.protocol import DataProto
+
+
+_DISK_FORMATS = {"hf": "auto", "auto": "auto", "safetensors": "safetensors", "pt": "pt"}
+
+
+def load_format_name(value: str) -> str:
+    """verl's `rollout.load_format` -> the name vLLM and SGLang share: `dummy_*` start from random weights
+    (the actor's arrive by sync), `hf` reads the checkpoint.
+
+    Raises:
+        ValueError: a format neither engine reads here.
+    """
+    if value.startswith("dummy"):
+        return "dummy"
+    if value in _DISK_FORMATS:
+        return _DISK_FORMATS[value]
+    raise ValueError(
+        f"actor_rollout_ref.rollout.load_format={value!r} is not supported: use dummy_dtensor "
+        f"(random init, weights synced from the actor) or one of {sorted(_DISK_FORMATS)}"
+    )
+
+
+def max_model_len(config: Any) -> int:
+    """The engine's context length: `rollout.max_model_len`, or prompt_length + response_length when null."""
+    if config.max_model_len is not None:
+        return int(config.max_model_len)
+    return int(config.prompt_length) + int(config.response_length)
+
+
+def tensor_buckets(named_tensors: Iterable[tuple[str, torch.Tensor]],
+                   max_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """Group (name, tensor) pairs in order into lists of at most `max_bytes` (a larger tensor goes alone).
+
+    Bounds what a bucketed weight sync keeps alive at once: the tensors of one bucket."""
+    bucket: list[tuple[str, torch.Tensor]] = []
+    size = 0
+    for name, tensor in named_tensors:
+        nbytes = tensor.numel() * tensor.element_size()
+        if bucket and size + nbytes > max_bytes:
+            yield bucket
+            bucket, size = [], 0
+        bucket.append((name, tensor))
+        size += nbytes
+    if bucket:
+        yield bucket
 
 
 def eos_id_set(eos_token_id: int | Sequence[int] | None) -> set[int]:

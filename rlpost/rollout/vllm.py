@@ -30,24 +30,12 @@ from rlpost.protocol import DataProto  # noqa: E402
 from rlpost.rollout import ROLLOUT_REGISTRY  # noqa: E402
 from rlpost.rollout.async_engine import SteppedEngine  # noqa: E402
 from rlpost.rollout.base import BaseRollout, SamplingSpec, resolve_sampling  # noqa: E402
-from rlpost.rollout.utils import assemble_output, eos_id_set, prompt_token_lists  # noqa: E402
+from rlpost.rollout.utils import (assemble_output, eos_id_set, load_format_name, max_model_len,  # noqa: E402
+                                  prompt_token_lists)
 
 logger = logging.getLogger(__name__)
 
-_DISK_FORMATS = {"hf": "auto", "auto": "auto", "safetensors": "safetensors", "pt": "pt"}
 _LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the max_lora_rank values vLLM accepts
-
-
-def _load_format(value: str) -> str:
-    """verl names -> vLLM names: `dummy_*` start from random weights (the actor's arrive by sync)."""
-    if value.startswith("dummy"):
-        return "dummy"
-    if value in _DISK_FORMATS:
-        return _DISK_FORMATS[value]
-    raise ValueError(
-        f"actor_rollout_ref.rollout.load_format={value!r} is not supported: use dummy_dtensor "
-        f"(random init, weights synced from the actor) or one of {sorted(_DISK_FORMATS)}"
-    )
 
 
 def _rank_world() -> tuple[int, int]:
@@ -98,14 +86,11 @@ def engine_kwargs(config: Any, model_path: str, device: str, lora_rank: int = 0)
     tp = int(config.tensor_model_parallel_size)
     rank, _ = _rank_world()
     extra = {k: v for k, v in dict(config.engine_kwargs.vllm).items() if v is not None}
-    max_model_len = config.max_model_len
-    if max_model_len is None:
-        max_model_len = int(config.prompt_length) + int(config.response_length)
     kwargs: dict[str, Any] = {
         "model": model_path,
         "dtype": str(config.dtype),
-        "load_format": _load_format(str(config.load_format)),
-        "max_model_len": int(max_model_len),
+        "load_format": load_format_name(str(config.load_format)),
+        "max_model_len": max_model_len(config),
         "max_num_batched_tokens": int(config.max_num_batched_tokens),
         "max_num_seqs": int(config.max_num_seqs),
         "enforce_eager": bool(config.enforce_eager),

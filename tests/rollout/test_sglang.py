@@ -1,4 +1,5 @@
-"""SGLang engine: guarded import and config mapping on CPU; a real engine only on GPU."""
+"""SGLang engine on CPU: start-up errors, argument mapping, engine_kwargs validation, TP placement, bucketing.
+The engine itself runs in tests/gpu/test_sglang_gpu.py."""
 
 import pytest
 import torch
@@ -6,15 +7,22 @@ import torch
 from _compose import SMALL, compose_config
 from rlpost.rollout import build_rollout
 from rlpost.rollout.base import SamplingSpec
-from rlpost.rollout.sglang import engine_kwargs, sampling_params
+from rlpost.rollout.sglang_args import (ACCEPTED, check_cuda_compiler, check_extra_keys, engine_kwargs,
+                                        fa3_installed, sampling_params, scheduler_devices)
+from rlpost.rollout.utils import tensor_buckets
+from rlpost.trainer.config.errors import ConfigError
+
+ARR = "actor_rollout_ref"
+SGL = f"{ARR}.rollout.engine_kwargs.sglang"
 
 
 def _rollout_cfg(*overrides: str, name: str = "sglang"):
     """`actor_rollout_ref.rollout` of the default config on a GPU run (sglang is refused with device=cpu)."""
-    return compose_config(*SMALL, "trainer.device=cuda", f"actor_rollout_ref.rollout.name={name}",
+    return compose_config(*SMALL, "trainer.device=cuda", f"{ARR}.rollout.name={name}",
                           *overrides).actor_rollout_ref.rollout
 
 
+@pytest.mark.timeout(60)
 def test_choosing_sglang_without_gpu_says_what_is_needed():
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
@@ -22,47 +30,115 @@ def test_choosing_sglang_without_gpu_says_what_is_needed():
         build_rollout(_rollout_cfg(), "/m", None, "cpu")
 
 
+@pytest.mark.timeout(60)
+def test_sglang_not_installed_names_the_install_step(monkeypatch):
+    try:
+        import sglang  # noqa: F401
+        pytest.skip("sglang is installed")
+    except ImportError:
+        pass
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with pytest.raises(RuntimeError, match=r"needs the sglang package .*gpu_bundle\.py --sglang.*gpu_install\.sh"):
+        build_rollout(_rollout_cfg(), "/m", None, "cuda")
+
+
+@pytest.mark.timeout(60)
 def test_unknown_engine_name_lists_valid_ones():
-    cfg = compose_config(*SMALL, "actor_rollout_ref.rollout.name=vlm", validate=False).actor_rollout_ref.rollout
+    cfg = compose_config(*SMALL, f"{ARR}.rollout.name=vlm", validate=False).actor_rollout_ref.rollout
     with pytest.raises(ValueError, match="'vlm'.*valid"):
         build_rollout(cfg, "/m", None, "cpu")
 
 
-def test_sglang_kwargs_and_sampling_mapping():
-    backend = "actor_rollout_ref.rollout.engine_kwargs.sglang.attention_backend=triton"
-    cfg = _rollout_cfg("actor_rollout_ref.rollout.gpu_memory_utilization=0.6", backend)
-    kw = engine_kwargs(cfg, "/m")
-    assert kw["mem_fraction_static"] == 0.6 and kw["attention_backend"] == "triton"
-    assert kw["context_length"] == 16 + 8 and kw["load_format"] == "dummy"
-    explicit = _rollout_cfg("actor_rollout_ref.rollout.gpu_memory_utilization=0.6", backend,
-                            "actor_rollout_ref.rollout.engine_kwargs.sglang.mem_fraction_static=0.8")
-    assert engine_kwargs(explicit, "/m")["mem_fraction_static"] == 0.8
+@pytest.mark.timeout(60)
+def test_engine_kwargs_mapping():
+    cfg = _rollout_cfg(f"{ARR}.rollout.gpu_memory_utilization=0.6", f"{ARR}.rollout.enable_chunked_prefill=false",
+                       f"{ARR}.rollout.enable_prefix_caching=false", f"{ARR}.rollout.max_num_seqs=64",
+                       f"{ARR}.rollout.enforce_eager=false")
+    kw = engine_kwargs(cfg, "/m", rank=0, base_gpu_id=0, fa3=False)
+    assert kw["mem_fraction_static"] == 0.6 and kw["context_length"] == 16 + 8 and kw["load_format"] == "dummy"
+    assert kw["tp_size"] == 1 and kw["random_seed"] == 0 and kw["enable_memory_saver"] is True
+    assert kw["chunked_prefill_size"] == -1 and kw["disable_radix_cache"] is True
+    assert kw["max_running_requests"] == 64 and kw["disable_cuda_graph"] is False
+    assert kw["attention_backend"] == "triton" and kw["sampling_backend"] == "pytorch"
+    assert kw["skip_tokenizer_init"] is True
+    # with FA3 installed the engine picks its own attention backend
+    assert "attention_backend" not in engine_kwargs(cfg, "/m", rank=0, base_gpu_id=0, fa3=True)
+
+
+@pytest.mark.timeout(60)
+def test_engine_kwargs_tp_seeds_ports_and_overrides():
+    cfg = _rollout_cfg(f"{ARR}.rollout.tensor_model_parallel_size=2", f"{SGL}.attention_backend=fa3",
+                       f"{SGL}.mem_fraction_static=0.8", f"+{SGL}.random_seed=7",
+                       f"{ARR}.rollout.cudagraph_capture_sizes=[1,8]")
+    peers = [engine_kwargs(cfg, "/m", rank=r, base_gpu_id=0, fa3=False) for r in range(4)]
+    assert [k["random_seed"] for k in peers] == [7, 7, 8, 8]  # one seed per TP block
+    assert peers[0]["port"] != peers[2]["port"] and peers[0]["tp_size"] == 2
+    assert peers[0]["attention_backend"] == "fa3" and peers[0]["mem_fraction_static"] == 0.8
+    assert peers[0]["cuda_graph_bs_decode"] == [1, 8]
+
+
+@pytest.mark.timeout(60)
+def test_unknown_engine_kwargs_key_lists_the_accepted_ones():
+    with pytest.raises(ValueError, match="attention_bakend is not .*accepted: attention_backend, "):
+        check_extra_keys({"attention_bakend": "triton"})
+    with pytest.raises(ValueError, match="tp_size is set from actor_rollout_ref.rollout.tensor_model_parallel_size"):
+        check_extra_keys({"tp_size": 2})
+    check_extra_keys({k: 1 for k in ACCEPTED})
+    # refused at start-up, before Ray starts
+    with pytest.raises(ConfigError, match="engine_kwargs.sglang.attention_bakend is not"):
+        _rollout_cfg(f"+{SGL}.attention_bakend=triton")
+
+
+@pytest.mark.timeout(60)
+def test_tensor_parallel_must_fit_a_node():
+    with pytest.raises(ConfigError, match=r"tensor_model_parallel_size=4, trainer.n_gpus_per_node=2.*"
+                                          r"tensor_model_parallel_size=2"):
+        compose_config(*SMALL, "trainer.device=cuda", f"{ARR}.rollout.name=sglang", "trainer.n_gpus_per_node=2",
+                       f"{ARR}.rollout.tensor_model_parallel_size=4")
+    assert _rollout_cfg(f"{ARR}.rollout.tensor_model_parallel_size=2").tensor_model_parallel_size == 2
+
+
+@pytest.mark.timeout(30)
+def test_scheduler_devices():
+    # Ray: each peer sees its own GPU; the owner's schedulers see the block's, numbered from 0
+    assert scheduler_devices(["2", "3"], 0) == ("2,3", 0)
+    # torchrun without CUDA_VISIBLE_DEVICES, or a shared list: consecutive from the owner's device
+    assert scheduler_devices(["", ""], 2) == (None, 2)
+    assert scheduler_devices(["0,1,2,3", "0,1,2,3"], 2) == (None, 2)
+    assert scheduler_devices(["5"], 0) == (None, 0)
+
+
+@pytest.mark.timeout(30)
+def test_fa3_is_looked_up_without_importing_sgl_kernel():
+    assert fa3_installed() is False  # no sgl_kernel on the CPU machine
+
+
+@pytest.mark.timeout(30)
+def test_tensor_buckets_bound_bytes_and_keep_order():
+    tensors = [(f"w{i}", torch.zeros(n, dtype=torch.float32)) for i, n in enumerate([10, 10, 30, 5, 1, 100])]
+    buckets = list(tensor_buckets(iter(tensors), max_bytes=80))
+    assert [[name for name, _ in b] for b in buckets] == [["w0", "w1"], ["w2"], ["w3", "w4"], ["w5"]]
+    assert list(tensor_buckets(iter([]), 10)) == []
+
+
+@pytest.mark.timeout(30)
+def test_sampling_mapping():
     spec = SamplingSpec(greedy=False, temperature=0.9, top_k=0, top_p=0.95, max_tokens=8, ignore_eos=False,
                         logprobs=True)
     sp = sampling_params(spec, {2})
     assert sp["top_k"] == -1 and sp["temperature"] == 0.9 and sp["stop_token_ids"] == [2]
     assert sp["max_new_tokens"] == 8 and sp["n"] == 1
+    greedy = sampling_params(SamplingSpec(True, 1.0, -1, 1.0, 4, True, False), {2})
+    assert greedy["temperature"] == 0.0 and greedy["stop_token_ids"] is None and greedy["ignore_eos"] is True
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU and sglang")
-def test_sglang_engine_generates_on_gpu(tiny_model_dir):
-    pytest.importorskip("sglang")
-    from transformers import AutoTokenizer
-
-    from rlpost import keys
-    from rlpost.protocol import DataProto
-
-    tok = AutoTokenizer.from_pretrained(tiny_model_dir, padding_side="left")
-    cfg = _rollout_cfg("actor_rollout_ref.rollout.load_format=hf", "data.max_response_length=4",
-                       "actor_rollout_ref.rollout.gpu_memory_utilization=0.3", "actor_rollout_ref.rollout.dtype=float32",
-                       "trainer.n_gpus_per_node=1")
-    rollout = build_rollout(cfg, tiny_model_dir, tok, "cuda")
-    enc = tok(["hi", "What is 1 + 2?"], return_tensors="pt", padding=True)
-    pos = (enc.attention_mask.cumsum(-1) - 1).clamp(min=0)
-    data = DataProto.from_dict(
-        tensors={keys.INPUT_IDS: enc.input_ids, keys.ATTENTION_MASK: enc.attention_mask, keys.POSITION_IDS: pos},
-        meta_info={keys.META_EOS_TOKEN_ID: tok.eos_token_id, keys.META_PAD_TOKEN_ID: tok.pad_token_id},
-    )
-    out = rollout.generate_sequences(data)
-    assert out.batch[keys.RESPONSES].shape == (2, 4)
+@pytest.mark.timeout(30)
+def test_missing_cuda_compiler_names_the_toolchain_bundle(monkeypatch, tmp_path):
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path))  # no bin/nvcc there
+    with pytest.raises(RuntimeError, match=r"no nvcc .*gpu_bundle\.py --cuda-toolchain"):
+        check_cuda_compiler()
+    (tmp_path / "bin").mkdir()
+    nvcc = tmp_path / "bin" / "nvcc"
+    nvcc.write_text("#!/bin/sh\n")
+    nvcc.chmod(0o755)
+    assert check_cuda_compiler() == str(nvcc)

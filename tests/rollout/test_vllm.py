@@ -185,7 +185,8 @@ def test_hf_rollout_greedy_equals_vllm_greedy(setup):
 
 
 def test_engine_kwargs_mapping_and_errors(monkeypatch):
-    from rlpost.rollout.vllm import _load_format, engine_kwargs
+    from rlpost.rollout.utils import load_format_name
+    from rlpost.rollout.vllm import engine_kwargs
 
     seed = "+actor_rollout_ref.rollout.engine_kwargs.vllm.seed=3"
     monkeypatch.setenv("RANK", "3")
@@ -212,7 +213,7 @@ def test_engine_kwargs_mapping_and_errors(monkeypatch):
     with pytest.raises(ValueError, match="tensor_model_parallel_size=2: vLLM on CPU needs 1"):
         engine_kwargs(tp2, "/m", "cpu")
     with pytest.raises(ValueError, match="load_format='bogus'"):
-        _load_format("bogus")
+        load_format_name("bogus")
     with pytest.raises(NotImplementedError, match="not supported yet: .*swap_space"):
         engine_kwargs(_rollout_cfg("actor_rollout_ref.rollout.engine_kwargs.swap_space=4"), "/m", "cpu")
 

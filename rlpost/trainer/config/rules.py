@@ -188,10 +188,6 @@ def check_combinations(c: PPOTrainerConfig) -> None:
         fail(f"data.gen_batch_size={c.data.gen_batch_size}, data.train_batch_size={c.data.train_batch_size}",
              "a generation batch must hold at least one training batch of prompts",
              f"data.gen_batch_size={c.data.train_batch_size}")
-    if rollout.name == "sglang" and rollout.tensor_model_parallel_size != 1:
-        fail(f"not supported yet: {ARR}.rollout.tensor_model_parallel_size={rollout.tensor_model_parallel_size} "
-             "with rollout.name=sglang", "the SGLang engine runs one engine per device",
-             f"{ARR}.rollout.tensor_model_parallel_size=1 (or rollout.name=vllm)")
     if rollout.name == "sglang" and c.trainer.device == "cpu":
         fail(f"not supported yet: {ARR}.rollout.name=sglang with trainer.device=cpu",
              "SGLang runs on GPUs only", f"{ARR}.rollout.name=vllm (or hf)")
@@ -199,10 +195,29 @@ def check_combinations(c: PPOTrainerConfig) -> None:
         fail("reward_model.launch_reward_fn_async=true, algorithm.filter_groups.enable=true",
              "dynamic sampling keeps or drops groups by their scores, so the reward cannot wait until later",
              "reward_model.launch_reward_fn_async=false")
+    check_sglang(c)
     if c.trainer.resume_mode == "resume_path" and not c.trainer.resume_from_path:
         fail("trainer.resume_mode=resume_path, trainer.resume_from_path=null",
              "resume_path needs the checkpoint folder", "trainer.resume_from_path=/abs/ckpt/global_step_N "
              "(or trainer.resume_mode=auto)")
+
+
+def check_sglang(c: PPOTrainerConfig) -> None:
+    """SGLang: tensor-parallel blocks within a node; only the engine_kwargs.sglang keys rlpost passes on."""
+    rollout = c.actor_rollout_ref.rollout
+    tp, per_node = rollout.tensor_model_parallel_size, c.trainer.n_gpus_per_node
+    if rollout.name == "sglang" and per_node % tp:
+        fix = max(d for d in range(1, tp + 1) if per_node % d == 0)
+        fail(f"{ARR}.rollout.tensor_model_parallel_size={tp}, trainer.n_gpus_per_node={per_node}",
+             "an SGLang engine starts its tensor-parallel schedulers on the GPUs of one node",
+             f"{ARR}.rollout.tensor_model_parallel_size={fix}")
+    if rollout.name == "sglang":
+        from rlpost.rollout.sglang_args import check_extra_keys
+
+        try:
+            check_extra_keys({k: v for k, v in rollout.engine_kwargs.sglang.items() if v is not None})
+        except ValueError as err:
+            raise ConfigError(str(err)) from err
 
 
 def check_lora(c: PPOTrainerConfig) -> None:
