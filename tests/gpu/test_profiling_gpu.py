@@ -33,10 +33,11 @@ def test_phase_peaks_nest():
     torch.cuda.init()
     torch.empty(1, device="cuda")
     drain_phase_peaks()
+    live = torch.cuda.memory_allocated() / 2**30  # what earlier tests in this process still hold
     outer()
     peaks = drain_phase_peaks()
-    assert peaks["perf/max_memory_allocated_gb/update_weights"] == pytest.approx(3.0, abs=0.05)
-    assert peaks["perf/max_memory_allocated_gb/update_actor"] == pytest.approx(3.0, abs=0.05)
+    assert peaks["perf/max_memory_allocated_gb/update_weights"] == pytest.approx(live + 3.0, abs=0.05)
+    assert peaks["perf/max_memory_allocated_gb/update_actor"] == pytest.approx(live + 3.0, abs=0.05)
     assert drain_phase_peaks() == {}
     small = torch.empty(1, device="cuda")
     with_phase = phase("gen")(lambda: small + 1)

@@ -86,8 +86,9 @@ class RunMemory:
 
     def _engine_outside_gen(self, device_bytes: int) -> dict[str, int]:
         rollout = self.c.actor_rollout_ref.rollout
-        return {} if rollout.free_cache_engine else {"rollout engine": int(rollout.gpu_memory_utilization
-                                                                             * device_bytes)}
+        if rollout.free_cache_engine or not self.c.actor_rollout_ref.hybrid_engine:
+            return {}
+        return {"rollout engine": int(rollout.gpu_memory_utilization * device_bytes)}
 
     def _phase(self, name: str, device_bytes: int, parts: dict[str, int]) -> PhaseEstimate:
         return PhaseEstimate(name, {**self.resident(), **self._engine_outside_gen(device_bytes), **parts})
@@ -98,7 +99,9 @@ class RunMemory:
         rollout, actor = arr.rollout, arr.actor
 
         def gen(util: float) -> PhaseEstimate:
-            return PhaseEstimate("gen", {**self.resident(), "rollout engine": int(util * device_bytes)})
+            # hybrid_engine=false: the engine has devices of its own (its share of them always fits)
+            engine = {"rollout engine": int(util * device_bytes)} if arr.hybrid_engine else {}
+            return PhaseEstimate("gen", {**self.resident(), **engine})
 
         def fwd(name: str, shape: ModelShape, s: TrainSetup, dynamic: bool):
             def est(micro: float) -> PhaseEstimate:

@@ -113,3 +113,15 @@ def test_estimate_metrics_only_on_gpu(make_cfg, tmp_path):
     assert out["perf/estimated_memory_gb/gen"] == pytest.approx(0.6 * 80 + 0.494 * 14 * 1e9 / GIB, abs=0.05)
     cpu = grpo(make_cfg, c.actor_rollout_ref.model.path, 1, 32, 0.6, **{"trainer.device": "cpu"})
     assert estimate_metrics(cpu) == {}
+
+
+def test_separate_rollout_devices_keep_the_engine_off_the_trainer_devices(make_cfg, tmp_path):
+    """hybrid_engine=false: the engine has its own devices, so no trainer phase counts its share (seen on 2 H100s:
+    the split launch of scripts/bench_async.py was refused with 63.7 GiB of engine on the trainer device)."""
+    split = {f"{ARR}.hybrid_engine": False, f"{ARR}.rollout.n_gpus_per_node": 1, f"{ARR}.rollout.nnodes": 1,
+             f"{ARR}.rollout.free_cache_engine": False, f"{ARR}.rollout.calculate_log_probs": True,
+             f"{ARR}.rollout.tensor_model_parallel_size": 1}
+    c = grpo(make_cfg, model_dir(tmp_path, "q05", QWEN_05B), 1, 32, 0.8, **split)
+    lines = memory_lines(c, H100)
+    assert not any("rollout engine" in line for line in lines), lines
+    check_memory_fit(run_memory(c), H100, "test")  # 54 GiB update at micro 32: fits
