@@ -51,7 +51,8 @@ def test_no_calls():
 
 
 def test_registry():
-    assert TOOL_PARSERS.names() == ["hermes"]
+    assert TOOL_PARSERS.names() == ["hermes", "qwen", "qwen25"]  # qwen, qwen25: SGLang's names of the same format
+    assert get_tool_parser("qwen") is get_tool_parser("qwen25") is parse_hermes
     assert get_tool_parser("hermes") is parse_hermes
     with pytest.raises(ValueError, match=r"Unknown tool-call format 'hermez'.*Did you mean 'hermes'"):
         get_tool_parser("hermez")
