@@ -17,6 +17,8 @@ the same quantity from `logits / temperature`).
 
 from __future__ import annotations
 
+import collections
+
 import logging
 import os
 import time
@@ -138,9 +140,8 @@ class SGLangRollout(BaseRollout):
         gathers are collectives); only the owner sends. Wakes the weights, not the KV cache."""
         start = time.perf_counter()
         self._resume(("weights",))
-        if self.engine is None:
-            for _ in named_tensors:
-                pass
+        if self.engine is None:  # a TP peer: drive the iterator so its FSDP all-gathers run; nothing to send
+            collections.deque(named_tensors, maxlen=0)
         else:
             for bucket in tensor_buckets(named_tensors, _BUCKET_BYTES):
                 self.engine.update_weights_from_tensor(named_tensors=bucket, flush_cache=False)
