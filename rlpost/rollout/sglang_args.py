@@ -99,10 +99,23 @@ def scheduler_devices(visible: list[str], local_device: int) -> tuple[str | None
     return ",".join(visible), 0
 
 
+# SGLang's scheduler clips a request's new tokens to context_length - input_length - 2 (its longest request is
+# context_length - 1 tokens, and one more is kept free): a context of exactly prompt + response would cut
+# the last two tokens of the longest responses.
+SCHEDULER_RESERVE = 2
+
+
+def context_length(config: Any) -> int:
+    """SGLang's `context_length`: the rollout's `max_model_len` (null = prompt + response) raised to prompt +
+    response + `SCHEDULER_RESERVE`, so that every response can reach `response_length` tokens."""
+    needed = int(config.prompt_length) + int(config.response_length) + SCHEDULER_RESERVE
+    return max(max_model_len(config), needed)
+
+
 def engine_kwargs(config: Any, model_path: str, rank: int, base_gpu_id: int, fa3: bool) -> dict[str, Any]:
     """Rollout config -> `sglang.Engine(...)` arguments (validated `engine_kwargs.sglang` entries win).
 
-    `max_model_len: null` means prompt + response length; `gpu_memory_utilization` becomes
+    The context length is `context_length(config)`; `gpu_memory_utilization` becomes
     `mem_fraction_static`; the seed is `random_seed` (default 0) plus the replica index, so TP peers
     share one and replicas differ. Defaults rlpost picks: `attention_backend` triton where FA3 is not
     installed (`fa3`), `sampling_backend` pytorch (FlashInfer's sampler compiles kernels at start-up).
@@ -116,7 +129,7 @@ def engine_kwargs(config: Any, model_path: str, rank: int, base_gpu_id: int, fa3
         "model_path": model_path,
         "dtype": str(config.dtype),
         "load_format": load_format_name(str(config.load_format)),
-        "context_length": max_model_len(config),
+        "context_length": context_length(config),
         "mem_fraction_static": float(config.gpu_memory_utilization),
         "tp_size": tp,
         "base_gpu_id": base_gpu_id,

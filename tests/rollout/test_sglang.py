@@ -7,7 +7,7 @@ import torch
 from _compose import SMALL, compose_config
 from rlpost.rollout import build_rollout
 from rlpost.rollout.base import SamplingSpec
-from rlpost.rollout.sglang_args import (ACCEPTED, check_cuda_compiler, check_extra_keys, engine_kwargs,
+from rlpost.rollout.sglang_args import (ACCEPTED, check_cuda_compiler, check_extra_keys, context_length, engine_kwargs,
                                         fa3_installed, sampling_params, scheduler_devices)
 from rlpost.rollout.utils import tensor_buckets
 from rlpost.trainer.config.errors import ConfigError
@@ -55,12 +55,15 @@ def test_engine_kwargs_mapping():
                        f"{ARR}.rollout.enable_prefix_caching=false", f"{ARR}.rollout.max_num_seqs=64",
                        f"{ARR}.rollout.enforce_eager=false")
     kw = engine_kwargs(cfg, "/m", rank=0, base_gpu_id=0, fa3=False)
-    assert kw["mem_fraction_static"] == 0.6 and kw["context_length"] == 16 + 8 and kw["load_format"] == "dummy"
+    assert kw["mem_fraction_static"] == 0.6 and kw["context_length"] == 16 + 8 + 2 and kw["load_format"] == "dummy"
     assert kw["tp_size"] == 1 and kw["random_seed"] == 0 and kw["enable_memory_saver"] is True
     assert kw["chunked_prefill_size"] == -1 and kw["disable_radix_cache"] is True
     assert kw["max_running_requests"] == 64 and kw["disable_cuda_graph"] is False
     assert kw["attention_backend"] == "triton" and kw["sampling_backend"] == "pytorch"
     assert kw["skip_tokenizer_init"] is True
+    # SGLang clips new tokens to context - input - 2: a larger max_model_len is kept, a tight one is raised
+    assert context_length(_rollout_cfg(f"{ARR}.rollout.max_model_len=24")) == 26
+    assert context_length(_rollout_cfg(f"{ARR}.rollout.max_model_len=100")) == 100
     # with FA3 installed the engine picks its own attention backend
     assert "attention_backend" not in engine_kwargs(cfg, "/m", rank=0, base_gpu_id=0, fa3=True)
 

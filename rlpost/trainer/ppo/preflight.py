@@ -127,10 +127,16 @@ def check_context_length(config: Any) -> None:
     limit = int(limit * float(scaling.get("factor") or 1.0))
     data = config.data
     want = rollout.max_model_len or int(data.max_prompt_length) + int(data.max_response_length)
+    reserve = 0
+    if rollout.name == "sglang":  # SGLang keeps SCHEDULER_RESERVE tokens of its context free
+        from rlpost.rollout.sglang_args import SCHEDULER_RESERVE as reserve
+        want = max(want, int(data.max_prompt_length) + int(data.max_response_length) + reserve)
     if want > limit:
         key = ("actor_rollout_ref.rollout.max_model_len" if rollout.max_model_len else
                "data.max_prompt_length + data.max_response_length")
-        room = limit - int(data.max_prompt_length)
+        if reserve:
+            key += f" (+ {reserve} tokens SGLang keeps free)"
+        room = limit - int(data.max_prompt_length) - reserve
         fix = (f"lower data.max_response_length to <= {room} (or data.max_prompt_length)" if room > 0 else
                f"lower data.max_prompt_length and data.max_response_length to a sum <= {limit}")
         raise ValueError(f"{key} = {want} tokens is more than the model's context of {limit} "
