@@ -66,19 +66,21 @@ def _import_sglang(device: str) -> Any:
 
 
 @contextmanager
-def _visible_devices(value: str | None) -> Iterator[None]:
-    """Set CUDA_VISIBLE_DEVICES for the processes started inside (this process's CUDA is already set up)."""
-    old = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if value is not None:
-        os.environ["CUDA_VISIBLE_DEVICES"] = value
+def engine_environment(visible_devices: str | None) -> Iterator[None]:
+    """The environment SGLang's engine starts in: CUDA_VISIBLE_DEVICES = `visible_devices` (None keeps this
+    process's) for the scheduler processes it spawns, and afterwards this process's environment exactly as
+    before. `sglang.Engine` sets process-wide NCCL variables (NCCL_CUMEM_ENABLE=0, NCCL_NVLS_ENABLE, ...);
+    left in place they would apply to the actor's own NCCL communicator, created lazily at the first weight
+    gather, on the engine's owner only: its TP peers' communicators then differ and the first all-gather fails
+    ("unhandled cuda error ... invalid argument"). The spawned schedulers keep what they inherited."""
+    saved = dict(os.environ)
+    if visible_devices is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = visible_devices
     try:
         yield
     finally:
-        if value is not None:
-            if old is None:
-                os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-            else:
-                os.environ["CUDA_VISIBLE_DEVICES"] = old
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 @ROLLOUT_REGISTRY.register("sglang")
@@ -104,7 +106,7 @@ class SGLangRollout(BaseRollout):
             children, base_gpu_id = scheduler_devices([str(v) for v in visible], torch.cuda.current_device())
             kwargs = engine_kwargs(config, model_path, rank, base_gpu_id, fa3_installed())
             start = time.perf_counter()
-            with _visible_devices(children):
+            with engine_environment(children):
                 self.engine = sglang.Engine(**kwargs)
             logger.info("SGLang engine started in %.1f s (tp %d, attention %s)", time.perf_counter() - start, tp,
                         kwargs.get("attention_backend", "default"))

@@ -1,6 +1,8 @@
 """SGLang engine on CPU: start-up errors, argument mapping, engine_kwargs validation, TP placement, bucketing.
 The engine itself runs in tests/gpu/test_sglang_gpu.py."""
 
+import os
+
 import pytest
 import torch
 
@@ -145,3 +147,23 @@ def test_missing_cuda_compiler_names_the_toolchain_bundle(monkeypatch, tmp_path)
     nvcc.write_text("#!/bin/sh\n")
     nvcc.chmod(0o755)
     assert check_cuda_compiler() == str(nvcc)
+
+
+@pytest.mark.timeout(60)
+def test_engine_environment_is_undone_after_the_engine_starts(monkeypatch):
+    """What SGLang's engine sets process-wide (NCCL_CUMEM_ENABLE=0, ...) must not reach the actor's own NCCL
+    communicator on the engine's owner only: the TP peers' communicators would differ (the first all-gather
+    failed on 2 GPUs with TP 2)."""
+    from rlpost.rollout.sglang import engine_environment
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    monkeypatch.delenv("NCCL_CUMEM_ENABLE", raising=False)
+    monkeypatch.setenv("CUDA_MODULE_LOADING", "LAZY")
+    with engine_environment("1,0"):
+        assert os.environ["CUDA_VISIBLE_DEVICES"] == "1,0"  # what the spawned schedulers inherit
+        os.environ["NCCL_CUMEM_ENABLE"] = "0"  # as sglang.Engine does
+        os.environ["CUDA_MODULE_LOADING"] = "AUTO"
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "1" and "NCCL_CUMEM_ENABLE" not in os.environ
+    assert os.environ["CUDA_MODULE_LOADING"] == "LAZY"
+    with engine_environment(None):
+        assert os.environ["CUDA_VISIBLE_DEVICES"] == "1"
