@@ -88,7 +88,9 @@ class ToolAgentLoop(AgentLoopBase):
         while True:
             ids, log_probs = await self.generate(builder.prompt_ids + builder.response_ids, sampling_params,
                                                  builder.remaining)
-            parsed = parse(builder.add_model_turn(ids, log_probs))
+            builder.add_model_turn(ids, log_probs)
+            # formats such as gpt-oss, llama3 and mistral mark calls with special tokens
+            parsed = parse(builder.last_turn_raw)
             stats.assistant_turns += 1
             stats.bad_tool_calls += parsed.num_bad
             if builder.truncated or self._turn_limit_reached(stats):

@@ -155,6 +155,7 @@ class TrajectoryBuilder:
         self._closed_text = ""  # the template's text of the conversation up to the last model turn
         self._expects_model = True
         self.truncated = False
+        self.last_turn_raw = ""  # the last model turn decoded with special tokens kept (tool-call parsers read it)
 
     def _render(self, messages: list[dict], add_generation_prompt: bool) -> str:
         return render(self.tokenizer, messages, self.tools, add_generation_prompt, self.template_kwargs)
@@ -191,7 +192,8 @@ class TrajectoryBuilder:
         self.messages.append({"role": "assistant", "content": content})
         closed = self._closed_text = self._render(self.messages, False)
         turn_text = closed[len(self._open_text):] if closed.startswith(self._open_text) else None
-        self._tail = closing_text(turn_text, decode(self.tokenizer, ids, False), self.tokenizer.eos_token)
+        self.last_turn_raw = decode(self.tokenizer, ids, False)
+        self._tail = closing_text(turn_text, self.last_turn_raw, self.tokenizer.eos_token)
         self._expects_model = False
         return content
 

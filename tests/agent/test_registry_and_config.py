@@ -89,7 +89,7 @@ def test_runner_refuses_unknown_agent_name_before_running(chat_tokenizer):
         ({"max_parallel_calls": 1.5}, "multi_turn.max_parallel_calls=1.5"),
         ({"tool_response_truncate_side": "top"}, "tool_response_truncate_side='top': must be one of"),
         ({"tokenization_sanity_check_mode": "off"}, "tokenization_sanity_check_mode='off'"),
-        ({"format": "gpt-oss"}, "multi_turn.format='gpt-oss': must be one of ['hermes', 'qwen', 'qwen25']"),
+        ({"format": "harmony"}, "multi_turn.format='harmony': must be one of ['gpt-oss', 'hermes', 'llama3', "),
         ({"tool_timeout_s": 0}, "tool_timeout_s=0: must be > 0"),
     ],
 )

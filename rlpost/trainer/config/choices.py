@@ -1,7 +1,7 @@
 """Valid values of the enumerated config keys. Names that select code come from its registry.
 
-Advantage estimators, policy losses, KL estimators, loss-aggregation modes, rollout engines and reward
-managers are looked up in the registries the code uses, so a name registered by a user
+Advantage estimators, policy losses, KL estimators, loss-aggregation modes, rollout engines, reward
+managers and tool-call formats are looked up in the registries the code uses, so a name registered by a user
 (`@register_adv_est("my_est")` before validation) is valid, and a new built-in needs no edit here.
 """
 
@@ -56,6 +56,12 @@ def reward_managers() -> tuple[str, ...]:
     return _names(REWARD_MANAGERS)
 
 
+def tool_call_formats() -> tuple[str, ...]:
+    from rlpost.agent.tool_parser import TOOL_PARSERS
+
+    return _names(TOOL_PARSERS)
+
+
 def enums() -> dict[str, tuple[Any, ...]]:
     """Enumerated key -> its valid values (registries are read now, after user registrations)."""
     kl_names, agg = kl_estimators(), loss_agg_modes()
@@ -90,6 +96,7 @@ def enums() -> dict[str, tuple[Any, ...]]:
         ),
         f"{ARR}.rollout.multi_turn.tool_response_truncate_side": ("left", "middle", "right"),
         f"{ARR}.rollout.multi_turn.tokenization_sanity_check_mode": ("strict", "ignore_strippable", "disable"),
+        f"{ARR}.rollout.multi_turn.format": tool_call_formats(),
         "data.truncation": ("error", "left", "right", "middle"),
         "reward_model.reward_manager": reward_managers(),
         "trainer.resume_mode": ("auto", "disable", "resume_path"),

@@ -41,7 +41,6 @@ def never(*values: Any) -> Refusal:
 
 # Feature areas named in the refusal message, by key prefix (the first match wins).
 AREAS: tuple[tuple[str, str], ...] = (
-    (f"{ARR}.rollout.multi_turn.format", "a parser for this tool-call format"),
     (f"{ARR}.rollout.multi_turn.completion_callback", "the multi-turn completion callback"),
     (f"{ARR}.rollout.agent.custom_async_server", "the custom async server"),
     (f"{ARR}.rollout.over_sample_rate", "async rollout"),
@@ -90,7 +89,6 @@ NOT_SUPPORTED_YET: dict[str, Refusal] = {
     f"{ARR}.rollout.trace.backend": only(None),
     f"{ARR}.rollout.skip_rollout": only(False),
     f"{ARR}.rollout.multi_turn.completion_callback": only(None),
-    f"{ARR}.rollout.multi_turn.format": only("hermes", "qwen", "qwen25"),
     f"{ARR}.rollout.agent.custom_async_server.path": only(None),
     f"{ARR}.rollout.agent.custom_async_server.name": only(None),
     "algorithm.rollout_correction.rollout_rs_threshold_lower": only(None),

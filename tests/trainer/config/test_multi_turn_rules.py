@@ -36,15 +36,17 @@ RULES = [
      f"not supported yet: {ARR}.rollout.name=sglang with {MT}.enable=true: multi-turn rollouts run on the vllm or "
      f"hf engine; use {ARR}.rollout.name=vllm."),
     ({f"{MT}.enable": True, f"{ARR}.rollout.tensor_model_parallel_size": 2, "trainer.device": "cuda"},
-     f"not supported yet: {ARR}.rollout.tensor_model_parallel_size=2 with {MT}.enable=true"),
+     f"not supported yet: {ARR}.rollout.tensor_model_parallel_size=2 with {MT}.enable=true: the tensor-parallel "
+     "peers of one vLLM engine must submit identical requests at every engine step"),
     ({f"{MT}.enable": True, "data.return_raw_chat": False},
      f"{MT}.enable=true, data.return_raw_chat=false: agent loops render each conversation from the chat messages "
      "of the row; use data.return_raw_chat=true."),
     ({f"{ARR}.rollout.agent.default_agent_loop": "tool_agent"},
      f"{ARR}.rollout.agent.default_agent_loop=tool_agent, {MT}.enable=false: agent loops, tools and interactions "
      f"run only in multi-turn rollouts; use {MT}.enable=true."),
-    ({f"{MT}.enable": True, f"{MT}.format": "gpt-oss"},
-     f"not supported yet: {MT}.format=gpt-oss (a parser for this tool-call format is not built); use {MT}.format=hermes."),
+    ({f"{MT}.enable": True, f"{MT}.format": "gpt_oss"},
+     f"{MT}.format=gpt_oss: must be one of gpt-oss, hermes, llama3, mistral, pythonic, qwen, qwen25; "
+     f"use {MT}.format=gpt-oss."),
     ({f"{MT}.enable": True, f"{MT}.completion_callback": "m.f"},
      f"not supported yet: {MT}.completion_callback=m.f (the multi-turn completion callback is not built)"),
     ({f"{MT}.enable": True, f"{MT}.tool_timeout_s": 0.0}, f"{MT}.tool_timeout_s=0.0: must be > 0"),
@@ -67,3 +69,12 @@ def test_rule(small_cfg, values, message):
         with pytest.raises(ConfigError) as err:
             validate_config(small_cfg(values))
     assert message in str(err.value)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("fmt", ["gpt-oss", "llama3", "mistral", "pythonic", "qwen"])
+def test_every_registered_format_validates(small_cfg, fmt):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConfigWarning)
+        cfg = validate_config(small_cfg({f"{MT}.enable": True, f"{MT}.format": fmt}))
+    assert cfg.actor_rollout_ref.rollout.multi_turn.format == fmt
