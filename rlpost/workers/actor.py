@@ -75,7 +75,7 @@ def _run_head(module: torch.nn.Module, labels: torch.Tensor, logits_fn: Any, fus
     return out.reshape(-1, out.shape[-1])
 
 
-def _sequence_parallel_forward(module: torch.nn.Module, packed_ids: torch.Tensor, packed_pos: torch.Tensor,
+def sequence_parallel_forward(module: torch.nn.Module, packed_ids: torch.Tensor, packed_pos: torch.Tensor,
                                mask: torch.Tensor, keep: torch.Tensor, logits_fn: Any,
                                sp: SequenceParallel, fused: FusedHeadOptions | None) -> torch.Tensor:
     """`logits_fn` at the packed positions `keep`, each rank of the SP group running its slice of the row.
@@ -143,7 +143,7 @@ def forward_response_logits(module: torch.nn.Module, mb: TensorDict, use_remove_
         packed_ids, packed_pos, idx = unpad_input(ids, mask, pos)
         if sp is not None:
             keep, grid = _response_positions(mask, r)
-            per_tok = _sequence_parallel_forward(module, packed_ids, packed_pos, mask, keep, logits_fn, sp, fused)
+            per_tok = sequence_parallel_forward(module, packed_ids, packed_pos, mask, keep, logits_fn, sp, fused)
             return pad_output(per_tok, grid, b, t)[:, -r - 1:-1]
         labels = next_token_labels(packed_ids)
         inputs = {"input_ids": packed_ids, "position_ids": packed_pos, "attention_mask": None, "use_cache": False}

@@ -1,8 +1,12 @@
 """Reward-model worker: a frozen, FSDP2-sharded `AutoModelForSequenceClassification` (one label) that scores
 each (prompt, response) row; the score is placed on the last valid response token as `rm_scores` (B, R).
 
-Config: the `reward_model` group (model.path, model.input_tokenizer, model.fsdp_config, micro_batch_size_per_gpu,
-use_dynamic_bsz, forward_max_token_len_per_gpu, max_length). When `model.input_tokenizer` (the policy's
+Config: the `reward_model` group (model.path, model.input_tokenizer, model.use_remove_padding, model.fsdp_config,
+micro_batch_size_per_gpu, use_dynamic_bsz, forward_max_token_len_per_gpu, max_length,
+ulysses_sequence_parallel_size). With remove-padding the rows of a micro-batch are packed into one row and each
+row's score is read at its last token; with Ulysses sequence parallelism (which needs remove-padding) the ranks of
+a group share the rows and each runs a slice of the packed row, through the critic's path
+(`rlpost.workers.actor.sequence_parallel_forward`). When `model.input_tokenizer` (the policy's
 tokenizer) differs from the RM's tokenizer, rows are decoded to text, wrapped in the RM's chat template and
 re-tokenised; otherwise the policy's `input_ids` are scored as they are.
 """
@@ -10,6 +14,7 @@ re-tokenised; otherwise the policy's `input_ids` are scored as they are.
 from __future__ import annotations
 
 import os
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -19,8 +24,12 @@ from rlpost.single_controller.base import Dispatch, register
 from rlpost.utils.distributed import init_distributed
 from rlpost.utils.fsdp import apply_fsdp2, compute_dtype, load_model_to, offload_model
 from rlpost.utils.model import import_external_libs, load_hf_config
+from rlpost.utils.packed_attention import PACKED_KWARG, packed_sequences, use_packed_attention
+from rlpost.utils.padding import unpad_input
 from rlpost.utils.profiler import phase
-from rlpost.workers.batching import TensorDict, micro_batches
+from rlpost.utils.ulysses import SequenceParallel, new_sequence_parallel, sp_size, use_ulysses_attention
+from rlpost.workers.actor import sequence_parallel_forward
+from rlpost.workers.batching import TensorDict, group_rows, micro_batches, own_rows, sp_parts
 from rlpost.workers.profiling import ProfiledWorker
 
 # Pooling id that never occurs in input_ids, so HF's "rightmost non-pad token" pooling takes the last column.
@@ -49,6 +58,65 @@ def load_reward_model(model_cfg: Any, dtype: torch.dtype) -> torch.nn.Module:
     # Rows are right-aligned before the forward (see `right_align`): the last column is the last real token.
     model.config.get_text_config().pad_token_id = _NO_PAD_ID
     return model.eval()
+
+
+class TokenScores:
+    """A sequence-classification model seen as a per-token scorer: its forward returns (as `.logits`) what the
+    classification head computes at every token, caught by a forward hook on the head (the model itself pools
+    one position per row, which on a packed row or a slice of one is not a row's last token).
+
+    Raises:
+        ValueError: the model has no `score` linear head (the transformers convention for decoder models).
+    """
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        head = getattr(model, "score", None)
+        if not isinstance(head, torch.nn.Linear):
+            raise ValueError(f"{type(model).__name__} has no `score` linear head, which packed rows "
+                             "(reward_model.model.use_remove_padding=true, needed by Ulysses) read per token; set "
+                             "reward_model.model.use_remove_padding=false "
+                             "reward_model.ulysses_sequence_parallel_size=1")
+        self.model, self.head = model, head
+
+    def forward(self, **inputs: Any) -> SimpleNamespace:
+        """(1, N, 1) head output of a packed row (or of this rank's slice of one) as `.logits`."""
+        caught: list[torch.Tensor] = []
+        handle = self.head.register_forward_hook(lambda _m, _args, out: caught.append(out))
+        try:
+            self.model(**inputs)
+        finally:
+            handle.remove()
+        return SimpleNamespace(logits=caught[0])
+
+    __call__ = forward
+
+
+def _first_label(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """(n, 1) head output -> (n,) float32 scores (labels unused)."""
+    return logits[:, 0].float()
+
+
+def packed_last_token_scores(scorer: TokenScores, mb: TensorDict, sp: SequenceParallel | None) -> torch.Tensor:
+    """Score each row at its last real token, the rows packed into one (remove-padding).
+
+    Args:
+        mb: `input_ids`, `attention_mask`, `position_ids` (b, T), any padding.
+        sp: Ulysses group (its ranks hold the same rows and each runs a slice); None: one rank runs the row.
+
+    Returns:
+        (b,) float32 scores, the same on every rank of the group; 0 for a row without tokens.
+    """
+    mask = mb[keys.ATTENTION_MASK]
+    packed_ids, packed_pos, _ = unpad_input(mb[keys.INPUT_IDS], mask, mb[keys.POSITION_IDS])
+    lens = mask.sum(-1)
+    last = (torch.cumsum(lens, 0) - 1).clamp(min=0)  # packed index of each row's last token
+    if sp is not None:
+        scores = sequence_parallel_forward(scorer, packed_ids, packed_pos, mask, last, _first_label, sp, None)
+    else:
+        logits = scorer(input_ids=packed_ids, position_ids=packed_pos, attention_mask=None, use_cache=False,
+                        **{PACKED_KWARG: packed_sequences(lens, packed_ids.device)}).logits
+        scores = _first_label(logits[0, last], None)
+    return torch.where(lens > 0, scores, torch.zeros_like(scores))
 
 
 def right_align(tensors: TensorDict) -> TensorDict:
@@ -149,6 +217,8 @@ class RewardModelWorker(ProfiledWorker):
         self.module: torch.nn.Module | None = None
         self.tokenizer = self.input_tokenizer = None
         self.retemplate = False
+        self.sp = new_sequence_parallel(int(config.ulysses_sequence_parallel_size))  # None without Ulysses
+        self.scorer: TokenScores | None = None  # remove-padding: the per-token view of `module`
 
     def _load_tokenizers(self) -> None:
         """RM and policy tokenizers, only when `input_tokenizer` is set; decides whether to re-template."""
@@ -170,7 +240,12 @@ class RewardModelWorker(ProfiledWorker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
-        """Load the RM in the compute dtype (fp32 on CPU, bf16 on CUDA), shard it, offload if asked."""
+        """Load the RM in the compute dtype (fp32 on CPU, bf16 on CUDA), shard it, offload if asked; with
+        remove-padding its attention runs on packed rows, with a Ulysses group on slices of them."""
+        if self.sp is not None and not self.config.model.use_remove_padding:
+            raise ValueError("Ulysses sequence parallelism runs on packed rows: reward_model."
+                             f"ulysses_sequence_parallel_size={self.sp.size} needs reward_model.model."
+                             "use_remove_padding=true")
         self._load_tokenizers()
         fsdp_cfg = self.config.model.fsdp_config
         self.module = load_reward_model(self.config.model, compute_dtype(self.device))
@@ -178,6 +253,11 @@ class RewardModelWorker(ProfiledWorker):
         apply_fsdp2(self.module, self.device, fsdp_size=fsdp_cfg.fsdp_size,
                     reshard_after_forward=fsdp_cfg.reshard_after_forward, offload_policy=False,
                     min_num_params=fsdp_cfg.wrap_policy.min_num_params, trainable=False)
+        if self.config.model.use_remove_padding:
+            self.scorer = TokenScores(self.module)
+            use_packed_attention(self.module)
+        if self.sp is not None:
+            use_ulysses_attention(self.module, self.sp.size)
         if fsdp_cfg.param_offload:
             offload_model(self.module)
 
@@ -192,13 +272,17 @@ class RewardModelWorker(ProfiledWorker):
 
     @torch.no_grad()
     def _scores(self, inputs: TensorDict) -> torch.Tensor:
-        """(B,) float32 logits at each row's last real token, micro-batched like the critic's forward."""
+        """(B,) float32 logits at each row's last real token, micro-batched like the critic's forward (the token
+        budget is per device: the devices of a Ulysses group share each micro-batch)."""
         cfg = self.config
         micros, rev = micro_batches(inputs, cfg.micro_batch_size_per_gpu, bool(cfg.use_dynamic_bsz),
-                                    int(cfg.forward_max_token_len_per_gpu))
+                                    int(cfg.forward_max_token_len_per_gpu) * sp_size(self.sp))
         out = []
         for mb in micros:
             mb = {k: v.to(self.device) for k, v in mb.items()}
+            if self.scorer is not None:
+                out.append(packed_last_token_scores(self.scorer, mb, self.sp).cpu())
+                continue
             logits = self.module(input_ids=mb[keys.INPUT_IDS], attention_mask=mb[keys.ATTENTION_MASK],
                                  position_ids=mb[keys.POSITION_IDS], use_cache=False).logits
             out.append(logits[:, 0].float().cpu())
@@ -209,8 +293,11 @@ class RewardModelWorker(ProfiledWorker):
     @phase("rm")
     def compute_rm_score(self, data: DataProto) -> DataProto:
         """Reads `input_ids`, `attention_mask`, `position_ids` (B, T), `responses` (B, R), non-tensor
-        `raw_prompt` (re-templating only); writes `rm_scores` (B, R): the score on the last response token."""
+        `raw_prompt` (re-templating only); writes `rm_scores` (B, R): the score on the last response token.
+        The ranks of a Ulysses group score their rows together and each returns its own."""
         fsdp_cfg = self.config.model.fsdp_config
+        rows = len(data)
+        data, start = group_rows(data, *sp_parts(self.sp))
         inputs = self._rm_inputs(data)
         if fsdp_cfg.param_offload:
             load_model_to(self.module, self.device)
@@ -219,4 +306,4 @@ class RewardModelWorker(ProfiledWorker):
             offload_model(self.module)
         r = data.batch[keys.RESPONSES].shape[1]
         rm = place_on_last_token(scores, data.batch[keys.ATTENTION_MASK][:, -r:])
-        return DataProto.from_dict(tensors={keys.RM_SCORES: rm})
+        return own_rows(DataProto.from_dict(tensors={keys.RM_SCORES: rm}), start, rows)

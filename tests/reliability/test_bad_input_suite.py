@@ -133,8 +133,9 @@ CASES = [
     ("B43", "micro-batch not dividing the per-device mini-batch", ["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3"],
      ["ppo_micro_batch_size_per_gpu=3"]),
     ("B44", "truncation mode misspelt", ["data.truncation=cut"], ["data.truncation=cut: must be one of"]),
-    ("B45", "reward model with remove-padding (accepted with a notice)",
-     ["reward_model.enable=true", "reward_model.model.path={model}", "reward_model.model.use_remove_padding=true"], None),
+    ("B45", "reward model packed with Ulysses SP 2 (accepted)",
+     ["reward_model.enable=true", "reward_model.model.path={model}", "reward_model.model.use_remove_padding=true",
+      "reward_model.ulysses_sequence_parallel_size=2"], None),
 ]
 
 BASE = ["trainer.device=cpu", "trainer.n_gpus_per_node=2", "actor_rollout_ref.rollout.tensor_model_parallel_size=1",

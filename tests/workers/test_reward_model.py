@@ -1,5 +1,6 @@
-"""RewardModelWorker: scores equal a plain HF forward (direct, dynamic bsz, truncated, re-templated, offloaded)
-on 2 gloo ranks; pure helpers; option errors; the trainer returns rm_scores instead of running the rule."""
+"""RewardModelWorker: scores equal a plain HF forward (direct, dynamic bsz, truncated, re-templated, offloaded,
+packed, packed with Ulysses SP 2) on 2 gloo ranks; pure helpers; option errors; the trainer returns rm_scores
+instead of running the rule."""
 
 from __future__ import annotations
 
@@ -85,6 +86,13 @@ def _run(rank: int, rm_dir: str, policy_dir: str, vocab: int, tmp: str) -> None:
     res["retemplate"] = w2.retemplate
     res["retemplated"] = score(w2)
     res["retemplated_again"] = score(w2)  # after an offload/onload cycle
+    packed = ("reward_model.model.use_remove_padding=true",)
+    for name, size in (("packed", 1), ("ulysses", 2)):
+        w3 = RewardModelWorker(rm_config(rm_dir, None, *packed, f"reward_model.ulysses_sequence_parallel_size={size}"))
+        w3.init_model()
+        res[name] = score(w3)
+        w3.config.use_dynamic_bsz, w3.config.max_length = True, 4
+        res[f"{name}_dynamic_truncated"] = score(w3)
     if rank == 0:
         torch.save(res, f"{tmp}/res.pt")
 
@@ -213,13 +221,28 @@ def test_right_align_keep_last_and_placement():
     assert placed.tolist() == [[0.0, 1.5, 0.0], [0.0, 0.0, -2.0], [0.0, 0.0, 0.0]]
 
 
-def test_remove_padding_is_accepted_with_a_notice():
-    """A sequence-classification head pools one position per row: the RM scores padded rows either way."""
-    from rlpost.trainer.config import ConfigWarning
+@pytest.mark.timeout(280)
+def test_packed_and_ulysses_scores_equal_the_padded_ones(results):
+    """Packed rows (remove-padding) and Ulysses SP 2 (the 2 ranks share the 8 rows, each runs half of every
+    packed row; the RM's one KV head is repeated for the 2 ranks) give the padded forward's scores within ATOL,
+    also with token-count micro-batches and rows truncated to their last 4 tokens."""
+    res, _ = results
+    for name in ("packed", "ulysses"):
+        torch.testing.assert_close(res[name], res["direct"], atol=ATOL, rtol=0, msg=name)
+        torch.testing.assert_close(res[f"{name}_dynamic_truncated"], res["truncated"], atol=ATOL, rtol=0, msg=name)
 
-    with pytest.warns(ConfigWarning, match="reward_model.model.use_remove_padding=true accepted"):
-        cfg = rm_config("unused", None, "reward_model.model.use_remove_padding=true")
-    assert cfg.model.use_remove_padding is True
+
+@pytest.mark.timeout(60)
+def test_ulysses_needs_remove_padding_and_the_plan_lists_it(dirs):
+    """SP > 1 on padded rows is refused at start-up, naming the fix; valid sizes show in the dry-run plan."""
+    from rlpost.trainer.config import ConfigError, typed_config
+    from rlpost.trainer.config.plan import dry_run_plan
+
+    with pytest.raises(ConfigError, match="use reward_model.model.use_remove_padding=true"):
+        rm_config(dirs[0], None, "reward_model.ulysses_sequence_parallel_size=2")
+    cfg = full_config(dirs[0], dirs[0], "reward_model.model.use_remove_padding=true",
+                      "reward_model.ulysses_sequence_parallel_size=2")
+    assert "reward_model 2 (1 data-parallel groups)" in dry_run_plan(typed_config(cfg))
 
 
 def test_a_causal_lm_is_refused_as_reward_model(tiny_model_dir):

@@ -1,6 +1,7 @@
 """Ulysses sequence parallelism on gloo ranks: log-probs, entropy and gradients with SP > 1 equal SP = 1's on the
 same batch (float32, CPU: atol 1e-5 on values, 1e-5 relative on gradients), for GQA models with fewer KV heads
-than the SP size, with gradient checkpointing, and through the FSDP2 workers (actor, reference, critic)."""
+than the SP size, with gradient checkpointing, for the critic's value loss, and through the FSDP2 workers (actor,
+reference, critic)."""
 
 from __future__ import annotations
 
@@ -134,6 +135,49 @@ def _critic_results(rank: int, model_dir: str, size: int) -> dict[str, torch.Ten
     return res
 
 
+def _value_loss_gradients(model_dir: str) -> None:
+    """The critic's clipped value loss on a 4-head / 2-KV-head token-classification model: values, loss and every
+    parameter's gradient (the SP group's summed as FSDP averages them) with SP 2 equal one rank's."""
+    import torch.distributed as dist
+    from transformers import Qwen2Config, Qwen2ForTokenClassification
+
+    from rlpost.utils.packed_attention import use_packed_attention
+    from rlpost.utils.ulysses import new_sequence_parallel, use_ulysses_attention
+    from rlpost.workers.critic import DataParallelPPOCritic
+
+    cfg = full_config(model_dir, "critic.enable=true", "critic.cliprange_value=0.2").critic
+    sp = new_sequence_parallel(2)
+    torch.manual_seed(0)
+    model = Qwen2ForTokenClassification(Qwen2Config(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, num_labels=1, classifier_dropout=0.0)).train()
+    batch = make_batch(VOCAB)
+    batch[keys.VALUES] = torch.linspace(0.3, -0.3, 40).reshape(8, 5)  # some clipped, some not
+    batch[keys.RETURNS] = torch.linspace(-1.0, 1.0, 40).reshape(8, 5)
+    results = []
+    for group in (None, sp):
+        if group is None:
+            use_packed_attention(model)
+        else:
+            use_ulysses_attention(model, group.size)
+        critic = DataParallelPPOCritic(cfg, model, None, True, 8, group)
+        model.zero_grad(set_to_none=True)
+        loss, metrics = critic._micro_loss(batch)
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+        for grad in grads.values() if group is not None else ():
+            dist.all_reduce(grad, group=group.group)
+            grad /= group.size
+        with torch.no_grad():
+            results.append((_masked(critic._values(batch), batch), loss.detach(), metrics["critic/vf_clipfrac"], grads))
+    (want_v, want_loss, want_clip, want_grads), (got_v, got_loss, got_clip, got_grads) = results
+    assert 0 < want_clip < 1  # both branches of the clip are exercised
+    torch.testing.assert_close(got_v, want_v, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got_loss, want_loss, atol=1e-6, rtol=1e-5)
+    for name, grad in got_grads.items():
+        torch.testing.assert_close(grad, want_grads[name], atol=1e-6, rtol=1e-5, msg=name)
+
+
 def _shuffle_draws_agree(rank: int) -> None:
     """Ranks with different generator states draw the same numbers after `sync_rng` (a seedless shuffle)."""
     from rlpost.utils.ulysses import new_sequence_parallel, sync_rng
@@ -146,6 +190,7 @@ def _shuffle_draws_agree(rank: int) -> None:
 
 def _two_ranks(rank: int, model_dir: str) -> None:
     _forward_backward(rank, [(2, 1, 2, False), (4, 2, 2, True)])
+    _value_loss_gradients(model_dir)
     _shuffle_draws_agree(rank)
     for results, before, after in ((_actor_results, "logp", "logp_after"), (_critic_results, "values", "values_after")):
         want, got = results(rank, model_dir, 1), results(rank, model_dir, 2)
@@ -158,7 +203,7 @@ def test_two_ranks_match_single_rank(tmp_path, tiny_model_dir):
     """The tiny model's layout (one KV head for two ranks), 4 heads / 2 KV heads with checkpointing, then the
     FSDP2 workers: actor and reference with SP 2 (data-parallel size 1) against SP 1 (data-parallel size 2) on
     the same 8 rows, through log-probs, an update (gradient accumulation over 2 micro-batches vs 1), generation;
-    the critic likewise."""
+    the critic's value loss and its per-parameter gradients; the critic worker likewise."""
     spawn(_two_ranks, (str(tiny_model_dir),), str(tmp_path), world=2)
 
 

@@ -30,7 +30,8 @@ MOVED: tuple[tuple[str, str], ...] = (
 )
 
 # (synonym, key): two spellings of one setting, both current in verl; the synonym defaults to an
-# interpolation of the key, and a value set on it is copied onto the key without a warning.
+# interpolation of the key, and a value set on it is copied onto the key without a warning (both set to
+# different values is an error).
 SYNONYMS: tuple[tuple[str, str], ...] = (
     ("data.shuffle", "data.train_shuffle"),
     ("data.validation_shuffle", "data.val_shuffle"),
@@ -43,6 +44,10 @@ SYNONYMS: tuple[tuple[str, str], ...] = (
     ("ray_kwargs.timeline_json_file", "ray_init.timeline_json_file"),
     (f"{ARR}.rollout.checkpoint_engine.update_weights_bucket_megabytes",
      f"{ARR}.rollout.update_weights_bucket_megabytes"),
+    # verl's engine-level Ulysses size (its role-level key is marked deprecated there, but both are read)
+    (f"{ARR}.actor.fsdp_config.ulysses_sequence_parallel_size", f"{ARR}.actor.ulysses_sequence_parallel_size"),
+    (f"{ARR}.ref.fsdp_config.ulysses_sequence_parallel_size", f"{ARR}.ref.ulysses_sequence_parallel_size"),
+    ("critic.model.fsdp_config.ulysses_sequence_parallel_size", "critic.ulysses_sequence_parallel_size"),
 )
 
 # (parent, old global micro-batch, new per-device micro-batch).
@@ -100,7 +105,15 @@ def _synonym(cfg: DictConfig, synonym: str, key: str) -> None:
     node = OmegaConf.select(cfg, parent, default=None)
     if not isinstance(node, DictConfig) or name not in node or OmegaConf.is_interpolation(node, name):
         return
-    OmegaConf.update(cfg, key, node[name], merge=False)
+    value = node[name]
+    key_parent, _, key_name = key.rpartition(".")
+    holder = OmegaConf.select(cfg, key_parent, default=None)
+    if isinstance(holder, DictConfig) and key_name in holder and not OmegaConf.is_interpolation(holder, key_name):
+        current = holder[key_name]
+        if current != value and current != default_of(key):
+            raise ConfigError(f"{synonym}={value!r} and {key}={current!r} are two spellings of one setting and "
+                              f"disagree; set one of them, e.g. {key}={current!r}.")
+    OmegaConf.update(cfg, key, value, merge=False)
     node[name] = "${" + key + "}"
 
 

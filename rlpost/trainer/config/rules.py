@@ -11,7 +11,7 @@ from typing import Any
 
 from rlpost.trainer.config.choices import enums
 from rlpost.trainer.config.errors import ConfigError, warn
-from rlpost.trainer.config.roles import need_critic, need_reference_policy
+from rlpost.trainer.config.roles import need_critic, need_reference_policy, need_reward_model
 from rlpost.config.schema import PPOTrainerConfig
 
 ARR = "actor_rollout_ref"
@@ -309,6 +309,9 @@ def sequence_parallel_roles(c: PPOTrainerConfig) -> list[tuple[str, int, str, bo
     if need_critic(c):
         roles.append(("critic", c.critic.ulysses_sequence_parallel_size, "critic.model",
                       c.critic.model.use_remove_padding))
+    if need_reward_model(c):
+        roles.append(("reward_model", c.reward_model.ulysses_sequence_parallel_size, "reward_model.model",
+                      c.reward_model.model.use_remove_padding))
     return roles
 
 
@@ -328,7 +331,8 @@ def check_sequence_parallel(c: PPOTrainerConfig) -> None:
     """Ulysses sizes: each divides the number of devices and the model's attention heads, and runs on packed
     rows (use_remove_padding=true)."""
     devices = c.trainer.nnodes * c.trainer.n_gpus_per_node
-    paths = {f"{ARR}.model": c.actor_rollout_ref.model.path, "critic.model": c.critic.model.path}
+    paths = {f"{ARR}.model": c.actor_rollout_ref.model.path, "critic.model": c.critic.model.path,
+             "reward_model.model": c.reward_model.model.path}
     for role, size, model_key, packed in sequence_parallel_roles(c):
         key = f"{role}.ulysses_sequence_parallel_size"
         if size < 1:

@@ -46,9 +46,6 @@ AREAS: tuple[tuple[str, str], ...] = (
     (f"{ARR}.rollout.over_sample_rate", "async rollout"),
     ("reward_model.enable_resource_pool", "separate rollout devices"),
     ("lora", "LoRA"),
-    ("fsdp_config.ulysses_sequence_parallel_size", "the engine-level Ulysses size (the role's "
-                                                   "ulysses_sequence_parallel_size is)"),
-    ("reward_model.ulysses_sequence_parallel_size", "Ulysses sequence parallelism for the reward model"),
     ("rollout_correction", "this rollout-correction option"),
     ("quantization", "quantized rollout"),
     ("use_liger", "Liger kernels (liger-kernel is not installed; "
@@ -62,9 +59,6 @@ AREAS: tuple[tuple[str, str], ...] = (
     ("fire_sampling", "FIRE sampling"),
 )
 
-# Ulysses sizes still refused: the engine-level copies and the reward model's (the actor's, reference's and
-# critic's are built).
-SP_KEYS = (f"{ARR}.actor.fsdp_config", f"{ARR}.ref.fsdp_config", "critic.model.fsdp_config", "reward_model")
 ENGINE_KEYS = (f"{ARR}.actor.fsdp_config", f"{ARR}.ref.fsdp_config", "critic.model.fsdp_config")
 
 NOT_SUPPORTED_YET: dict[str, Refusal] = {
@@ -110,7 +104,6 @@ NOT_SUPPORTED_YET: dict[str, Refusal] = {
     "trainer.logger": never("vemlp_wandb"),
     "trainer.default_hdfs_dir": only(None),
     "trainer.esi_redundant_time": only(0),
-    **{f"{group}.ulysses_sequence_parallel_size": only(1) for group in SP_KEYS},
     **{f"{group}.{key}": only(False) for group in ENGINE_KEYS
        for key in ("entropy_from_logits_with_chunking", "use_torch_compile", "entropy_checkpointing")},
     **{f"{group}.mixed_precision.{key}": only("fp32", "float32") for group in ENGINE_KEYS
@@ -139,8 +132,6 @@ NOTICES: dict[str, str] = {
                                          "with these options yourself to trace it",
     f"{ARR}.model.fused_kernel_options.impl_backend": "the fused log-prob is one PyTorch implementation (chunked "
                                                       "matmul + log-softmax); triton runs the same",
-    "reward_model.model.use_remove_padding": "the reward model scores padded rows (same scores; packing only saves "
-                                             "time there)",
 }
 
 

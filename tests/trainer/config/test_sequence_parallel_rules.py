@@ -79,3 +79,20 @@ def test_valid_sizes_pass_and_the_plan_shows_them(small_cfg, model_with_heads):
     # 4 prompts x n=4 = 16 responses per mini-batch, all on the one data-parallel group
     assert "actor per data-parallel group (4 devices share each micro-batch): 16 responses per mini-batch = " \
            "8 micro-batches of 2" in plan
+
+
+@pytest.mark.parametrize("engine_key, role_key", [
+    (f"{ARR}.actor.fsdp_config.ulysses_sequence_parallel_size", f"{ARR}.actor.ulysses_sequence_parallel_size"),
+    (f"{ARR}.ref.fsdp_config.ulysses_sequence_parallel_size", f"{ARR}.ref.ulysses_sequence_parallel_size"),
+    ("critic.model.fsdp_config.ulysses_sequence_parallel_size", "critic.ulysses_sequence_parallel_size"),
+])
+def test_engine_level_key_is_the_role_key(small_cfg, engine_key, role_key):
+    """verl's `<role>.fsdp_config.ulysses_sequence_parallel_size` sets the role's size; unset it follows it."""
+    values = {**PACKED, "critic.enable": True, "critic.model.use_remove_padding": True,
+              f"{ARR}.actor.use_kl_loss": True}
+    typed = typed_config(validate_config(small_cfg({**values, engine_key: 2})))
+    assert typed.select(role_key) == 2 and typed.select(engine_key) == 2
+    typed = typed_config(validate_config(small_cfg({**values, role_key: 2})))
+    assert typed.select(engine_key) == 2
+    with pytest.raises(ConfigError, match=rf"{engine_key}=2 and {role_key}=4 are two spellings of one setting"):
+        validate_config(small_cfg({**values, "trainer.n_gpus_per_node": 4, engine_key: 2, role_key: 4}))

@@ -87,24 +87,36 @@ def test_rloo(workspace):
     check_metrics(rows, ("timing_s/reward_wait",))
 
 
+def reward_model_dir(ws) -> str:
+    """A sequence-classification RM (random score head) on the tiny model's backbone, made once per module."""
+    import torch
+    from transformers import AutoConfig, AutoTokenizer, Qwen2ForSequenceClassification
+
+    rm_dir = ws["root"] / "rm"
+    if not (rm_dir / "config.json").is_file():
+        config = AutoConfig.from_pretrained(ws["model"], num_labels=1)
+        torch.manual_seed(0)
+        Qwen2ForSequenceClassification(config).save_pretrained(rm_dir)
+        AutoTokenizer.from_pretrained(ws["model"]).save_pretrained(rm_dir)
+    return str(rm_dir)
+
+
+def check_rm_scores(rows: list[dict]) -> None:
+    """The RM's continuous scores replaced the rule scorer's 0/1 ones."""
+    scores = [r[k] for r in rows if "timing_s/step" in r for k in ("critic/score/max", "critic/score/min")]
+    assert any(abs(s - round(s)) > 1e-6 for s in scores), scores
+
+
 def test_grpo_with_hf_rollout_and_reward_model(workspace):
     """The HF generate() rollout, and reward_model.enable=true: a sequence-classification RM scores every
     response in the loop; its continuous scores replace the rule scorer's 0/1 ones. (One run for both
     features: each run costs a Ray start, two workers and their models.)"""
-    import torch
-    from transformers import AutoConfig, AutoTokenizer, Qwen2ForSequenceClassification
-
-    rm_dir = workspace["root"] / "rm"
-    config = AutoConfig.from_pretrained(workspace["model"], num_labels=1)
-    torch.manual_seed(0)
-    Qwen2ForSequenceClassification(config).save_pretrained(rm_dir)
-    AutoTokenizer.from_pretrained(workspace["model"]).save_pretrained(rm_dir)
     rows = run_main_ppo(workspace, "hf_rm", "algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.name=hf",
                         "reward_model.enable=true",
-                        f"reward_model.model.path={rm_dir}", "reward_model.micro_batch_size_per_gpu=4")
+                        f"reward_model.model.path={reward_model_dir(workspace)}",
+                        "reward_model.micro_batch_size_per_gpu=4")
     check_metrics(rows)
-    scores = [r[k] for r in rows if "timing_s/step" in r for k in ("critic/score/max", "critic/score/min")]
-    assert any(abs(s - round(s)) > 1e-6 for s in scores), scores  # not the rule scorer's 0/1
+    check_rm_scores(rows)
 
 
 def test_lora_actor_and_critic_then_export(workspace, tmp_path):
@@ -143,15 +155,25 @@ def test_lora_actor_and_critic_then_export(workspace, tmp_path):
     assert (got - plain).abs().max() > 1e-4  # three updates moved the policy away from the base
 
 
-def test_grpo_with_ulysses_sequence_parallel(workspace):
-    """Actor and reference with Ulysses SP 2 on the 2 workers (one data-parallel group): the log-probs of the
-    sequence-parallel forward agree with the vLLM engine's own (training/rollout_probs_diff_max)."""
-    rows = run_main_ppo(workspace, "ulysses", "algorithm.adv_estimator=grpo",
+def test_ppo_gae_with_ulysses_sequence_parallel(workspace):
+    """PPO (GAE) with every model role on Ulysses SP 2 over the 2 workers (one data-parallel group): actor and
+    reference, the critic (values and update) and the reward model (its scores replace the rule's). The log-probs
+    of the sequence-parallel forward agree with the vLLM engine's own (training/rollout_probs_diff_max)."""
+    rows = run_main_ppo(workspace, "ulysses", "algorithm.adv_estimator=gae",
                         "actor_rollout_ref.model.use_remove_padding=true",
                         "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
                         "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_coef=0.01",
-                        "actor_rollout_ref.rollout.calculate_log_probs=true")
-    check_metrics(rows, ("actor/kl_loss", "timing_s/ref", "training/rollout_probs_diff_max"))
+                        "actor_rollout_ref.rollout.calculate_log_probs=true",
+                        f"critic.model.path={workspace['model']}", "critic.model.use_remove_padding=true",
+                        "critic.ulysses_sequence_parallel_size=2", "critic.ppo_mini_batch_size=2",
+                        "critic.ppo_micro_batch_size_per_gpu=2", "critic.forward_micro_batch_size_per_gpu=4",
+                        "critic.optim.lr=1e-4", "reward_model.enable=true",
+                        f"reward_model.model.path={reward_model_dir(workspace)}",
+                        "reward_model.model.use_remove_padding=true", "reward_model.ulysses_sequence_parallel_size=2",
+                        "reward_model.micro_batch_size_per_gpu=4")
+    check_metrics(rows, ("actor/kl_loss", "timing_s/ref", "training/rollout_probs_diff_max", "critic/vf_loss",
+                         "critic/grad_norm", "critic/values/mean", "timing_s/values", "timing_s/update_critic"))
+    check_rm_scores(rows)
     train = [r for r in rows if "timing_s/step" in r]
     # The tiny model's token probabilities are ~1e-3; the bf16 engine and the float32 SP forward agree to ~1e-5
     # at most, an attention that mixes sequences or heads would be off by about the probabilities themselves.
