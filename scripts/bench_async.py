@@ -84,13 +84,17 @@ def run_one(name: str, response_len: int, args: argparse.Namespace) -> dict[str,
            "trainer.test_freq=-1", "trainer.save_freq=-1", "trainer.val_before_train=false",
            f"trainer.experiment_name={name}", f"trainer.default_local_dir={run_dir}", *overrides, *args.override]
     env = {**os.environ, "MODEL_PATH": str(MODEL), "DATA_DIR": str(DATA), "N_GPUS": str(gpus)}
-    log = REPO / "benchmarks" / "results" / f"async_{name}_{response_len}.log"
+    log = args.log_dir / f"async_{name.replace('+', 'p')}_{response_len}.log"
     arrivals: list[float] = []
     with GpuSampler() as sampler, log.open("w") as out:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
-        while proc.poll() is None:  # note when each step's metrics line lands
-            n = len(step_times(run_dir / "metrics.jsonl"))
-            arrivals += [time.time()] * (n - len(arrivals))
+        while proc.poll() is None:  # note when each step's metrics line lands; print it (a time-out keeps them)
+            landed = step_times(run_dir / "metrics.jsonl")
+            for row in landed[len(arrivals):]:
+                print(f"[{name} {response_len}] step {row.get('step')}: " + ", ".join(
+                    f"{k.removeprefix('timing_s/')} {v:.2f}" for k, v in row.items() if k.startswith("timing_s/")),
+                    flush=True)
+            arrivals += [time.time()] * (len(landed) - len(arrivals))
             time.sleep(0.25)
     rows = step_times(run_dir / "metrics.jsonl")
     if proc.returncode or len(rows) < 2:
@@ -117,7 +121,10 @@ def main() -> None:
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     ap.add_argument("--override", nargs="*", default=[], help="extra Hydra overrides for every run")
     ap.add_argument("--json-out", type=Path, default=None)
+    ap.add_argument("--log-dir", type=Path, default=REPO / "benchmarks" / "results",
+                    help="where each run's main_ppo log goes")
     args = ap.parse_args()
+    args.log_dir.mkdir(parents=True, exist_ok=True)
     if not MODEL.is_dir():
         subprocess.run([sys.executable, "scripts/bench_limits.py", "--save-model", str(MODEL)], cwd=REPO, check=True)
     if not DATA.is_dir():

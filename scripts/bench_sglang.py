@@ -169,6 +169,22 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
+def write_results(args: argparse.Namespace, runs: dict[str, list[dict[str, Any]]]) -> tuple[dict[str, Any], Path]:
+    """Write the JSON of the runs so far (ratios of the modes measured); returns it and its path."""
+    env = bench_limits.env_info()
+    try:
+        env["sglang"] = importlib.metadata.version("sglang")  # without importing it (that sets up CUDA here)
+    except importlib.metadata.PackageNotFoundError:
+        env["sglang"] = None
+    res = {"env": env, "settings": {k: getattr(args, k) for k in (
+        "prompts", "n", "prompt_len", "response_len", "reps", "rounds", "gpu_memory_utilization")},
+        "summary": summarize(runs, args.prompts), "runs": runs}
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    path = args.out_dir / f"sglang_{bench_limits.device_slug()}.json"
+    path.write_text(json.dumps(res, indent=1, default=str))
+    return res, path
+
+
 def main() -> None:
     args = parse_args()
     if args.child:
@@ -191,17 +207,10 @@ def main() -> None:
             print(f"round {r}: {mode}", flush=True)
             proc = subprocess.run(cmd, env=child_env(mode))
             runs[mode].append(json.loads(out.read_text()) if proc.returncode == 0 else {"failed": proc.returncode})
-    env = bench_limits.env_info()
-    try:
-        env["sglang"] = importlib.metadata.version("sglang")  # without importing it (that sets up CUDA here)
-    except importlib.metadata.PackageNotFoundError:
-        env["sglang"] = None
-    res = {"env": env, "settings": {k: getattr(args, k) for k in (
-        "prompts", "n", "prompt_len", "response_len", "reps", "rounds", "gpu_memory_utilization")},
-        "summary": summarize(runs, args.prompts), "runs": runs}
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    path = args.out_dir / f"sglang_{bench_limits.device_slug()}.json"
-    path.write_text(json.dumps(res, indent=1, default=str))
+            print(f"round {r}: {mode}: " + json.dumps({b: round(runs[mode][-1][b]["gen_tokens_per_s"])
+                                                       for b in map(str, args.prompts) if b in runs[mode][-1]}),
+                  flush=True)
+            res, path = write_results(args, runs)  # after every process: a time-out keeps what was measured
     print(json.dumps(res["summary"], indent=1))
     print(f"wrote {path}")
 
