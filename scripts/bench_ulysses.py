@@ -8,7 +8,9 @@ Two processes (torch.multiprocessing spawn; nccl on CUDA, gloo on CPU) each buil
 packaged `ppo_trainer` YAML (remove-padding, gradient checkpointing, bf16 compute, FSDP2 over both devices):
 one with `actor.ulysses_sequence_parallel_size=1` (2 data-parallel ranks), one with 2 (one group of 2).
 Every rank receives `--rows` fixed-length rows of `--prompt-len` + L random tokens per update (one optimizer
-step, micro-batch 1), so both settings train the same tokens per update; an SP=2 group gathers its ranks' rows.
+step), so both settings train the same tokens per update; an SP=2 group gathers its ranks' rows. SP=1 runs
+micro-batches of 1 row; SP=2 micro-batches of `--sp-micro` rows (default 2: one packed row of both ranks' rows,
+cut in 2 slices, i.e. the same tokens per device per forward as SP=1; 1 = two forwards of half a row each).
 
 For each L (ascending) and setting: a warm-up update, then `--reps` timed updates, alternating the settings.
 The idle worker's parameters and AdamW state wait on the CPU, so a setting's peak memory
@@ -61,7 +63,8 @@ def worker_config(model_dir: Path, sp: int, args: argparse.Namespace) -> Any:
         "actor_rollout_ref.model.enable_gradient_checkpointing=true", "actor_rollout_ref.rollout.name=hf",
         "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
         f"actor_rollout_ref.actor.ulysses_sequence_parallel_size={sp}",
-        f"actor_rollout_ref.actor.ppo_mini_batch_size={rows}", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={rows}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={args.sp_micro if sp > 1 else 1}",
         "critic.ppo_micro_batch_size_per_gpu=1",  # checked against the same mini-batch, though unused
         *args.override,
     ]
@@ -282,6 +285,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="response lengths L (tokens)")
     ap.add_argument("--prompt-len", type=int, default=512)
     ap.add_argument("--rows", type=int, default=1, help="rows per rank per update (micro-batch 1)")
+    ap.add_argument("--sp-micro", type=int, default=2, help="SP=2's micro-batch rows (SP=1's is 1)")
     ap.add_argument("--reps", type=int, default=5, help="timed updates per (L, SP) after one warm-up")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--tiny", action="store_true", help="rlpost's tiny test model instead of the 0.5B one")
