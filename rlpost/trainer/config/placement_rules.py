@@ -34,9 +34,6 @@ def check_placement(c: PPOTrainerConfig) -> None:
     if arr.model.lora_rank > 0:
         fail(f"not supported yet: {ARR}.model.lora_rank={arr.model.lora_rank} with {ARR}.hybrid_engine=false",
              "the broadcast to separate rollout devices sends full weights only", f"{ARR}.hybrid_engine=true")
-    if rollout.multi_turn.enable:
-        fail(f"not supported yet: {ARR}.rollout.multi_turn.enable=true with {ARR}.hybrid_engine=false",
-             "agent loops run in the hybrid engine only", f"{ARR}.hybrid_engine=true")
     if trainer.staleness > 0 and not rollout.calculate_log_probs:
         fail(f"trainer.staleness={trainer.staleness}, {ARR}.rollout.calculate_log_probs=false",
              "off-policy batches are measured (and corrected) against the engine's own log-probs",

@@ -1,5 +1,6 @@
 """End to end: multi-turn GRPO through `python -m rlpost.trainer.main_ppo` on CPU, 2 worker processes with the
-vLLM CPU engine, `tool_agent` + the calculator tool (and with the GSM8K interaction), 3 steps each.
+vLLM CPU engine, `tool_agent` + the calculator tool (on split rollout devices, one step off policy), with the
+GSM8K interaction, and on the HF engine, 3 steps each.
 
 A random tiny model never writes a tool call, so the model is built the way the example does it
 (examples/multiturn/run_tiny_cpu.sh): a tokenizer trained on the task's text, then a short SFT on transcripts
@@ -97,9 +98,15 @@ def check_masks(dump: list[dict]) -> None:
         assert d["num_turns"] >= 4  # prompt, call, tool result, answer (unless the budget cut it)
 
 
-def test_grpo_tool_agent_with_calculator(workspace):
-    rows, dump = run_main_ppo(workspace, "tool", "data", "data.max_response_length=96")
+def test_grpo_tool_agent_with_calculator_on_split_rollout_devices(workspace):
+    """The agent loop in the rollout worker of a split placement (1 trainer + 1 rollout process), one step off
+    policy: the second and third batches were generated while the previous step trained."""
+    rows, dump = run_main_ppo(workspace, "tool", "data", "data.max_response_length=96",
+                              "actor_rollout_ref.hybrid_engine=false", "actor_rollout_ref.rollout.nnodes=1",
+                              "actor_rollout_ref.rollout.n_gpus_per_node=1", "trainer.n_gpus_per_node=1",
+                              "trainer.staleness=1")
     train = check(rows)
+    assert [r["training/policy_staleness"] for r in train] == [0, 1, 1]
     assert all(r["multi_turn/tool_calls/mean"] > 0 for r in train), [r["multi_turn/tool_calls/mean"] for r in train]
     assert all(r["multi_turn/num_turns/max"] >= 4 for r in train)
     assert all(r["multi_turn/interaction_turns/mean"] == 0 for r in train)
