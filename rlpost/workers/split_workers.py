@@ -17,6 +17,7 @@ from rlpost import keys
 from rlpost.protocol import DataProto
 from rlpost.single_controller.base import Dispatch, register
 from rlpost.utils.fsdp import iter_full_params, to_dtype
+from rlpost.utils.lora import merged_params
 from rlpost.workers import weight_sync
 from rlpost.workers.fsdp_workers import ActorRolloutRefWorker
 
@@ -46,10 +47,18 @@ class SplitActorWorker(_WeightSyncMixin, ActorRolloutRefWorker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def weight_meta(self) -> list[weight_sync.TensorMeta]:
-        """Name, full shape and engine dtype of every parameter, in sync order (no gather needed)."""
+        """Name, full shape and engine dtype of every tensor the engine receives, in sync order (no gather
+        needed: with LoRA the merge runs on meta tensors of the full shapes)."""
         dtype = to_dtype(self.config.rollout.dtype)
-        state = self.actor_module.state_dict()
-        return [weight_sync.TensorMeta(name, tuple(t.shape), dtype) for name, t in state.items()]
+        named = ((name, torch.empty(t.shape, device="meta")) for name, t in self.actor_module.state_dict().items())
+        return [weight_sync.TensorMeta(name, tuple(t.shape), dtype) for name, t in self._engine_tensors(named, dtype)]
+
+    def _engine_tensors(self, named: Any, dtype: torch.dtype) -> Any:
+        """The engine's (name, tensor) pairs from the actor's full state-dict entries: with LoRA each adapter
+        folded into its base weight under the HF name (the split engine serves plain weights)."""
+        if self.actor_peft is None:
+            return ((name, t.to(dtype)) for name, t in named)
+        return merged_params(self.actor_module, named, dtype)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def sync_endpoint(self) -> tuple[str, int]:
@@ -74,7 +83,8 @@ class SplitActorWorker(_WeightSyncMixin, ActorRolloutRefWorker):
         start = time.perf_counter()
         fsdp_cfg = self.config.actor.fsdp_config
         self._onload(self.actor_module, None, fsdp_cfg)
-        named = iter_full_params(self.actor_module, to_dtype(self.config.rollout.dtype))
+        dtype = to_dtype(self.config.rollout.dtype)
+        named = self._engine_tensors(iter_full_params(self.actor_module, None if self.actor_peft else dtype), dtype)
         sent = weight_sync.send(self._sync_group, named, self._sync_metas, _bucket_bytes(self.config))
         self._offload(self.actor_module, None, fsdp_cfg)
         return {"timing_s/send_weights": time.perf_counter() - start, "perf/weight_sync_bytes": float(sent)}

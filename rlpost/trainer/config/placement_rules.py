@@ -9,7 +9,7 @@ from rlpost.trainer.config.rules import ARR, fail
 
 def check_placement(c: PPOTrainerConfig) -> None:
     """Split placement sizes its own rollout pool; staleness needs it; neither combines with what it cannot
-    carry (a LoRA adapter sync, the HF engine on several rollout ranks)."""
+    carry (serving a LoRA adapter unmerged, the HF engine on several rollout ranks)."""
     arr, trainer = c.actor_rollout_ref, c.trainer
     rollout = arr.rollout
     if trainer.staleness < 0:
@@ -31,9 +31,10 @@ def check_placement(c: PPOTrainerConfig) -> None:
         fail(f"{ARR}.rollout.n_gpus_per_node={rollout.n_gpus_per_node}, {ARR}.rollout.tensor_model_parallel_size={tp}",
              "each node's rollout devices hold whole tensor-parallel engines",
              f"{ARR}.rollout.tensor_model_parallel_size=1 or n_gpus_per_node a multiple of {tp}")
-    if arr.model.lora_rank > 0:
-        fail(f"not supported yet: {ARR}.model.lora_rank={arr.model.lora_rank} with {ARR}.hybrid_engine=false",
-             "the broadcast to separate rollout devices sends full weights only", f"{ARR}.hybrid_engine=true")
+    if arr.model.lora_rank > 0 and not arr.model.lora.merge:
+        fail(f"not supported yet: {ARR}.model.lora.merge=false with {ARR}.model.lora_rank={arr.model.lora_rank} and "
+             f"{ARR}.hybrid_engine=false", "the broadcast to separate rollout devices sends full weights (adapters "
+             "merged), the engine does not serve the adapter", f"{ARR}.model.lora.merge=true")
     if trainer.staleness > 0 and not rollout.calculate_log_probs:
         fail(f"trainer.staleness={trainer.staleness}, {ARR}.rollout.calculate_log_probs=false",
              "off-policy batches are measured (and corrected) against the engine's own log-probs",

@@ -39,6 +39,15 @@ def test_staleness_needs_rollout_log_probs(small_cfg):
     assert f"{ARR}.rollout.calculate_log_probs=true" in msg
 
 
+def test_split_lora_sends_merged_weights_only(small_cfg):
+    """The split engine serves plain weights: LoRA is accepted with the adapters merged into the broadcast,
+    serving the adapter unmerged (lora.merge=false) is refused with the key to change."""
+    lora = {**SPLIT, f"{ARR}.model.lora_rank": 8, f"{ARR}.model.lora_alpha": 16}
+    msg = _error(small_cfg, lora)
+    assert msg.startswith("not supported yet") and f"{ARR}.model.lora.merge=true" in msg
+    validate_config(small_cfg({**lora, f"{ARR}.model.lora.merge": True}))
+
+
 def test_split_plan_and_pools(small_cfg):
     cfg = small_cfg({**SPLIT, "trainer.staleness": 1})
     validate_config(cfg)

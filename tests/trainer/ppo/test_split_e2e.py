@@ -4,8 +4,8 @@ the weights broadcast over gloo after each update.
 One-step-off-policy (trainer.staleness=1): each batch's policy version is logged and lags by one step, and a
 run resumed from its step-2 checkpoint (which keeps the batch generated ahead) ends with exactly the weights
 of the uninterrupted run. On-policy split placement (staleness 0) with `rollout.mode=async`: the engine gets
-the new weights every step (rollout and actor log-probs agree), the reference policy a role of its own on the
-trainer's devices."""
+the new weights every step (rollout and actor log-probs agree; LoRA adapters merged into the broadcast), the
+reference policy the actor with its adapters off."""
 
 import json
 import subprocess
@@ -98,10 +98,14 @@ def test_resume_regenerates_nothing_and_ends_with_the_same_weights(one_step_off,
     assert all(torch.equal(want[k], got[k]) for k in want)
 
 
-def test_on_policy_split_with_async_rollout_syncs_every_step(workspace):
+def test_on_policy_split_with_async_rollout_and_lora_syncs_every_step(workspace):
+    """LoRA (merge=true): the trainer folds the adapters into the broadcast; the engine then generates from the
+    trained policy (drift ~0) while the reference (adapters off) drifts away from it (KL > 0)."""
     root, model = workspace
     run(command(root, model, "on_policy", "trainer.total_training_steps=3", "trainer.save_freq=-1",
-                "actor_rollout_ref.rollout.mode=async", "actor_rollout_ref.actor.use_kl_loss=true"))
+                "actor_rollout_ref.rollout.mode=async", "actor_rollout_ref.actor.use_kl_loss=true",
+                "actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.lora_alpha=16",
+                "actor_rollout_ref.model.lora.merge=true"))
     rows = metrics(root / "on_policy")
     assert [r["training/policy_staleness"] for r in rows] == [0, 0, 0]
     assert all(r["training/rollout_probs_diff_max"] < 1e-3 for r in rows)  # each batch from the current weights
