@@ -95,7 +95,7 @@ def test_quiet_worker_output_goes_to_its_log_file(group):
     wg, log_dir = group
     pids = wg.chatter()
     for rank, pid in enumerate(pids):
-        text = (log_dir / f"worker_rank{rank}_pid{pid}.log").read_text()
+        text = (log_dir / f"worker_actor_rank{rank}_pid{pid}.log").read_text()  # the group's name first
         assert "engine INFO line that belongs in the log file" in text
         assert "Linear: Failed to load weights" in text
         assert "RotaryEmbedding: Failed to load weights" not in text  # harmless: the rotary table is not a weight
@@ -106,7 +106,7 @@ def test_failure_names_the_log_file_of_the_failed_rank(group):
     wg, log_dir = group
     with pytest.raises(WorkerGroupError) as info:
         wg.fail_on(1)
-    log_file = log_dir / f"worker_rank1_pid{wg.pids[1]}.log"
+    log_file = log_dir / f"worker_actor_rank1_pid{wg.pids[1]}.log"
     assert f"(the output of rank 1 is in {log_file})" in str(info.value)
     assert "engine failure on rank 1" in str(info.value)
     assert "engine: the last words before the error" in log_file.read_text()

@@ -159,7 +159,9 @@ class RayWorkerGroup:
         self.resource_pool = resource_pool
         self._hosts = _start_hosts(resource_pool, ray_cls_with_init.options, startup_timeout_s)
         env = _rank_envs(self._hosts, resource_pool, startup_timeout_s)
-        init_refs = [h.init_roles.remote(e, roles) for h, e in zip(self._hosts, env)]
+        label = "-".join(p for p in roles if p) or self.name  # its processes' log files start with it
+        label = "".join(c if c.isalnum() or c in "_-." else "-" for c in label)
+        init_refs = [h.init_roles.remote(e, roles, label) for h, e in zip(self._hosts, env)]
         gather = Gatherer(self.name, "__init__", list(range(len(self._hosts))), startup_timeout_s,
                           timeout_key="trainer.ray_wait_register_center_timeout")
         self.workers: list[WorkerInfo] = gather(init_refs)

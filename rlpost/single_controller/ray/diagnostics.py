@@ -2,10 +2,11 @@
 
 Worker side (`setup_worker_process`, called by `WorkerHost.init_roles` before any role is built):
 - its Python stacks can be dumped on demand: `faulthandler` is registered on SIGUSR1 and writes every
-  thread's stack to `<log dir>/stack_rank<r>_pid<p>.txt`. The handler runs in C, so it answers even while
+  thread's stack to `<log dir>/stack_<roles>_rank<r>_pid<p>.txt`. The handler runs in C, so it answers even while
   the worker is stuck in a sleep, a collective or a C extension, and needs no py-spy;
 - with quiet logs (`trainer.verbose_engine_logs=false`), the process's stdout and stderr (vLLM's and Ray's
-  INFO lines, progress bars, C-level warnings) go to `<log dir>/worker_rank<r>_pid<p>.log`; only rlpost's
+  INFO lines, progress bars, C-level warnings) go to `<log dir>/worker_<roles>_rank<r>_pid<p>.log` (roles:
+  the worker group's roles in that process, e.g. `actor_rollout-ref`); only rlpost's
   own warnings still reach the driver's console;
 - a harmless vLLM warning repeated on every weight sync is dropped (see `_HarmlessEngineWarnings`);
 - it ends itself when the driver process dies, even by SIGKILL (`_exit_with_driver`).
@@ -53,18 +54,25 @@ def log_dir() -> Path:
     return path
 
 
-def setup_worker_process(rank: int) -> WorkerInfo:
-    """Register the stack dump, quiet the output if asked, filter known-harmless warnings."""
+def setup_worker_process(rank: int, roles: str = "") -> WorkerInfo:
+    """Register the stack dump, quiet the output if asked, filter known-harmless warnings.
+
+    Args:
+        rank: the process's rank in its worker group.
+        roles: the roles it hosts joined by "-" (e.g. "actor_rollout-ref"), the start of its file names: with
+            split placement a trainer and a rollout process both have rank 0.
+    """
     global _stack_file
     folder, pid = log_dir(), os.getpid()
-    stack_path = folder / f"stack_rank{rank}_pid{pid}.txt"
+    name = f"{roles}_rank{rank}_pid{pid}" if roles else f"rank{rank}_pid{pid}"
+    stack_path = folder / f"stack_{name}.txt"
     if _stack_file is None:
         _stack_file = open(stack_path, "a")
         faulthandler.register(STACK_SIGNAL, file=_stack_file, all_threads=True, chain=False)
     stack_path = Path(_stack_file.name)  # the one registered, should a process set up twice
     log_file = None
     if os.environ.get(QUIET_ENV) == "1":
-        log_file = folder / f"worker_rank{rank}_pid{pid}.log"
+        log_file = folder / f"worker_{name}.log"
         _redirect_output(log_file)
     for name in _HarmlessEngineWarnings.LOGGERS:
         logging.getLogger(name).addFilter(_HarmlessEngineWarnings())

@@ -28,14 +28,16 @@ class WorkerHost:
 
         return ray.util.get_node_ip_address(), free_port("")
 
-    def init_roles(self, env: dict[str, str], specs: dict[str, tuple[type, tuple, dict]]) -> WorkerInfo:
-        """Set the rank's environment and its logs (see `diagnostics`), then build every role.
+    def init_roles(self, env: dict[str, str], specs: dict[str, tuple[type, tuple, dict]], label: str = ""
+                   ) -> WorkerInfo:
+        """Set the rank's environment and its logs (see `diagnostics`; `label`, the group's roles, starts the
+        file names), then build every role.
 
         Returns:
             Where this process runs and where it dumps its stacks, for the driver's stall reports.
         """
         os.environ.update(env)
-        info = setup_worker_process(int(env["RANK"]))
+        info = setup_worker_process(int(env["RANK"]), label)
         for prefix, (cls, args, kwargs) in specs.items():
             self._roles[prefix] = cls(*args, **kwargs)
         return info

@@ -111,3 +111,39 @@ def test_on_policy_split_with_async_rollout_and_lora_syncs_every_step(workspace)
     assert all(r["training/rollout_probs_diff_max"] < 1e-3 for r in rows)  # each batch from the current weights
     assert all(r["timing_s/update_weights"] > 0 for r in rows)
     assert all("timing_s/ref" in r for r in rows) and rows[-1]["actor/kl_loss"] > 0
+
+
+def test_rollout_worker_killed_mid_run_stops_the_trainer_naming_it(workspace, tmp_path):
+    """SIGKILL of the rollout process while one-step-off training runs: the driver stops within seconds with the
+    rollout group, its phase and the dead worker's log named; the newest checkpoint is complete and intact."""
+    import os
+    import signal
+    import time
+
+    from rlpost.utils.checkpoint import read_manifest, verify_files
+
+    root, model = workspace
+    run_dir = tmp_path / "killed"
+    cmd = command(root, model, "killed", "trainer.staleness=1", "trainer.total_training_steps=500",
+                  "trainer.save_freq=2")
+    cmd[cmd.index(f"trainer.default_local_dir={root / 'killed'}")] = f"trainer.default_local_dir={run_dir}"
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not (run_dir / "global_step_2").is_dir() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        logs = sorted((run_dir / "logs").glob("worker_rollout_rank0_pid*.log"))
+        assert proc.poll() is None and len(logs) == 1, (proc.poll(), logs)
+        os.kill(int(logs[0].stem.split("_pid")[1]), signal.SIGKILL)
+        killed_at = time.monotonic()
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0
+    assert time.monotonic() - killed_at < 60
+    assert "rollout_pool/rollout.generate_sequences failed on rank(s) [0]" in err, err[-3000:]
+    assert "died" in err and str(logs[0]) in err
+    newest = int((run_dir / "latest_checkpointed_iteration.txt").read_text())
+    manifest = read_manifest(run_dir / f"global_step_{newest}")
+    assert newest >= 2 and manifest is not None and verify_files(run_dir / f"global_step_{newest}", manifest) == []
