@@ -39,9 +39,6 @@ def check_placement(c: PPOTrainerConfig) -> None:
         fail(f"trainer.staleness={trainer.staleness}, {ARR}.rollout.calculate_log_probs=false",
              "off-policy batches are measured (and corrected) against the engine's own log-probs",
              f"{ARR}.rollout.calculate_log_probs=true")
-    if c.algorithm.filter_groups.enable and trainer.staleness > 0:
-        fail(f"not supported yet: algorithm.filter_groups.enable=true with trainer.staleness={trainer.staleness}",
-             "dynamic sampling draws extra batches that were not generated ahead", "trainer.staleness=0")
 
 
 def split_devices(c: PPOTrainerConfig) -> int:

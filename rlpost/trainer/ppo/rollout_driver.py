@@ -10,6 +10,9 @@ Every generated batch carries its policy version (the number of actor updates be
 generated it); `metrics()` logs it with the gap to the policy being trained. The gap is corrected like any
 rollout/actor mismatch: `rollout_log_probs` against the actor's `old_log_probs` (algorithm.rollout_correction).
 
+Dynamic sampling (algorithm.filter_groups) draws its further batches of a step from the same queue: each is
+one generated ahead, and drawing it submits the next; the step's policy version is its oldest batch's.
+
 A checkpoint keeps the batches generated ahead (`save`): a resumed run trains on the same batches.
 """
 
@@ -54,7 +57,7 @@ class HybridRollouts:
     def __init__(self, generate_group: Any, prepare: Prepare, gen_inputs: Prepare) -> None:
         self.group, self.prepare, self.gen_inputs = generate_group, prepare, gen_inputs
         self.version = 0
-        self._batch_version = 0
+        self._batch_versions: list[int] = []  # policy versions of the batches generated for this step
 
     def batches(self, dicts: Iterable[dict]) -> Iterator[DataProto]:
         """The prepared batches of prompts, one per step."""
@@ -63,7 +66,7 @@ class HybridRollouts:
 
     def generate(self, batch: DataProto) -> DataProto:
         """The rollout output for a prepared batch."""
-        self._batch_version = self.version
+        self._batch_versions.append(self.version)
         return self.generate_sequences(self.gen_inputs(batch))
 
     def generate_sequences(self, gen_batch: DataProto) -> DataProto:
@@ -75,6 +78,7 @@ class HybridRollouts:
         self.version += 1
 
     def metrics(self, step: int) -> dict[str, float]:
+        self._batch_versions = []
         return {}
 
     def set_version(self, version: int) -> None:
@@ -139,10 +143,11 @@ class SplitRollouts(HybridRollouts):
         """The output submitted for `batch` (waiting for it), else generated now with the current weights."""
         ticket = batch.meta_info.pop(TICKET, None)
         if ticket in self._pending:
-            result, self._batch_version = self._pending.pop(ticket)
+            result, version = self._pending.pop(ticket)
+            self._batch_versions.append(version)
             out = result if isinstance(result, DataProto) else result.get()
         else:
-            self._batch_version = self.version
+            self._batch_versions.append(self.version)
             out = self.generate_sequences(self.gen_inputs(batch))
         self._wait_sync()  # a transfer queued behind that generation has finished (errors surface here)
         return out
@@ -176,9 +181,12 @@ class SplitRollouts(HybridRollouts):
         self._submitted = version + len(self._queue)
 
     def metrics(self, step: int) -> dict[str, float]:
-        """Policy version of the batch just trained on and its gap to the policy that trained on it."""
-        return {"training/policy_version": self._batch_version,
-                "training/policy_staleness": step - 1 - self._batch_version,
+        """Policy version of the batch just trained on and its gap to the policy that trained on it; with
+        dynamic sampling (several generation batches in one step) the oldest of them."""
+        oldest = min(self._batch_versions, default=self.version)
+        self._batch_versions = []
+        return {"training/policy_version": oldest,
+                "training/policy_staleness": step - 1 - oldest,
                 "perf/weight_sync_bytes": self._sync_metrics.get("perf/weight_sync_bytes", 0.0)}
 
     def save(self, folder: str) -> None:

@@ -147,3 +147,21 @@ def test_rollout_worker_killed_mid_run_stops_the_trainer_naming_it(workspace, tm
     newest = int((run_dir / "latest_checkpointed_iteration.txt").read_text())
     manifest = read_manifest(run_dir / f"global_step_{newest}")
     assert newest >= 2 and manifest is not None and verify_files(run_dir / f"global_step_{newest}", manifest) == []
+
+
+def test_dynamic_sampling_one_step_off(workspace):
+    """DAPO's dynamic sampling with one-step-off generation: the extra batches of a step come from the queue
+    generated ahead (each draw submits the next), the step's policy version is its oldest batch's."""
+    root, model = workspace
+    (root / "parity.py").write_text(
+        "import zlib\n\n\ndef compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    return float(zlib.crc32(solution_str.encode()) % 2)  # about half the groups vary\n")
+    run(command(root, model, "dapo", "trainer.staleness=1", "trainer.total_training_steps=3", "trainer.save_freq=-1",
+                "trainer.total_epochs=50", "data.gen_batch_size=2", f"custom_reward_function.path={root / 'parity.py'}",
+                "algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=seq_reward",
+                "algorithm.filter_groups.max_num_gen_batches=30"))
+    rows = metrics(root / "dapo")
+    assert [r["training/policy_staleness"] for r in rows] == [0, 1, 1]
+    assert all(0.0 < r["training/filter_groups_kept_fraction"] <= 1.0 for r in rows)
+    # sampling is seeded by (step, rank): the same draws on every run; at least one step drew a second batch
+    assert sum(r["training/num_gen_batches"] for r in rows) > 3
