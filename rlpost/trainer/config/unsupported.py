@@ -96,7 +96,6 @@ NOT_SUPPORTED_YET: dict[str, Refusal] = {
     "critic.optim.override_optimizer_config": only(None, {}),
     "reward_model.strategy": never("megatron"),
     "reward_model.enable_resource_pool": only(False),
-    "reward_model.use_reward_loop": only(False),
     "reward_model.model.use_shm": only(False),
     "reward_model.model.use_fused_kernels": only(False),
     "reward_model.model.fsdp_config.forward_prefetch": only(False),
@@ -130,6 +129,11 @@ NOTICES: dict[str, str] = {
     "trainer.use_legacy_worker_impl": "rlpost has one worker implementation, used for every value",
     "trainer.controller_nsight_options": "the controller is the process you launch: run it under `nsys profile` "
                                          "with these options yourself to trace it",
+    "reward_model.use_reward_loop": "rule-based scores come from the reward manager (in-process, or worker "
+                                    "processes once a sample takes over 0.5 s) and a discriminative "
+                                    "reward_model.model from rlpost's reward-model worker (an FSDP forward on the "
+                                    "trainer's devices), the same scores as verl's reward loop; "
+                                    "reward_model.rollout.* and reward_model.num_workers are not used",
     f"{ARR}.model.fused_kernel_options.impl_backend": "the fused log-prob is one PyTorch implementation (chunked "
                                                       "matmul + log-softmax); triton runs the same",
 }

@@ -24,7 +24,6 @@ SCRIPTS: dict[str, list[str]] = yaml.safe_load((Path(__file__).parent / "verl_sc
 # Scripts refused for a feature not built yet, with the key the refusal names (the first one checked).
 REFUSED = {
     "ppo_deepseek7b_llm": "actor_rollout_ref.rollout.quantization",
-    "ppo_qwen2_7b_rm_reward_loop_colocate": "reward_model.use_reward_loop",
     "grpo_qwen3_1_7b": "actor_rollout_ref.model.use_liger",
     "sglang_multiturn_qwen2_5_3b_gsm8k": "actor_rollout_ref.rollout.name",  # multi-turn through SGLang
 }

@@ -125,6 +125,18 @@ def test_notice_for_accepted_no_effect_keys(small_cfg):
         typed_config(small_cfg({f"{ARR}.rollout.layered_summon": True}))
 
 
+def test_reward_loop_is_accepted_with_a_notice_unless_a_function_queries_the_model(small_cfg):
+    """verl's reward loop computes the same scores as rlpost's reward path for rule-based rewards and for a
+    discriminative reward model; a reward function querying a served (generative) model is not built."""
+    with pytest.warns(ConfigWarning, match="use_reward_loop=true accepted: rule-based scores come from"):
+        typed_config(small_cfg({"reward_model.use_reward_loop": True}))
+    with pytest.warns(ConfigWarning, match="use_reward_loop"), pytest.raises(ConfigError) as err:
+        typed_config(small_cfg({"reward_model.use_reward_loop": True, "reward_model.enable": True,
+                                "reward_model.model.path": "/m", "custom_reward_function.path": "/r.py"}))
+    assert str(err.value).startswith("not supported yet: reward_model.use_reward_loop=true with reward_model.enable")
+    assert "reward_model.use_reward_loop=false" in str(err.value)
+
+
 def test_hydra_target_markers_are_accepted(small_cfg):
     cfg = small_cfg({f"{ARR}.actor._target_": "verl.workers.config.FSDPActorConfig",
                      "algorithm._target_": "verl.trainer.config.AlgoConfig"})
