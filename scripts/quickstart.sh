@@ -23,6 +23,16 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
+TASK=${TASK:-times_ten}                 # times_ten, or calculator (multi-turn, with a tool)
+case "$TASK" in
+  times_ten) WORK=${QUICKSTART_DIR:-/tmp/rlpost_quickstart}; SFT_STEPS=${SFT_STEPS:-100} ;;
+  calculator) WORK=${QUICKSTART_DIR:-/tmp/rlpost_quickstart_calculator}; SFT_STEPS=${SFT_STEPS:-300} ;;
+  *) echo "TASK=$TASK: not a quickstart task; use TASK=times_ten (the default) or TASK=calculator" >&2; exit 2 ;;
+esac
+if [ "$TASK" = calculator ] && { [ "${ALGO:-grpo}" != grpo ] || [ "${LORA_RANK:-0}" -gt 0 ]; }; then
+  echo "TASK=calculator: not supported yet with ALGO=${ALGO:-grpo} LORA_RANK=${LORA_RANK:-0}; use ALGO=grpo LORA_RANK=0" >&2
+  exit 2
+fi
 if [ -z "${QUICKSTART_SKIP_SETUP:-}" ]; then  # tests run inside an environment already set up
   # shellcheck disable=SC1091
   source "$ROOT/scripts/setup_env.sh"
@@ -33,12 +43,6 @@ export HF_HUB_DISABLE_PROGRESS_BARS=${HF_HUB_DISABLE_PROGRESS_BARS:-1}
 # One thread per worker process in the RL stage: two cores, and oversubscribed OpenMP threads make small
 # matmuls ~5x slower. The single-process stages use both cores.
 
-TASK=${TASK:-times_ten}                 # times_ten, or calculator (multi-turn, with a tool)
-case "$TASK" in
-  times_ten) WORK=${QUICKSTART_DIR:-/tmp/rlpost_quickstart}; SFT_STEPS=${SFT_STEPS:-100} ;;
-  calculator) WORK=${QUICKSTART_DIR:-/tmp/rlpost_quickstart_calculator}; SFT_STEPS=${SFT_STEPS:-300} ;;
-  *) echo "TASK=$TASK: not a quickstart task; use TASK=times_ten (the default) or TASK=calculator" >&2; exit 2 ;;
-esac
 GRPO_STEPS=${GRPO_STEPS:-20}
 ALGO=${ALGO:-grpo}                      # grpo, or ppo (GAE with a critic)
 MODEL=$WORK/model
@@ -54,10 +58,6 @@ if [ "$LORA_RANK" -gt 0 ]; then  # adapters learn with a larger step than full f
 fi
 log() { echo "[quickstart $(date +%H:%M:%S)] $*"; }
 if [ "$TASK" = calculator ]; then
-  if [ "$ALGO" != grpo ] || [ "$LORA_RANK" -gt 0 ]; then
-    echo "TASK=calculator: not supported yet with ALGO=$ALGO LORA_RANK=$LORA_RANK; use ALGO=grpo LORA_RANK=0" >&2
-    exit 2
-  fi
   # shellcheck source=scripts/quickstart_calculator.sh
   source "$ROOT/scripts/quickstart_calculator.sh"
   exit 0

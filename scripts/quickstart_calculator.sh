@@ -28,6 +28,7 @@ fi
 
 SFT_MODEL=$SFT_DIR/global_step_$SFT_STEPS
 if [ ! -f "$SFT_MODEL/config.json" ]; then
+  # one loss line per step would fill the console; they go to $SFT_DIR/metrics.jsonl
   log "SFT: $SFT_STEPS steps of 64 transcripts from the teacher that calls the calculator 30% of the time"
   OMP_NUM_THREADS=2 python -m rlpost.trainer.fsdp_sft_trainer \
       data.train_files="$DATA/sft_train.parquet" \
@@ -42,7 +43,7 @@ if [ ! -f "$SFT_MODEL/config.json" ]; then
       optim.lr=3e-3 \
       trainer.total_training_steps="$SFT_STEPS" \
       trainer.default_local_dir="$SFT_DIR" \
-      trainer.logger='[console]' \
+      trainer.logger='[file]' \
       trainer.device=cpu \
       trainer.n_gpus_per_node=1 \
       trainer.seed=1
