@@ -67,8 +67,8 @@ def test_main_prints_tool_call_rate_after_accuracy(tmp_path, capsys):
 
 def _run_quickstart(tmp_path: Path, timeout: int, **env: str) -> str:
     """Run scripts/quickstart.sh in `tmp_path` with `env` added; returns the console (stdout + stderr)."""
-    env = dict(os.environ, QUICKSTART_DIR=str(tmp_path), QUICKSTART_SKIP_SETUP="1",
-               PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", **env)
+    env = {**os.environ, "TASK": "times_ten", "QUICKSTART_DIR": str(tmp_path), "QUICKSTART_SKIP_SETUP": "1",
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", **env}
     # stdout and stderr in one stream, as a terminal shows them; bytes, because text mode would turn the
     # "\r" with which a progress bar redraws its line into a new line
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "quickstart.sh")], cwd=ROOT, env=env,
