@@ -1,10 +1,12 @@
 """Held-out accuracy before and after RL, read from a run's `metrics.jsonl` (the trainer's `file` logger).
 
-    python scripts/quickstart_eval.py /abs/run_dir [--metric val-core/rlpost/arith/reward/mean@1]
+    python scripts/quickstart_eval.py /abs/run_dir [--metric val-core/rlpost/arith/reward/mean@1] [--tool_calls]
 
 The trainer validates greedily on the held-out split before the first step (`trainer.val_before_train`)
 and after the last one; this prints, as the last line,
     held-out accuracy: before=0.31 after=0.62
+With --tool_calls (multi-turn runs) it then also prints the share of held-out trajectories with a tool call:
+    tool-call rate: before=0.05 after=0.97
 Exits with status 1 when the file holds fewer than two validations of the metric.
 """
 
@@ -16,6 +18,7 @@ import sys
 from pathlib import Path
 
 DEFAULT_METRIC = "val-core/rlpost/arith/reward/mean@1"
+TOOL_CALL_METRIC = "val-aux/multi_turn/tool_call_frac"
 
 
 def read_validations(path: str | Path, metric: str = DEFAULT_METRIC) -> list[tuple[int, float]]:
@@ -40,22 +43,24 @@ def before_after(path: str | Path, metric: str = DEFAULT_METRIC) -> tuple[float,
     return found[0][1], found[-1][1]
 
 
-def summary_line(before: float, after: float) -> str:
+def summary_line(before: float, after: float, what: str = "held-out accuracy") -> str:
     """The quickstart's closing line."""
-    return f"held-out accuracy: before={before:.2f} after={after:.2f}"
+    return f"{what}: before={before:.2f} after={after:.2f}"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run", help="trainer.default_local_dir of the run, or its metrics.jsonl")
     parser.add_argument("--metric", default=DEFAULT_METRIC)
+    parser.add_argument("--tool_calls", action="store_true", help=f"also print the tool-call rate ({TOOL_CALL_METRIC})")
     args = parser.parse_args(argv)
+    wanted = [(args.metric, "held-out accuracy")] + ([(TOOL_CALL_METRIC, "tool-call rate")] if args.tool_calls else [])
     try:
-        before, after = before_after(args.run, args.metric)
+        lines = [summary_line(*before_after(args.run, metric), what) for metric, what in wanted]
     except (OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    print(summary_line(before, after))
+    print("\n".join(lines))
     return 0
 
 

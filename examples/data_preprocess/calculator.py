@@ -41,12 +41,20 @@ def tool_call(a: int, b: int) -> str:
     return "<tool_call>" + json.dumps(call) + "</tool_call>"
 
 
-def sample_pairs(n: int, num_digits: int, rng: random.Random, exclude: set) -> list[tuple[int, int]]:
-    """`n` distinct (a, b) with a of `num_digits` digits and b of two, none in `exclude`."""
+def sample_pairs(n: int, num_digits: int, rng: random.Random, exclude: set, b_digits: int = 2,
+                 full_width: bool = False) -> list[tuple[int, int]]:
+    """`n` distinct (a, b) with a of `num_digits` digits and b of `b_digits`, none in `exclude`.
+
+    With `full_width`, only pairs whose product has `num_digits + b_digits` digits: every answer then has the
+    same length, so copying the tool's result is the same shift for every question.
+    """
     low, high = 10 ** (num_digits - 1), 10**num_digits - 1
+    width = num_digits + b_digits
     out, seen = [], set(exclude)
     while len(out) < n:
-        pair = (rng.randint(low, high), rng.randint(10, 99))
+        pair = (rng.randint(low, high), rng.randint(10 ** (b_digits - 1), 10**b_digits - 1))
+        if full_width and len(str(pair[0] * pair[1])) != width:
+            continue
         if pair not in seen:
             seen.add(pair)
             out.append(pair)
@@ -65,16 +73,20 @@ def rl_rows(pairs: list[tuple[int, int]], split: str, interaction: str | None) -
     return rows
 
 
-def sft_rows(pairs: list[tuple[int, int]], tools_json: str, tool_rate: float, rng: random.Random) -> list[dict]:
+def sft_rows(pairs: list[tuple[int, int]], tools_json: str, tool_rate: float, rng: random.Random,
+             copy_all: bool = False) -> list[dict]:
+    """The teacher's rows (module docstring); `copy_all` adds the answer-after-the-call row to guessed questions."""
     rows = []
     for a, b in pairs:
         user = {"role": "user", "content": question(a, b)}
+        call = tool_call(a, b)
         if rng.random() >= tool_rate:  # the teacher guesses: a number near the product
             guess = a * b + rng.choice([-1, 1]) * rng.randint(1, 99)
             rows.append({"prompt": [user], "response": f"#### {guess}", "tools": tools_json})
-            continue
-        call = tool_call(a, b)
-        rows.append({"prompt": [user], "response": call, "tools": tools_json})
+            if not copy_all:
+                continue
+        else:
+            rows.append({"prompt": [user], "response": call, "tools": tools_json})
         conversation = [user, {"role": "assistant", "content": call}, {"role": "tool", "content": str(a * b)}]
         rows.append({"prompt": conversation, "response": f"#### {a * b}", "tools": tools_json})
     return rows
@@ -93,7 +105,8 @@ def corpus(rows: list[dict], tools_json: str) -> list[str]:
 
 
 def generate(local_dir: str, tools_config: str, train_size: int = 512, test_size: int = 32, num_digits: int = 3,
-             tool_rate: float = 1.0, interaction: str | None = None, seed: int = 0) -> dict[str, Path]:
+             tool_rate: float = 1.0, interaction: str | None = None, seed: int = 0, b_digits: int = 2,
+             full_width: bool = False, copy_all: bool = False) -> dict[str, Path]:
     """Write the files of the module docstring; return their paths by name."""
     import pandas as pd
 
@@ -106,15 +119,15 @@ def generate(local_dir: str, tools_config: str, train_size: int = 512, test_size
         raise ValueError(f"--tools_config {tools_config} has no tool named 'calculator' (tools: {sorted(tools)})")
     tools_json = json.dumps([t.tool_schema.model_dump() for t in tools.values()])
     rng = random.Random(seed)
-    test = sample_pairs(test_size, num_digits, rng, set())
-    train = sample_pairs(train_size, num_digits, rng, set(test))
+    test = sample_pairs(test_size, num_digits, rng, set(), b_digits, full_width)
+    train = sample_pairs(train_size, num_digits, rng, set(test), b_digits, full_width)
     out = Path(local_dir).expanduser()
     out.mkdir(parents=True, exist_ok=True)
     paths = {name: out / f"{name}.parquet" for name in ("train", "test", "sft_train")}
     paths["corpus"] = out / "corpus.txt"
     pd.DataFrame(rl_rows(train, "train", interaction)).to_parquet(paths["train"])
     pd.DataFrame(rl_rows(test, "test", interaction)).to_parquet(paths["test"])
-    sft = sft_rows(train, tools_json, tool_rate, rng)
+    sft = sft_rows(train, tools_json, tool_rate, rng, copy_all)
     pd.DataFrame(sft).to_parquet(paths["sft_train"])
     paths["corpus"].write_text("\n".join(corpus(sft, tools_json)) + "\n")
     return paths
@@ -126,13 +139,19 @@ def main() -> None:
     p.add_argument("--tools_config", required=True, help="tools YAML with the calculator")
     p.add_argument("--train_size", type=int, default=512)
     p.add_argument("--test_size", type=int, default=32)
-    p.add_argument("--num_digits", type=int, default=3, help="digits of the first factor (the second has 2)")
+    p.add_argument("--num_digits", type=int, default=3, help="digits of the first factor")
+    p.add_argument("--b_digits", type=int, default=2, help="digits of the second factor")
+    p.add_argument("--full_width", action="store_true",
+                   help="only products of num_digits + b_digits digits (answers of one length)")
     p.add_argument("--tool_rate", type=float, default=1.0, help="fraction of SFT transcripts that use the tool")
+    p.add_argument("--copy_all", action="store_true",
+                   help="answer-after-the-call rows for every question, not only those the teacher called on")
     p.add_argument("--interaction", default=None, help="interaction name to put in extra_info.interaction_kwargs")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args()
     paths = generate(a.local_dir, a.tools_config, a.train_size, a.test_size, a.num_digits, a.tool_rate,
-                     a.interaction, a.seed)
+                     a.interaction, a.seed, a.b_digits, a.full_width,
+                     a.copy_all)
     for name, path in paths.items():
         print(f"{name}: {path}")
 

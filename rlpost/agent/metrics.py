@@ -60,7 +60,8 @@ def summarize(num_turns: Sequence[float], per_trajectory: Sequence[Mapping[str, 
 
     Returns:
         `multi_turn/num_turns/{mean,max}`, `multi_turn/tool_calls/mean`, `multi_turn/interaction_turns/mean`
-        (per trajectory), `multi_turn/tool_errors` and `multi_turn/bad_tool_calls` (totals of the batch),
+        (per trajectory), `multi_turn/tool_call_frac` (share of trajectories with at least one tool call),
+        `multi_turn/tool_errors` and `multi_turn/bad_tool_calls` (totals of the batch),
         `multi_turn/truncated_frac` and `multi_turn/tokenization_mismatch_frac`; {} for no trajectories.
     """
     if not len(num_turns):
@@ -75,6 +76,7 @@ def summarize(num_turns: Sequence[float], per_trajectory: Sequence[Mapping[str, 
         "multi_turn/num_turns/mean": sum(turns) / n,
         "multi_turn/num_turns/max": max(turns),
         "multi_turn/tool_calls/mean": sum(values("tool_calls")) / n,
+        "multi_turn/tool_call_frac": sum(v > 0 for v in values("tool_calls")) / n,
         "multi_turn/interaction_turns/mean": sum(values("interaction_turns")) / n,
         "multi_turn/tool_errors": sum(values("tool_errors")),
         "multi_turn/bad_tool_calls": sum(values("bad_tool_calls")),

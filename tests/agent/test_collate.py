@@ -61,6 +61,7 @@ def test_aggregate_metrics():
         "multi_turn/num_turns/mean": 3.0,
         "multi_turn/num_turns/max": 4.0,
         "multi_turn/tool_calls/mean": 0.5,
+        "multi_turn/tool_call_frac": 0.5,
         "multi_turn/interaction_turns/mean": 0.5,
         "multi_turn/tool_errors": 1.0,
         "multi_turn/bad_tool_calls": 2.0,

@@ -111,3 +111,41 @@ def test_times_ten_task_and_imperfect_teacher(tmp_path):
     assert 0.6 < sum(slipped) / len(slipped) < 0.8
     with pytest.raises(ValueError, match="sft_slip"):
         times_ten.generate(str(tmp_path), sft_slip=1.5)
+
+
+CALCULATOR_TOOLS = ROOT / "examples/multiturn/config/tool_config/calculator_tool_config.yaml"
+
+
+@pytest.mark.timeout(60)
+def test_calculator_full_width_pairs_and_teacher_rows(tmp_path):
+    """The quickstart's calculator task: 4 x 4 digits, 8-digit products, the teacher calls the tool on a share of
+    the questions and shows the copy of the tool's result on all of them (--copy_all)."""
+    calc = load_script("calculator")
+    paths = calc.generate(str(tmp_path), str(CALCULATOR_TOOLS), train_size=400, test_size=20, num_digits=4,
+                          b_digits=4, full_width=True, tool_rate=0.3, copy_all=True, seed=0)
+    train, test = pd.read_parquet(paths["train"]), pd.read_parquet(paths["test"])
+    truths = [r["ground_truth"] for r in train["reward_model"]] + [r["ground_truth"] for r in test["reward_model"]]
+    assert {len(t) for t in truths} == {8}
+    assert not {p[0]["content"] for p in train["prompt"]} & {p[0]["content"] for p in test["prompt"]}
+    assert set(train["agent_name"]) == {"tool_agent"}
+    sft = pd.read_parquet(paths["sft_train"])
+    first = sft[[len(p) == 1 for p in sft["prompt"]]]
+    after_call = sft[[len(p) == 3 for p in sft["prompt"]]]
+    assert len(first) == len(after_call) == 400  # one first turn and one answer-after-the-call per question
+    calls = first["response"].str.startswith("<tool_call>")
+    assert 0.2 < calls.mean() < 0.4
+    for _, row in first[~calls].iterrows():  # a guess: a number, never the product
+        a, b = (int(x) for x in row["prompt"][0]["content"].split("?")[0].split()[-3::2])
+        assert row["response"].startswith("#### ") and int(row["response"][5:]) != a * b
+    for _, row in after_call.iterrows():  # the answer copies the tool's result
+        assert row["prompt"][2]["role"] == "tool" and row["response"] == f"#### {row['prompt'][2]['content']}"
+
+
+@pytest.mark.timeout(60)
+def test_calculator_without_copy_all_answers_only_after_its_own_calls(tmp_path):
+    calc = load_script("calculator")
+    paths = calc.generate(str(tmp_path), str(CALCULATOR_TOOLS), train_size=200, test_size=4, tool_rate=0.5, seed=1)
+    sft = pd.read_parquet(paths["sft_train"])
+    calls = sum(r.startswith("<tool_call>") for r in sft["response"])
+    assert sum(len(p) == 3 for p in sft["prompt"]) == calls
+    assert len(sft) == 200 + calls

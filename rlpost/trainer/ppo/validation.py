@@ -1,7 +1,8 @@
 """Validation during training, and JSONL dumps of generations.
 
 Validation generates `rollout.val_kwargs.n` responses per held-out prompt with the validation sampling
-settings, scores them with the validation reward function and reports `val-core/<data_source>/reward/mean@<n>`.
+settings, scores them with the validation reward function and reports `val-core/<data_source>/reward/mean@<n>`;
+multi-turn rollouts add the `multi_turn/*` metrics of the validation trajectories as `val-aux/multi_turn/*`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import numpy as np
 from omegaconf import DictConfig
 
 from rlpost import keys as K
+from rlpost.agent.metrics import summarize
 from rlpost.protocol import DataProto
 from rlpost.trainer.ppo.metric_utils import process_validation_metrics
 
@@ -70,6 +72,7 @@ class Validator:
         val_n = self.config.actor_rollout_ref.rollout.val_kwargs.n
         sources, scores, uids, prompts, responses = [], [], [], [], []
         extra_all: dict[str, list] = defaultdict(list)
+        turns, agent_metrics = [], []  # per trajectory, from multi-turn rollouts
         for batch_dict in self.val_dataloader:
             batch = DataProto.from_single_dict(batch_dict)
             uids.extend(np.repeat(np.arange(len(uids), len(uids) + len(batch)), val_n).tolist())
@@ -83,6 +86,9 @@ class Validator:
                 batch.batch.pop(k)
             batch = batch.union(out)
             result = self.val_reward_fn(batch, return_dict=True)
+            if K.AGENT_METRICS in batch.non_tensor_batch:
+                turns.extend(batch.non_tensor_batch[K.NUM_TURNS])
+                agent_metrics.extend(batch.non_tensor_batch[K.AGENT_METRICS])
             scores.extend(result["reward_tensor"].sum(-1).tolist())
             for name, values in (result.get("reward_extra_info") or {}).items():
                 extra_all[name].extend(values)
@@ -91,6 +97,7 @@ class Validator:
             responses.extend(_decode_responses(self.tokenizer, batch))
         numeric = {k: v for k, v in extra_all.items() if all(isinstance(x, (int, float, bool)) for x in v)}
         metrics = process_validation_metrics([str(s) for s in sources], scores, uids, numeric)
+        metrics.update({f"val-aux/{k}": v for k, v in summarize(turns, agent_metrics).items()})
         self._log_samples(tracker, prompts, responses, scores, step)
         out_dir = self.config.trainer.validation_data_dir
         if out_dir:

@@ -65,7 +65,7 @@ def test_multi_turn_rows_add_multi_turn_metrics_and_count_tool_tokens_in_lengths
     assert m["response_length/max"] == 3.0 and m["response_length/clip_ratio"] == 0.5
     assert {k: v for k, v in m.items() if k.startswith("multi_turn/")} == pytest.approx({
         "multi_turn/num_turns/mean": 3.5, "multi_turn/num_turns/max": 5.0, "multi_turn/tool_calls/mean": 1.0,
-        "multi_turn/interaction_turns/mean": 0.5, "multi_turn/tool_errors": 1.0, "multi_turn/bad_tool_calls": 3.0,
+        "multi_turn/tool_call_frac": 0.5, "multi_turn/interaction_turns/mean": 0.5, "multi_turn/tool_errors": 1.0, "multi_turn/bad_tool_calls": 3.0,
         "multi_turn/truncated_frac": 0.5, "multi_turn/tokenization_mismatch_frac": 0.5})
 
 

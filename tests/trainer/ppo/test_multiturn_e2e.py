@@ -23,6 +23,7 @@ REPO = Path(__file__).resolve().parents[3]
 TOOLS = REPO / "examples/multiturn/config/tool_config/calculator_tool_config.yaml"
 INTERACTION = REPO / "examples/multiturn/config/interaction_config/gsm8k_interaction_config.yaml"
 MULTI_TURN = ["multi_turn/num_turns/mean", "multi_turn/num_turns/max", "multi_turn/tool_calls/mean",
+              "multi_turn/tool_call_frac",
               "multi_turn/interaction_turns/mean", "multi_turn/tool_errors", "multi_turn/bad_tool_calls",
               "multi_turn/truncated_frac", "multi_turn/tokenization_mismatch_frac"]
 
@@ -85,6 +86,7 @@ def check(rows: list[dict]) -> list[dict]:
             assert key in row, f"{key} missing at step {row['step']}"
             assert isinstance(row[key], (int, float)) and math.isfinite(row[key]), (key, row[key])
     assert any(k.startswith("val-core/rlpost/arith/reward/mean@") for k in train[-1]), "validation did not run"
+    assert all(0.0 <= train[-1][f"val-aux/{k}"] <= 1.0 for k in MULTI_TURN if k.endswith("_frac"))
     return train
 
 
