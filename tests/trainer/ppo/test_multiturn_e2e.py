@@ -91,8 +91,9 @@ def check(rows: list[dict]) -> list[dict]:
 
 
 def check_masks(dump: list[dict]) -> None:
-    """Tool results are in the response (attention 1) but not among the trained tokens (response_mask 0)."""
-    with_tools = [d for d in dump if d["tool_calls"] > 0]
+    """Tool results are in the response (attention 1) but not among the trained tokens (response_mask 0). A
+    trajectory whose tool message would not fit the response budget ends on the call (marked truncated)."""
+    with_tools = [d for d in dump if d["tool_calls"] > 0 and not d["truncated"]]
     assert with_tools, dump
     for d in with_tools:
         assert "<tool_call>" in d["model_text"] and "<tool_response>" in d["response"]
