@@ -1,5 +1,6 @@
 """End to end: multi-turn GRPO through `python -m rlpost.trainer.main_ppo` on CPU, 2 worker processes with the
-vLLM CPU engine, `tool_agent` + the calculator tool (and with the GSM8K interaction), 3 steps each.
+vLLM CPU engine and `tool_agent` + the calculator tool with the GSM8K interaction; the HF engine with the
+calculator alone. 3 steps each.
 
 A random tiny model never writes a tool call, so the model is built the way the example does it
 (examples/multiturn/run_tiny_cpu.sh): a tokenizer trained on the task's text, then a short SFT on transcripts
@@ -97,16 +98,8 @@ def check_masks(dump: list[dict]) -> None:
         assert d["num_turns"] >= 4  # prompt, call, tool result, answer (unless the budget cut it)
 
 
-def test_grpo_tool_agent_with_calculator(workspace):
-    rows, dump = run_main_ppo(workspace, "tool", "data", "data.max_response_length=96")
-    train = check(rows)
-    assert all(r["multi_turn/tool_calls/mean"] > 0 for r in train), [r["multi_turn/tool_calls/mean"] for r in train]
-    assert all(r["multi_turn/num_turns/max"] >= 4 for r in train)
-    assert all(r["multi_turn/interaction_turns/mean"] == 0 for r in train)
-    check_masks(dump)
-
-
-def test_grpo_tool_agent_with_gsm8k_interaction(workspace):
+def test_grpo_tool_agent_with_calculator_and_gsm8k_interaction(workspace):
+    """vLLM engine: the calculator's calls are made, run and fed back, and the GSM8K interaction answers."""
     rows, dump = run_main_ppo(workspace, "interaction", "data_gsm8k", "data.max_response_length=192",
                               f"actor_rollout_ref.rollout.multi_turn.interaction_config_path={INTERACTION}",
                               "actor_rollout_ref.rollout.multi_turn.max_user_turns=3")
@@ -120,9 +113,12 @@ def test_grpo_tool_agent_with_gsm8k_interaction(workspace):
 
 
 def test_grpo_tool_agent_on_the_hf_engine(workspace):
-    """The batched HF fallback: both FSDP ranks stay in step while their trajectories take different turns."""
+    """The batched HF fallback, calculator only (no interaction): both FSDP ranks stay in step while their
+    trajectories take different turns."""
     rows, dump = run_main_ppo(workspace, "hf", "data", "data.max_response_length=96",
                               "actor_rollout_ref.rollout.name=hf")
     train = check(rows)
-    assert all(r["multi_turn/tool_calls/mean"] > 0 for r in train)
+    assert all(r["multi_turn/tool_calls/mean"] > 0 for r in train), [r["multi_turn/tool_calls/mean"] for r in train]
+    assert all(r["multi_turn/num_turns/max"] >= 4 for r in train)
+    assert all(r["multi_turn/interaction_turns/mean"] == 0 for r in train)
     check_masks(dump)
