@@ -16,6 +16,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import quickstart_eval  # noqa: E402
 
 METRIC = quickstart_eval.DEFAULT_METRIC
+GRPO_STEPS = 10  # of the script's 20: greedy held-out accuracy is already near 1.0 (docs/quickstart.md)
 SUMMARY = re.compile(r"^held-out accuracy: before=(\d\.\d\d) after=(\d\.\d\d)$")
 
 
@@ -81,8 +82,9 @@ def _run_quickstart(tmp_path: Path, timeout: int, **env: str) -> str:
 @pytest.mark.e2e
 @pytest.mark.timeout(600)
 def test_quickstart_script_learns(tmp_path):
-    """The real script with its defaults: SFT, then GRPO raises greedy held-out accuracy by at least 0.20."""
-    console = _run_quickstart(tmp_path, timeout=580)
+    """The real script with its defaults but half the RL steps: SFT, then GRPO raises greedy held-out accuracy by
+    at least 0.20 (the full 20 steps reach 1.00, docs/quickstart.md)."""
+    console = _run_quickstart(tmp_path, timeout=580, GRPO_STEPS=str(GRPO_STEPS))
     assert console.count("\n") <= 150, console  # engine and Ray INFO lines go to <run>/logs/
     assert "RotaryEmbedding: Failed to load weights" not in console
     last = console.strip().splitlines()[-1]
@@ -92,8 +94,8 @@ def test_quickstart_script_learns(tmp_path):
     assert after - before >= 0.20, last
     assert (tmp_path / "sft" / "global_step_100" / "config.json").is_file()
     steps = [json.loads(line)["step"] for line in (tmp_path / "grpo" / "metrics.jsonl").read_text().splitlines()]
-    assert steps == list(range(21))
-    assert [s for s, _ in quickstart_eval.read_validations(tmp_path / "grpo")] == [0, 20]
+    assert steps == list(range(GRPO_STEPS + 1))
+    assert [s for s, _ in quickstart_eval.read_validations(tmp_path / "grpo")] == [0, GRPO_STEPS]
 
 
 TOOL_SUMMARY = re.compile(r"^tool-call rate: before=(\d\.\d\d) after=(\d\.\d\d)$")

@@ -1,6 +1,6 @@
 """End to end: multi-turn GRPO through `python -m rlpost.trainer.main_ppo` on CPU, 2 worker processes with the
-vLLM CPU engine, `tool_agent` + the calculator tool (on split rollout devices, one step off policy), with the
-GSM8K interaction, and on the HF engine, 3 steps each.
+vLLM CPU engine and `tool_agent` + the calculator tool with the GSM8K interaction; the calculator alone on split
+rollout devices (one step off policy) and on the HF engine. 3 steps each.
 
 A random tiny model never writes a tool call, so the model is built the way the example does it
 (examples/multiturn/run_tiny_cpu.sh): a tokenizer trained on the task's text, then a short SFT on transcripts
@@ -116,7 +116,8 @@ def test_grpo_tool_agent_with_calculator_on_split_rollout_devices(workspace):
     check_masks(dump)
 
 
-def test_grpo_tool_agent_with_gsm8k_interaction(workspace):
+def test_grpo_tool_agent_with_calculator_and_gsm8k_interaction(workspace):
+    """vLLM engine: the calculator's calls are made, run and fed back, and the GSM8K interaction answers."""
     rows, dump = run_main_ppo(workspace, "interaction", "data_gsm8k", "data.max_response_length=192",
                               f"actor_rollout_ref.rollout.multi_turn.interaction_config_path={INTERACTION}",
                               "actor_rollout_ref.rollout.multi_turn.max_user_turns=3")
@@ -130,9 +131,12 @@ def test_grpo_tool_agent_with_gsm8k_interaction(workspace):
 
 
 def test_grpo_tool_agent_on_the_hf_engine(workspace):
-    """The batched HF fallback: both FSDP ranks stay in step while their trajectories take different turns."""
+    """The batched HF fallback, calculator only (no interaction): both FSDP ranks stay in step while their
+    trajectories take different turns."""
     rows, dump = run_main_ppo(workspace, "hf", "data", "data.max_response_length=96",
                               "actor_rollout_ref.rollout.name=hf")
     train = check(rows)
-    assert all(r["multi_turn/tool_calls/mean"] > 0 for r in train)
+    assert all(r["multi_turn/tool_calls/mean"] > 0 for r in train), [r["multi_turn/tool_calls/mean"] for r in train]
+    assert all(r["multi_turn/num_turns/max"] >= 4 for r in train)
+    assert all(r["multi_turn/interaction_turns/mean"] == 0 for r in train)
     check_masks(dump)

@@ -59,12 +59,20 @@ def check_metrics(rows: list[dict], extra: tuple[str, ...] = ()) -> None:
     assert any(k.startswith("val-core/rlpost/arith/reward/mean@") for k in train[-1]), "validation did not run"
 
 
-def test_grpo_with_kl_loss(workspace):
+def test_grpo_with_kl_loss_and_engine_knobs(workspace):
+    """GRPO with the KL loss against the reference and the engine's own log-probs, with the FSDP engine knobs on
+    (reward in the background, forward prefetch, activation offload, a 1 MB weight-sync bucket): each knob is
+    checked for equal values in its own test; here they run in the loop. (One run for all: each run costs a
+    Ray start, two workers and their models.)"""
     rows = run_main_ppo(workspace, "grpo", "algorithm.adv_estimator=grpo",
                         "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_coef=0.01",
-                        "actor_rollout_ref.rollout.calculate_log_probs=true")
+                        "actor_rollout_ref.rollout.calculate_log_probs=true",
+                        "reward_model.launch_reward_fn_async=true",
+                        "actor_rollout_ref.actor.fsdp_config.forward_prefetch=true",
+                        "actor_rollout_ref.model.enable_activation_offload=true",
+                        "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=1")
     check_metrics(rows, ("actor/kl_loss", "timing_s/ref", "training/rollout_probs_diff_mean",
-                         "training/rollout_probs_diff_max"))
+                         "training/rollout_probs_diff_max", "timing_s/reward_wait"))
     assert rows[-1]["training/rollout_probs_diff_mean"] < 0.05
 
 
@@ -74,17 +82,6 @@ def test_ppo_gae_with_critic(workspace):
                         "critic.forward_micro_batch_size_per_gpu=4", "critic.optim.lr=1e-4")
     check_metrics(rows, ("critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean", "critic/grad_norm",
                          "critic/lr", "critic/values/mean", "timing_s/values", "timing_s/update_critic"))
-
-
-def test_rloo(workspace):
-    """RLOO, with the FSDP engine knobs on (reward in the background, forward prefetch, activation offload, a
-    1 MB weight-sync bucket): each is checked for equal values in its own test; here they run in the loop."""
-    # reinforce_plus_plus runs through main_ppo in test_resume_e2e.py, which checks the same metrics
-    rows = run_main_ppo(workspace, "rloo", "algorithm.adv_estimator=rloo", "reward_model.launch_reward_fn_async=true",
-                        "actor_rollout_ref.actor.fsdp_config.forward_prefetch=true",
-                        "actor_rollout_ref.model.enable_activation_offload=true",
-                        "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=1")
-    check_metrics(rows, ("timing_s/reward_wait",))
 
 
 def reward_model_dir(ws) -> str:
@@ -107,11 +104,12 @@ def check_rm_scores(rows: list[dict]) -> None:
     assert any(abs(s - round(s)) > 1e-6 for s in scores), scores
 
 
-def test_grpo_with_hf_rollout_and_reward_model(workspace):
-    """The HF generate() rollout, and reward_model.enable=true: a sequence-classification RM scores every
-    response in the loop; its continuous scores replace the rule scorer's 0/1 ones. (One run for both
+def test_rloo_with_hf_rollout_and_reward_model(workspace):
+    """RLOO, the HF generate() rollout, and reward_model.enable=true: a sequence-classification RM scores every
+    response in the loop; its continuous scores replace the rule scorer's 0/1 ones. (One run for the three
     features: each run costs a Ray start, two workers and their models.)"""
-    rows = run_main_ppo(workspace, "hf_rm", "algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.name=hf",
+    # reinforce_plus_plus runs through main_ppo in test_resume_e2e.py, which checks the same metrics
+    rows = run_main_ppo(workspace, "hf_rm", "algorithm.adv_estimator=rloo", "actor_rollout_ref.rollout.name=hf",
                         "reward_model.enable=true",
                         f"reward_model.model.path={reward_model_dir(workspace)}",
                         "reward_model.micro_batch_size_per_gpu=4")
@@ -126,6 +124,8 @@ def test_lora_actor_and_critic_then_export(workspace, tmp_path):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
+    from rlpost.model_merger import main as merger_main
+
     rows = run_main_ppo(workspace, "lora", "algorithm.adv_estimator=gae", f"critic.model.path={workspace['model']}",
                         "critic.ppo_mini_batch_size=2", "critic.ppo_micro_batch_size_per_gpu=2",
                         "critic.forward_micro_batch_size_per_gpu=4", "critic.model.lora_rank=8",
@@ -137,12 +137,11 @@ def test_lora_actor_and_critic_then_export(workspace, tmp_path):
     ckpt = workspace["root"] / "lora" / "global_step_3"
     shard = torch.load(ckpt / "actor" / "model_world_size_2_rank_0.pt", weights_only=False)
     assert shard and all(".lora_" in k for k in shard)  # the frozen base is not copied into checkpoints
-    merger = [sys.executable, "-m", "rlpost.model_merger", "merge", "--backend", "fsdp"]
+    # the merger's CLI in this process (its `python -m` launch is tested in tests/reliability/test_checkpoint_e2e.py)
     for role in ("actor", "critic"):
         for flag, out in (([], "adapter"), (["--merge_lora"], "merged")):
-            proc = subprocess.run([*merger, "--local_dir", str(ckpt / role), "--target_dir",
-                                   str(tmp_path / role / out), *flag], capture_output=True, text=True, timeout=120)
-            assert proc.returncode == 0, proc.stderr[-3000:]
+            assert merger_main(["merge", "--backend", "fsdp", "--local_dir", str(ckpt / role), "--target_dir",
+                                str(tmp_path / role / out), *flag]) == 0
     assert (tmp_path / "actor" / "adapter" / "adapter_model.safetensors").is_file()
     assert (tmp_path / "critic" / "merged" / "model.safetensors").is_file()
     ids = torch.tensor([[5, 17, 30, 41, 9, 12]])
