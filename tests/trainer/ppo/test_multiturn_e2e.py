@@ -53,7 +53,7 @@ def workspace(tmp_path_factory):
 
 
 def run_main_ppo(ws, name: str, data: str, *overrides: str) -> tuple[list[dict], list[dict]]:
-    """3 GRPO steps with tool_agent; returns (metrics rows, rollout dump rows of the last step)."""
+    """3 GRPO steps with tool_agent; returns (metrics rows, rollout dump rows of all 3 steps)."""
     out = ws["root"] / name
     cmd = [
         "-m", "rlpost.trainer.main_ppo", "algorithm.adv_estimator=grpo",
@@ -73,7 +73,8 @@ def run_main_ppo(ws, name: str, data: str, *overrides: str) -> tuple[list[dict],
     ]
     _run(*cmd, timeout=900)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    dump = [json.loads(line) for line in (out / "rollouts" / "3.jsonl").read_text().splitlines()]
+    # every step's trajectories: by the last step a policy may write only calls that do not fit the budget
+    dump = [json.loads(line) for step in (1, 2, 3) for line in (out / "rollouts" / f"{step}.jsonl").read_text().splitlines()]
     return rows, dump
 
 
