@@ -93,8 +93,10 @@ def check(rows: list[dict]) -> list[dict]:
 
 def check_masks(dump: list[dict]) -> None:
     """Tool results are in the response (attention 1) but not among the trained tokens (response_mask 0). A
-    trajectory whose tool message would not fit the response budget ends on the call (marked truncated)."""
-    with_tools = [d for d in dump if d["tool_calls"] > 0 and not d["truncated"]]
+    trajectory whose tool message would not fit the response budget ends on the call (marked truncated, no tool
+    response): those are skipped."""
+    cut_at_call = [d["truncated"] and "<tool_response>" not in d["response"] for d in dump]
+    with_tools = [d for d, cut in zip(dump, cut_at_call) if d["tool_calls"] > 0 and not cut]
     assert with_tools, dump
     for d in with_tools:
         assert "<tool_call>" in d["model_text"] and "<tool_response>" in d["response"]
