@@ -2,8 +2,8 @@
 
 Config keys read (verl's `actor_rollout_ref.model` / `critic.model`): path, use_shm, trust_remote_code,
 override_config, external_lib, enable_gradient_checkpointing, use_remove_padding (packed attention,
-`rlpost.utils.packed_attention`). Options that are not built (use_liger, ...) are refused at start-up
-(`rlpost/trainer/config/unsupported.py`), not here.
+`rlpost.utils.packed_attention`), use_liger (causal LMs only: Liger's kernels, `rlpost.utils.liger`).
+Options that are not built are refused at start-up (`rlpost/trainer/config/unsupported.py`), not here.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
+from rlpost.utils.liger import apply_liger
 from rlpost.utils.packed_attention import use_packed_attention
 from rlpost.utils.shm import local_model_path
 
@@ -54,8 +55,9 @@ def load_model(model_cfg: Any, dtype: torch.dtype, value_model: bool = False) ->
             instead of a causal LM; the head is freshly initialised when the checkpoint has none.
 
     Returns:
-        the model, in train mode, gradient checkpointing enabled when `enable_gradient_checkpointing`, its
-        attention on packed rows without a mask when `use_remove_padding`.
+        the model, in train mode, Liger's RMSNorm / RoPE / SwiGLU kernels in it when `use_liger` (causal LM),
+        gradient checkpointing enabled when `enable_gradient_checkpointing`, its attention on packed rows
+        without a mask when `use_remove_padding`.
     """
     from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
 
@@ -72,6 +74,8 @@ def load_model(model_cfg: Any, dtype: torch.dtype, value_model: bool = False) ->
     model = cls.from_pretrained(
         path, config=hf_config, dtype=dtype, trust_remote_code=trust, attn_implementation="sdpa"
     )
+    if not value_model and model_cfg.use_liger:  # the critic's model group has no use_liger (nor has verl's)
+        apply_liger(model)
     if model_cfg.enable_gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if model_cfg.use_remove_padding:

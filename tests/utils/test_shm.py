@@ -48,7 +48,8 @@ def test_model_and_data_load_through_the_copy(tiny_model_dir, tmp_path, monkeypa
     copy = shm.local_model_path(model_cfg)
     assert copy.startswith(str(tmp_path / "shm")) and sorted(os.listdir(copy)) == sorted(os.listdir(tiny_model_dir))
     model = load_model(model_cfg, torch.float32)
-    ref = load_model(cfg.critic.model, torch.float32, value_model=False)  # critic.model.use_shm false: the original
+    plain = compose_config(*SMALL, f"actor_rollout_ref.model.path={tiny_model_dir}", "actor_rollout_ref.rollout.name=hf")
+    ref = load_model(plain.actor_rollout_ref.model, torch.float32)  # use_shm false: the original folder
     for (name, a), (_, b) in zip(model.state_dict().items(), ref.state_dict().items()):
         assert torch.equal(a, b), name
     rows = tmp_path / "rows.parquet"

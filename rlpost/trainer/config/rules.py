@@ -13,6 +13,7 @@ from rlpost.trainer.config.choices import enums
 from rlpost.trainer.config.errors import ConfigError, warn
 from rlpost.trainer.config.roles import need_critic, need_reference_policy, need_reward_model
 from rlpost.config.schema import PPOTrainerConfig
+from rlpost.utils.liger import LIGER_REQUIREMENT, liger_model_types
 
 ARR = "actor_rollout_ref"
 # Estimators that compare the n responses of a prompt with each other: they need rollout.n > 1.
@@ -321,14 +322,20 @@ def sequence_parallel_roles(c: PPOTrainerConfig) -> list[tuple[str, int, str, bo
     return roles
 
 
-def attention_heads(model_path: str) -> int | None:
-    """`num_attention_heads` from the model folder's config.json (or its text_config); None when the folder or
-    the key is not there (a hub name: the workers check the heads when they load the model)."""
+def folder_config(model_path: str) -> dict[str, Any] | None:
+    """The model folder's config.json as a dict; None when there is no such file (a hub name: the workers
+    check what they need when they load the model)."""
     path = os.path.join(os.path.expanduser(model_path), "config.json")
     if not os.path.isfile(path):
         return None
     with open(path) as f:
-        config = json.load(f)
+        return json.load(f)
+
+
+def attention_heads(model_path: str) -> int | None:
+    """`num_attention_heads` from the model folder's config.json (or its text_config); None when the folder or
+    the key is not there."""
+    config = folder_config(model_path) or {}
     heads = config.get("num_attention_heads") or (config.get("text_config") or {}).get("num_attention_heads")
     return int(heads) if heads else None
 
@@ -357,3 +364,23 @@ def check_sequence_parallel(c: PPOTrainerConfig) -> None:
             fail(f"{key}={size}, {model_key}.use_remove_padding=false",
                  "Ulysses sequence parallelism splits the packed (remove-padding) row",
                  f"{model_key}.use_remove_padding=true")
+
+
+def check_liger(c: PPOTrainerConfig) -> None:
+    """`model.use_liger=true`: a CUDA run, liger_kernel importable, and a model type Liger patches."""
+    model = c.actor_rollout_ref.model
+    if not model.use_liger:
+        return
+    key = f"{ARR}.model.use_liger"
+    if c.trainer.device != "cuda":
+        fail(f"{key}=true, trainer.device={c.trainer.device}", "Liger's kernels are Triton kernels for CUDA GPUs",
+             f"{key}=false (or trainer.device=cuda on a GPU machine)")
+    try:
+        types = liger_model_types()
+    except ImportError as err:
+        fail(f"{key}=true", f"liger_kernel is not importable ({err})",
+             f"`pip install {LIGER_REQUIREMENT}` (or pip install 'rlpost[liger]'), or {key}=false")
+    model_type = (folder_config(model.path) or {}).get("model_type")
+    if model_type is not None and model_type not in types:
+        fail(f"{key}=true, {ARR}.model.path={model.path} (model_type={model_type})",
+             f"Liger patches only the model types {', '.join(types)}", f"{key}=false")

@@ -48,8 +48,6 @@ AREAS: tuple[tuple[str, str], ...] = (
     ("lora", "LoRA"),
     ("rollout_correction", "this rollout-correction option"),
     ("quantization", "quantized rollout"),
-    ("use_liger", "Liger kernels (liger-kernel is not installed; "
-                  "actor_rollout_ref.model.use_fused_kernels=true gives a chunked fused log-prob)"),
     ("fused_kernel", "fused kernels"),
     ("torch_compile", "torch.compile"),
     ("entropy_", "entropy chunking/checkpointing"),
@@ -62,7 +60,6 @@ AREAS: tuple[tuple[str, str], ...] = (
 ENGINE_KEYS = (f"{ARR}.actor.fsdp_config", f"{ARR}.ref.fsdp_config", "critic.model.fsdp_config")
 
 NOT_SUPPORTED_YET: dict[str, Refusal] = {
-    f"{ARR}.model.use_liger": only(False),
     f"{ARR}.model.hf_config_path": only(None),
     f"{ARR}.actor.strategy": never("megatron"),
     f"{ARR}.actor.freeze_vision_tower": only(False),

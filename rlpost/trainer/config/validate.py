@@ -14,8 +14,8 @@ from rlpost.trainer.config.errors import ConfigError, warn
 from rlpost.trainer.config.profiling_rules import check_profiling
 from rlpost.trainer.config.placement_rules import check_placement
 from rlpost.trainer.config.roles import need_critic
-from rlpost.trainer.config.rules import (check_combinations, check_enums, check_lora, check_multi_turn,
-                                         check_ranges, check_sequence_parallel)
+from rlpost.trainer.config.rules import (check_combinations, check_enums, check_liger, check_lora,
+                                         check_multi_turn, check_ranges, check_sequence_parallel)
 from rlpost.config.schema import PPOTrainerConfig
 from rlpost.trainer.config.unsupported import check_not_supported, notices
 
@@ -55,6 +55,7 @@ def typed_config(cfg: DictConfig) -> PPOTrainerConfig:
     check_combinations(typed)
     check_multi_turn(typed)
     check_lora(typed)
+    check_liger(typed)
     check_placement(typed)
     need_critic(typed)
     check_sequence_parallel(typed)

@@ -1,0 +1,99 @@
+"""On one GPU, bf16: `actor_rollout_ref.model.use_liger=true` puts Liger's Triton kernels (RMSNorm, RoPE, SwiGLU)
+into the actor the worker builds (load, then FSDP2 over nccl). Its log-probs and entropies equal those of the
+same weights without Liger to bf16 tolerance, padded and packed (remove-padding restarts the RoPE positions in
+each sequence), and a PPO update step runs through the kernels (0.5B-shaped layers, 2 of them)."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlpost import keys
+from rlpost.utils.distributed import free_port
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workers"))
+from _fsdp_helpers import arr_config, make_batch  # noqa: E402
+
+pytest.importorskip("liger_kernel.transformers.monkey_patch")
+pytestmark = [pytest.mark.gpu, pytest.mark.timeout(600)]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> str:
+    """Random Qwen2 with Qwen2.5-0.5B's layer shapes (hidden 896, 14 heads, 2 KV heads, MLP 4864), 2 layers."""
+    from rlpost.utils.tiny_model import build_tiny_model
+
+    return str(build_tiny_model(tmp_path_factory.mktemp("qwen05b_layers"), hidden_size=896, num_heads=14,
+                                num_kv_heads=2, intermediate_size=4864))
+
+
+@pytest.fixture
+def one_rank(monkeypatch):
+    """Rank 0 of 1 over nccl. Liger rebinds names in transformers' qwen2 modelling file too: they are put
+    back afterwards, so the next test's plain model is plain."""
+    import torch.distributed as dist
+    from transformers.models.qwen2 import modeling_qwen2
+
+    for name in ("apply_rotary_pos_emb", "Qwen2RMSNorm", "Qwen2MLP"):
+        monkeypatch.setattr(modeling_qwen2, name, getattr(modeling_qwen2, name))
+    env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(free_port()), "RLPOST_DEVICE": "cuda"}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    yield
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _worker(model_dir: str, use_liger: bool, rmpad: bool):
+    from rlpost.workers.fsdp_workers import ActorRolloutRefWorker
+
+    cfg = arr_config(model_dir, "trainer.device=cuda", "trainer.n_gpus_per_node=1",
+                     "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=bf16",
+                     f"actor_rollout_ref.model.use_liger={str(use_liger).lower()}",
+                     f"actor_rollout_ref.model.use_remove_padding={str(rmpad).lower()}")
+    worker = ActorRolloutRefWorker(cfg, role="actor")
+    worker.init_model()
+    return worker
+
+
+def _proto(batch: dict, **extra):
+    from rlpost.protocol import DataProto
+
+    return DataProto.from_dict(tensors={**batch, **extra}, meta_info={keys.META_TEMPERATURE: 0.7})
+
+
+@pytest.mark.parametrize("rmpad", [False, True], ids=["padded", "packed"])
+def test_liger_log_probs_match_and_update_runs(model_dir, one_rank, rmpad):
+    from liger_kernel.transformers.rms_norm import LigerRMSNorm
+    from liger_kernel.transformers.swiglu import LigerSwiGLUMLP
+
+    plain = _worker(model_dir, False, rmpad)  # first: once Liger is in, new qwen2 models in this process use it
+    batch = make_batch(len(plain.tokenizer), seed=1)
+    mask = batch[keys.RESPONSE_MASK].bool()
+    ref = plain.compute_log_prob(_proto(batch)).batch
+    assert plain.actor_module.model.norm.forward.__func__ is not LigerRMSNorm.forward
+    del plain
+    torch.cuda.empty_cache()
+
+    worker = _worker(model_dir, True, rmpad)
+    layer = worker.actor_module.model.layers[0]
+    assert layer.input_layernorm.forward.__func__ is LigerRMSNorm.forward
+    assert layer.mlp.forward.__func__ is LigerSwiGLUMLP.forward
+    out = worker.compute_log_prob(_proto(batch)).batch
+    for key in (keys.OLD_LOG_PROBS, keys.ENTROPYS):
+        torch.testing.assert_close(out[key][mask], ref[key][mask], atol=5e-2, rtol=2e-2)
+
+    logp = out[keys.OLD_LOG_PROBS]
+    update = worker.update_actor(_proto(batch, **{keys.OLD_LOG_PROBS: logp, keys.ADVANTAGES: torch.ones_like(logp)}))
+    metrics = update.meta_info[keys.META_METRICS]
+    for name in ("actor/pg_loss", "actor/grad_norm"):
+        values = metrics[name] if isinstance(metrics[name], list) else [metrics[name]]
+        assert values and all(math.isfinite(float(v)) for v in values), (name, values)
+    after = worker.compute_log_prob(_proto(batch)).batch[keys.OLD_LOG_PROBS]
+    # lr 1e-2 with every advantage +1: the step raises the log-probs of the responses it trained on
+    assert after[mask].mean() > logp[mask].mean() + 1e-2, (after[mask].mean(), logp[mask].mean())
