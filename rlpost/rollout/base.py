@@ -8,8 +8,10 @@ per row. `rollout.n` is therefore never read here.
 from __future__ import annotations
 
 import abc
+import asyncio
+from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, TypeVar
 
 from rlpost import keys
 
@@ -18,6 +20,8 @@ if TYPE_CHECKING:
 
     from rlpost.protocol import DataProto
     from rlpost.rollout.async_engine import AgentEngine
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -113,6 +117,11 @@ class BaseRollout(abc.ABC):
         # Start-up validation refuses this combination first; this guards direct (non-main_ppo) use.
         raise NotImplementedError(f"not supported yet: actor_rollout_ref.rollout.multi_turn.enable=true with the "
                                   f"{type(self).__name__} engine; use actor_rollout_ref.rollout.name=vllm or hf")
+
+    def run_coroutine(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run the agent loops of one `generate_sequences` call (`coroutine`) to the end on the event loop this
+        engine's agent front needs: a fresh one by default; an engine bound to a loop of its own overrides."""
+        return asyncio.run(coroutine)
 
     def sleep(self) -> None:
         """Release generation memory (KV cache; on GPU also weights) while the actor trains."""

@@ -23,7 +23,8 @@ import logging
 import os
 import time
 from contextlib import contextmanager
-from typing import Any, Iterable, Iterator
+from collections.abc import Coroutine
+from typing import Any, Iterable, Iterator, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -31,11 +32,15 @@ import torch.distributed as dist
 from rlpost import keys
 from rlpost.protocol import DataProto
 from rlpost.rollout import ROLLOUT_REGISTRY
+from rlpost.rollout import sglang_args
+from rlpost.rollout.async_engine import AgentEngine, Completion, spec_of
 from rlpost.rollout.base import BaseRollout, resolve_sampling
 from rlpost.rollout.sglang_args import (check_cuda_compiler, engine_kwargs, fa3_installed, sampling_params,
                                         scheduler_devices)
 from rlpost.rollout.utils import assemble_output, eos_id_set, prompt_token_lists, tensor_buckets
 from rlpost.utils.distributed import consecutive_groups, gather_in_group
+
+T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
 
@@ -136,6 +141,17 @@ class SGLangRollout(BaseRollout):
         token_ids, log_probs = result[0]
         return assemble_output(prompts, token_ids, spec.max_tokens, log_probs)
 
+    def agent_engine(self, stop_ids: set[int]) -> SGLangAgentEngine:
+        """The agent loops' front: each request goes to SGLang's own scheduler as it comes (see
+        `SGLangAgentEngine`); multi-turn runs one engine per rank (tensor_model_parallel_size=1)."""
+        if self.engine is None:
+            raise RuntimeError("multi-turn SGLang rollouts need tensor_model_parallel_size=1 (an engine per rank)")
+        return SGLangAgentEngine(self.engine, stop_ids)
+
+    def run_coroutine(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """On the engine's own event loop: SGLang answers requests from a task bound to that loop."""
+        return self.engine.loop.run_until_complete(coroutine)
+
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Send the tensors to the engine in buckets of at most `_BUCKET_BYTES`, then flush the prefix cache
         (cached KV was computed with the old weights). Every TP peer consumes the whole iterator (its
@@ -190,3 +206,22 @@ class SGLangRollout(BaseRollout):
         if self.engine is not None:
             self.engine.shutdown()
             self.engine = None
+
+
+class SGLangAgentEngine(AgentEngine):
+    """Continuous batching by SGLang's scheduler: every trajectory's request is sent (`Engine.async_generate`,
+    token ids in and out) the moment the trajectory asks, and joins the requests already running; must run on
+    the engine's event loop (`SGLangRollout.run_coroutine`)."""
+
+    def __init__(self, engine: Any, stop_ids: set[int]) -> None:
+        self.engine, self.stop_ids = engine, stop_ids
+
+    async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any]) -> Completion:
+        spec = spec_of(sampling_params)
+        if spec.max_tokens <= 0:
+            return [], ([] if spec.logprobs else None)
+        out = await self.engine.async_generate(input_ids=list(prompt_ids),
+                                               sampling_params=sglang_args.sampling_params(spec, self.stop_ids),
+                                               return_logprob=spec.logprobs)
+        log_probs = [float(e[0]) for e in out["meta_info"]["output_token_logprobs"]] if spec.logprobs else None
+        return list(out["output_ids"]), log_probs

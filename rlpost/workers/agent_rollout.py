@@ -17,7 +17,6 @@ loop scored its own trajectory. P = data.max_prompt_length, R = data.max_respons
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from typing import Any
 
@@ -62,7 +61,7 @@ class AgentRollout:
         config = dataclasses.replace(self.config, template_kwargs=dict(meta.get(keys.META_CHAT_TEMPLATE_KWARGS) or {}))
         engine = rollout.agent_engine(eos_id_set(meta.get(keys.META_EOS_TOKEN_ID)))
         rows = [{k: v[i] for k, v in prompts.non_tensor_batch.items()} for i in range(len(prompts))]
-        outputs = asyncio.run(self._run(rows, engine, config, sampling_kwargs(spec)))
+        outputs = rollout.run_coroutine(self._run(rows, engine, config, sampling_kwargs(spec)))
         tensors = collate_agent_outputs(outputs, self.prompt_length, self.response_length, pad_id)
         if not spec.logprobs:
             tensors.pop(keys.ROLLOUT_LOG_PROBS, None)

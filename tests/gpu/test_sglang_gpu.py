@@ -1,9 +1,12 @@
 """SGLang on GPU through `rlpost.rollout.sglang.SGLangRollout`, one engine for the module (the SGLang bundle of
 docs/gpu.md on PYTHONPATH): weights synced from an HF model drive greedy decoding exactly as HF's forward does;
 `sleep()` gives the device memory back (KV cache, and the weights in the actor's cycle) and the same
-generation comes back after `wake_up()`; sampled log-probs stay within the drift bound of the actor's."""
+generation comes back after `wake_up()`; sampled log-probs stay within the drift bound of the actor's; the
+multi-turn agent front (concurrent requests, next turns) decodes what the batch generation does."""
 
 from __future__ import annotations
+
+import asyncio
 
 import pytest
 import torch
@@ -62,3 +65,31 @@ def test_released_weights_and_sync_restore_generation(engine, hf_model):
     finally:
         engine.release_weights = False
     assert torch.equal(before, after)
+
+
+def test_agent_front_decodes_what_the_batch_does(engine, hf_model):
+    """The multi-turn front: every prompt sent as its own request, all at once (greedy), comes back with the
+    batch generation's tokens and a log-prob per token; a next turn sent while other requests still run
+    (prompt + the first 8 response tokens) continues with the batch's remaining tokens."""
+    from rlpost.rollout.async_engine import sampling_kwargs
+    from rlpost.rollout.base import resolve_sampling
+
+    prompts = make_prompts(hf_model.config.vocab_size, do_sample=False)
+    batch = engine.generate_sequences(prompts).batch[keys.RESPONSES].tolist()
+    params = sampling_kwargs(resolve_sampling(engine.config, prompts.meta_info))
+    rows = prompts.batch[keys.INPUT_IDS].tolist()
+    front = engine.agent_engine({0})
+
+    async def conversations():
+        async def two_turns(row):
+            ids, log_probs = await front.generate(row, params)
+            nxt, _ = await front.generate(row + ids[:8], {**params, "max_tokens": len(ids) - 8})
+            return ids, log_probs, nxt
+        try:
+            return await asyncio.gather(*(two_turns(row) for row in rows))
+        finally:
+            await front.close()
+
+    for (ids, log_probs, nxt), expected in zip(engine.run_coroutine(conversations()), batch):
+        assert ids == expected and len(log_probs) == len(ids)
+        assert nxt == expected[8:]

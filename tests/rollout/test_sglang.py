@@ -1,6 +1,7 @@
 """SGLang engine on CPU: start-up errors, argument mapping, engine_kwargs validation, TP placement, bucketing.
 The engine itself runs in tests/gpu/test_sglang_gpu.py."""
 
+import asyncio
 import os
 
 import pytest
@@ -167,3 +168,51 @@ def test_engine_environment_is_undone_after_the_engine_starts(monkeypatch):
     assert os.environ["CUDA_MODULE_LOADING"] == "LAZY"
     with engine_environment(None):
         assert os.environ["CUDA_VISIBLE_DEVICES"] == "1"
+
+
+class _OfflineEngineSurface:
+    """What `SGLangAgentEngine` uses of `sglang.Engine` (not installable without CUDA): `loop` and
+    `async_generate`, answering in SGLang's output shape ("output_ids"; "output_token_logprobs" entries are
+    (log-prob, token id, text)); records each request."""
+
+    def __init__(self) -> None:
+        self.loop, self.requests = asyncio.new_event_loop(), []
+
+    async def async_generate(self, input_ids, sampling_params, return_logprob):
+        self.requests.append((input_ids, sampling_params, return_logprob))
+        await asyncio.sleep(0)
+        out = [len(input_ids) + i for i in range(sampling_params["max_new_tokens"])]
+        return {"output_ids": out, "meta_info": {"output_token_logprobs": [(-0.25, t, None) for t in out]}}
+
+
+@pytest.mark.timeout(30)
+def test_agent_front_maps_requests_and_runs_on_the_engine_loop():
+    from rlpost.rollout.async_engine import sampling_kwargs
+    from rlpost.rollout.sglang import SGLangAgentEngine, SGLangRollout
+
+    engine = _OfflineEngineSurface()
+    rollout = object.__new__(SGLangRollout)  # the engine start is GPU-only; the front needs only `engine`
+    rollout.engine = engine
+    front = rollout.agent_engine({2})
+    spec = SamplingSpec(greedy=False, temperature=0.9, top_k=0, top_p=0.95, max_tokens=3, ignore_eos=False,
+                        logprobs=True)
+
+    async def turns():
+        assert asyncio.get_running_loop() is engine.loop  # SGLang answers from a task bound to its loop
+        first = await asyncio.gather(front.generate([5, 6], sampling_kwargs(spec)),
+                                     front.generate([7], sampling_kwargs(spec)))
+        empty = await front.generate([1], {**sampling_kwargs(spec), "max_tokens": 0})
+        plain = await front.generate([1], sampling_kwargs(SamplingSpec(True, 1.0, -1, 1.0, 2, True, False)))
+        await front.close()
+        return first, empty, plain
+
+    try:
+        first, empty, plain = rollout.run_coroutine(turns())
+    finally:
+        engine.loop.close()
+    assert isinstance(front, SGLangAgentEngine)
+    assert first == [([2, 3, 4], [-0.25] * 3), ([1, 2, 3], [-0.25] * 3)] and empty == ([], [])
+    assert plain == ([1, 2], None)
+    ids, params, logprob = engine.requests[0]
+    assert ids == [5, 6] and logprob is True and params == sampling_params(spec, {2})
+    assert engine.requests[-1][1]["temperature"] == 0.0 and engine.requests[-1][2] is False

@@ -252,7 +252,7 @@ def check_lora(c: PPOTrainerConfig) -> None:
 
 
 # Engines with a multi-turn (agent loop) front: `BaseRollout.agent_engine`.
-MULTI_TURN_ENGINES = ("vllm", "hf")
+MULTI_TURN_ENGINES = ("vllm", "sglang", "hf")
 
 
 def check_multi_turn(c: PPOTrainerConfig) -> None:
@@ -275,11 +275,11 @@ def check_multi_turn(c: PPOTrainerConfig) -> None:
         fail(f"not supported yet: {ARR}.rollout.name={rollout.name} with {ARR}.rollout.multi_turn.enable=true",
              f"multi-turn rollouts run on the {' or '.join(MULTI_TURN_ENGINES)} engine", f"{ARR}.rollout.name=vllm")
     if rollout.tensor_model_parallel_size != 1:
-        # TP peers drive one engine (vLLM `external_launcher`) and must add the same requests at the same
-        # engine steps; agent loops add theirs whenever a tool returns, which differs between the peers.
+        # TP peers drive one engine (vLLM `external_launcher`; SGLang's engine on the block's first rank) and
+        # must add the same requests at the same engine steps; agent loops add theirs whenever a tool returns.
         fail(f"not supported yet: {ARR}.rollout.tensor_model_parallel_size={rollout.tensor_model_parallel_size} "
              f"with {ARR}.rollout.multi_turn.enable=true",
-             "the tensor-parallel peers of one vLLM engine must submit identical requests at every engine step, "
+             "the tensor-parallel peers of one engine must submit identical requests at every engine step, "
              "while each rank's agent loops submit a trajectory's next turn whenever its tools return, so the "
              "peers' engines would diverge; each rollout worker runs its agent loops on an engine of its own",
              f"{ARR}.rollout.tensor_model_parallel_size=1 (more, smaller engines: one per GPU)")

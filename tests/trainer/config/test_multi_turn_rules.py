@@ -25,6 +25,12 @@ def test_multi_turn_keys_are_accepted(small_cfg):
     assert cfg.data.return_raw_chat is True and cfg.data.tool_config_path == "/t.yaml"  # both follow multi_turn
 
 
+def test_sglang_runs_multi_turn_with_an_engine_per_rank(small_cfg):
+    cfg = validate_config(small_cfg({f"{MT}.enable": True, f"{ARR}.rollout.name": "sglang", "trainer.device": "cuda",
+                                     f"{ARR}.rollout.tensor_model_parallel_size": 1}))
+    assert cfg.actor_rollout_ref.rollout.name == "sglang" and cfg.actor_rollout_ref.rollout.multi_turn.enable
+
+
 def test_agent_num_workers_is_accepted_with_a_notice(small_cfg):
     with pytest.warns(ConfigWarning, match=r"agent.num_workers=2 accepted: rlpost runs the agent loops of each "
                                            "rollout worker on one asyncio event loop"):
@@ -32,12 +38,12 @@ def test_agent_num_workers_is_accepted_with_a_notice(small_cfg):
 
 
 RULES = [
-    ({f"{MT}.enable": True, f"{ARR}.rollout.name": "sglang", "trainer.device": "cuda"},
-     f"not supported yet: {ARR}.rollout.name=sglang with {MT}.enable=true: multi-turn rollouts run on the vllm or "
-     f"hf engine; use {ARR}.rollout.name=vllm."),
     ({f"{MT}.enable": True, f"{ARR}.rollout.tensor_model_parallel_size": 2, "trainer.device": "cuda"},
      f"not supported yet: {ARR}.rollout.tensor_model_parallel_size=2 with {MT}.enable=true: the tensor-parallel "
-     "peers of one vLLM engine must submit identical requests at every engine step"),
+     "peers of one engine must submit identical requests at every engine step"),
+    ({f"{MT}.enable": True, f"{ARR}.rollout.name": "sglang", f"{ARR}.rollout.tensor_model_parallel_size": 2,
+      "trainer.device": "cuda"},
+     f"not supported yet: {ARR}.rollout.tensor_model_parallel_size=2 with {MT}.enable=true"),
     ({f"{MT}.enable": True, "data.return_raw_chat": False},
      f"{MT}.enable=true, data.return_raw_chat=false: agent loops render each conversation from the chat messages "
      "of the row; use data.return_raw_chat=true."),

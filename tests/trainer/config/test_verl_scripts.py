@@ -24,7 +24,7 @@ SCRIPTS: dict[str, list[str]] = yaml.safe_load((Path(__file__).parent / "verl_sc
 # Scripts refused for a feature not built yet, with the key the refusal names (the first one checked).
 REFUSED = {
     "ppo_deepseek7b_llm": "actor_rollout_ref.rollout.quantization",
-    "sglang_multiturn_qwen2_5_3b_gsm8k": "actor_rollout_ref.rollout.name",  # multi-turn through SGLang
+    "sglang_multiturn_qwen2_5_3b_gsm8k": "actor_rollout_ref.rollout.tensor_model_parallel_size",  # multi-turn, TP 2
 }
 # Scripts refused by a value rule, with the start of the message (checked after the feature checks: the
 # Qwen3 script's use_liger=true passed its start-up check before its batch sizes were refused).

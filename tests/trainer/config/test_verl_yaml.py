@@ -57,10 +57,9 @@ def test_verl_multiturn_yaml_dry_run_through_main_ppo(tmp_path):
            "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.ppo_mini_batch_size=64",
            "actor_rollout_ref.rollout.tensor_model_parallel_size=1", f"hydra.run.dir={tmp_path / 'out'}"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=50, cwd=REPO)
-    # verl's YAML asks for SGLang: multi-turn runs on the vLLM (or HF) engine here, and the message says so
-    assert out.returncode == 2, out.stdout + out.stderr
-    assert out.stderr.startswith("config error: not supported yet: actor_rollout_ref.rollout.name=sglang with "
-                                 "actor_rollout_ref.rollout.multi_turn.enable=true"), out.stderr
+    # verl's YAML asks for SGLang, whose agent front runs the multi-turn loops; the vLLM engine does too
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "rlpost dry run" in out.stdout
     out = subprocess.run([*cmd, "actor_rollout_ref.rollout.name=vllm"], capture_output=True, text=True, timeout=50,
                          cwd=REPO)
     assert out.returncode == 0, out.stdout + out.stderr
