@@ -8,6 +8,8 @@ A user YAML in any folder extends the default with `defaults: [ppo_trainer, _sel
 puts the package's config folder on Hydra's search path itself, so no plugin or flag is needed.
 """
 
+import atexit
+import os
 import sys
 import warnings
 
@@ -101,5 +103,15 @@ def _plain_config_warnings() -> None:
     warnings.formatwarning = _format
 
 
+def _exit_after_run() -> None:
+    """End the process once a run has finished: exit handlers run (Ray's, logging's) and output is flushed,
+    but the interpreter's teardown of every loaded module (torch, transformers, ray: seconds) is skipped."""
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 if __name__ == "__main__":
     main()
+    _exit_after_run()  # errors leave main() by SystemExit (status 2 or 3) or a traceback, and exit as usual

@@ -3,8 +3,31 @@
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from typing import Any
+
+
+def auto_tokenizer() -> Any:
+    """`transformers.AutoTokenizer`, imported without scikit-learn.
+
+    The import loads transformers' generation utilities, which import scikit-learn when it is installed (and
+    with it SciPy's statistics and pandas: seconds in every process that starts a run) for one feature of
+    assisted generation that rlpost does not use. While a `None` stands in `sys.modules`, transformers finds
+    scikit-learn missing; the entry is removed afterwards, so `import sklearn` works as before (transformers
+    itself keeps taking it as missing: only assisted generation's confidence-threshold tuning needs it).
+    """
+    if "sklearn" in sys.modules:
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer
+    sys.modules["sklearn"] = None  # type: ignore[assignment]
+    try:
+        from transformers import AutoTokenizer
+    finally:
+        if sys.modules.get("sklearn", 0) is None:
+            del sys.modules["sklearn"]
+    return AutoTokenizer
 
 
 def hf_tokenizer(name_or_path: str, correct_pad_token: bool = True, correct_gemma2: bool = True,
@@ -16,13 +39,11 @@ def hf_tokenizer(name_or_path: str, correct_pad_token: bool = True, correct_gemm
         correct_pad_token: set `pad_token = eos_token` when the tokenizer has none.
         correct_gemma2: Gemma-2 tokenizers end turns with `<end_of_turn>`; use it as EOS, as verl does.
     """
-    from transformers import AutoTokenizer
-
     path = os.path.expanduser(name_or_path)
     if correct_gemma2 and "gemma-2" in path.lower():
         warnings.warn("Gemma-2 tokenizer: using <end_of_turn> (id 107) as the EOS token", stacklevel=2)
         kwargs.setdefault("eos_token", "<end_of_turn>")
-    tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
+    tokenizer = auto_tokenizer().from_pretrained(path, **kwargs)
     if correct_pad_token and tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer

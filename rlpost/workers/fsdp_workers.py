@@ -29,6 +29,7 @@ from rlpost.utils.model import load_model
 from rlpost.utils.optim import build_lr_scheduler, build_optimizer
 from rlpost.utils.profiler import lifetime_peaks, phase
 from rlpost.utils.shm import local_model_path
+from rlpost.utils.tokenizer import auto_tokenizer
 from rlpost.utils.ulysses import SequenceParallel, new_sequence_parallel, sp_size, use_ulysses_attention
 from rlpost.workers.actor import DataParallelPPOActor
 from rlpost.workers.batching import group_rows, own_rows, rows_per_rank, sp_parts
@@ -206,12 +207,10 @@ class ActorRolloutRefWorker(_FSDPRole):
             total_training_steps: optimiser steps the actor's LR schedule spans (the trainer's step count);
                 None: `actor.optim.total_training_steps` when > 0 (cosine needs one of them).
         """
-        from transformers import AutoTokenizer
-
         model_cfg = self.config.model
         model_path = local_model_path(model_cfg)  # the /dev/shm copy with model.use_shm
-        self.tokenizer = AutoTokenizer.from_pretrained(model_cfg.tokenizer_path or model_path,
-                                                       trust_remote_code=bool(model_cfg.trust_remote_code))
+        self.tokenizer = auto_tokenizer().from_pretrained(model_cfg.tokenizer_path or model_path,
+                                                         trust_remote_code=bool(model_cfg.trust_remote_code))
         if model_cfg.custom_chat_template is not None:  # saved with hf_model checkpoints
             self.tokenizer.chat_template = model_cfg.custom_chat_template
         if self._is_actor:
@@ -432,11 +431,9 @@ class CriticWorker(_FSDPRole):
             total_training_steps: optimiser steps the LR schedule spans (the trainer's step count);
                 None: `critic.optim.total_training_steps` when > 0 (cosine needs one of them).
         """
-        from transformers import AutoTokenizer
-
         model_cfg = self.config.model
-        self.tokenizer = AutoTokenizer.from_pretrained(model_cfg.tokenizer_path,
-                                                       trust_remote_code=bool(model_cfg.trust_remote_code))
+        self.tokenizer = auto_tokenizer().from_pretrained(model_cfg.tokenizer_path,
+                                                         trust_remote_code=bool(model_cfg.trust_remote_code))
         self.module, self.optimizer, self.lr_scheduler, self.peft = self._build_trainable(
             model_cfg, self.config.optim, self.fsdp_config, True, total_training_steps, "critic.model")
         self.critic = DataParallelPPOCritic(self.config, self.module, self.optimizer,

@@ -28,6 +28,7 @@ from rlpost.single_controller.ray import (  # noqa: E402
     finish_ray,
     init_ray,
 )
+from rlpost.single_controller.ray.init import DEFAULT_WORKER_ENV  # noqa: E402
 
 
 class EchoWorker(Worker):
@@ -131,10 +132,14 @@ class CriticLike(Worker):
         return DataProto.from_dict({VALUES: data.batch[VALUES] + 1})
 
 
+_DRIVER_ENV: dict[str, str | None] = {}  # the worker variables in this process before init_ray
+
+
 @pytest.fixture(scope="module")
 def ray_cfg(tmp_path_factory):
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import test modules
     cfg = {"num_cpus": 8, "timeline_json_file": str(tmp_path_factory.mktemp("ray") / "timeline.json")}
+    _DRIVER_ENV.update({k: os.environ.get(k) for k in DEFAULT_WORKER_ENV})
     init_ray(cfg)
     yield cfg
     ray.shutdown()
@@ -181,6 +186,15 @@ def test_rank_env_and_simple_modes(group4):
     assert group4.dp_compute([1, 2, 3, 4]) == [(1, 0), (2, 1), (3, 2), (4, 3)]
     with pytest.raises(ValueError, match="list of 4 items"):
         group4.add_rank(5)
+
+
+@pytest.mark.timeout(60)
+def test_worker_env_reaches_workers_not_the_driver(group4):
+    """The cluster started by init_ray hands its workers the defaults; this process's environment is unchanged."""
+    expected = {k: _DRIVER_ENV[k] if _DRIVER_ENV[k] is not None else v for k, v in DEFAULT_WORKER_ENV.items()}
+    for name, value in expected.items():
+        assert group4.getenv(name) == [value] * 4
+    assert {k: os.environ.get(k) for k in DEFAULT_WORKER_ENV} == _DRIVER_ENV
 
 
 @pytest.mark.parametrize("n", range(1, 10))

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Mapping
+from contextlib import contextmanager
+from typing import Any, Iterator, Mapping
 
 import ray
 
@@ -59,12 +60,51 @@ def init_ray(ray_init_cfg: Mapping | None = None, runtime_env: Mapping[str, Any]
         env["env_vars"] = {**(env.get("env_vars") or {}), LOG_DIR_ENV: log_dir, QUIET_ENV: "0" if verbose else "1"}
     # An existing cluster (RAY_ADDRESS, e.g. several nodes started with `ray start`) has its resources already.
     num_cpus = None if os.environ.get("RAY_ADDRESS") else cfg.get("num_cpus")
-    kwargs = dict(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True,
-                  runtime_env=build_runtime_env(env))
+    runtime_env = build_runtime_env(env)
+    kwargs = dict(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True)
+    inherited: dict[str, str] = {}
+    if set(runtime_env) == {"env_vars"} and _starts_local_cluster():
+        # A cluster started here inherits this process's environment: its workers get the variables without a
+        # runtime_env, which would make Ray start every worker afresh instead of using the ones it pre-started.
+        inherited = runtime_env["env_vars"]
+    else:
+        kwargs["runtime_env"] = runtime_env
     _start_reaper_once()
-    if verbose or log_dir is None:
-        ray.init(**kwargs)
-        return
+    with _environ(inherited):
+        if verbose or log_dir is None:
+            ray.init(**kwargs)
+            return
+        _init_quiet(kwargs, log_dir)
+
+
+def _starts_local_cluster() -> bool:
+    """Whether `ray.init()` here starts a cluster of its own (Ray's rule: no RAY_ADDRESS, no `ray start` one)."""
+    from ray._private.services import canonicalize_bootstrap_address
+
+    try:
+        return canonicalize_bootstrap_address(None) is None
+    except (ConnectionError, ValueError):
+        return False
+
+
+@contextmanager
+def _environ(values: Mapping[str, str]) -> Iterator[None]:
+    """`os.environ` updated with `values` inside the block, as it was after it."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _init_quiet(kwargs: dict[str, Any], log_dir: str) -> None:
+    """`ray.init(**kwargs)` with Ray's INFO lines and warnings in `<log_dir>/ray_driver.log`, errors also on
+    the console."""
     os.makedirs(log_dir, exist_ok=True)
     to_file = _handler(logging.FileHandler(os.path.join(log_dir, "ray_driver.log")), logging.INFO)
     # ray.init drops the handlers of the "ray" logger; what it logs meanwhile falls to logging.lastResort

@@ -1,0 +1,30 @@
+"""`auto_tokenizer`: transformers' AutoTokenizer without scikit-learn loaded, and scikit-learn still importable."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+_CHECK = """
+import sys
+from rlpost.utils.tokenizer import auto_tokenizer
+
+cls = auto_tokenizer()
+import transformers
+assert cls is transformers.AutoTokenizer
+loaded = sorted(m for m in ("sklearn", "pandas") if m in sys.modules)
+import sklearn.metrics
+print(loaded, type(sklearn.metrics.roc_curve).__name__)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_auto_tokenizer_leaves_sklearn_out_and_importable():
+    # a fresh interpreter: this test process may have imported transformers or scikit-learn already
+    out = subprocess.run([sys.executable, "-c", _CHECK], cwd=REPO, capture_output=True, text=True, timeout=110,
+                         env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[] function"
