@@ -103,6 +103,7 @@ def test_liger_log_probs_match_and_update_runs(model_dir, one_rank, rmpad):
     # the same step through Liger's backward lands where the plain step did, and both raise the log-probs of
     # the responses they trained on (advantages +1, lr 1e-4)
     after = _update(worker, batch, out[keys.OLD_LOG_PROBS])
-    torch.testing.assert_close(after[mask], plain_after[mask], atol=5e-2, rtol=2e-2)
+    # Adam's first step scales every gradient to ~lr, bf16 noise included: 1e-1 (H100: 0.067 at most, packed)
+    torch.testing.assert_close(after[mask], plain_after[mask], atol=1e-1, rtol=2e-2)
     for before, later in ((ref[keys.OLD_LOG_PROBS], plain_after), (out[keys.OLD_LOG_PROBS], after)):
         assert later[mask].mean() > before[mask].mean(), (later[mask].mean(), before[mask].mean())
