@@ -21,26 +21,13 @@ pytestmark = [pytest.mark.gpu, pytest.mark.timeout(600)]
 ROWS = 16  # one global batch: every step's loss is over the same rows
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> str:
-    """Random Qwen2 with Qwen2.5-0.5B's layer shapes (hidden 896, 14 heads, 2 KV heads, MLP 4864), 2 layers."""
-    from rlpost.utils.tiny_model import build_tiny_model
-
-    return str(build_tiny_model(tmp_path_factory.mktemp("qwen05b_layers"), hidden_size=896, num_heads=14,
-                                num_kv_heads=2, intermediate_size=4864))
-
-
 @pytest.fixture
-def one_rank(monkeypatch):
-    """Rank 0 of 1 over nccl. Liger rebinds names in transformers' qwen2 modelling file too: they are put
-    back afterwards, so later tests' plain models are plain."""
+def one_rank(monkeypatch, restore_qwen2):
+    """Rank 0 of 1 over nccl (the trainer joins this group), with transformers' qwen2 names restored afterwards."""
     import torch.distributed as dist
-    from transformers.models.qwen2 import modeling_qwen2
 
     from rlpost.utils.distributed import init_distributed
 
-    for name in ("apply_rotary_pos_emb", "Qwen2RMSNorm", "Qwen2MLP"):
-        monkeypatch.setattr(modeling_qwen2, name, getattr(modeling_qwen2, name))
     for key, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
                        "MASTER_PORT": str(free_port())}.items():
         monkeypatch.setenv(key, value)
@@ -74,17 +61,17 @@ def _train(model_dir: str, out: Path, use_liger: bool):
     return trainer.fit(), trainer
 
 
-def test_sft_step_with_liger_matches_plain(model_dir, one_rank, tmp_path):
+def test_sft_step_with_liger_matches_plain(qwen05b_layers_dir, one_rank, tmp_path):
     import torch
     from liger_kernel.transformers.rms_norm import LigerRMSNorm
     from liger_kernel.transformers.swiglu import LigerSwiGLUMLP
 
-    plain, trainer = _train(model_dir, tmp_path / "plain", False)  # first: Liger holds for later qwen2 models
+    plain, trainer = _train(qwen05b_layers_dir, tmp_path / "plain", False)  # first: Liger holds for later qwen2 models
     assert trainer.model.model.norm.forward.__func__ is not LigerRMSNorm.forward
     del trainer
     torch.cuda.empty_cache()
 
-    liger, trainer = _train(model_dir, tmp_path / "liger", True)
+    liger, trainer = _train(qwen05b_layers_dir, tmp_path / "liger", True)
     layer = trainer.model.model.layers[0]
     assert layer.input_layernorm.forward.__func__ is LigerRMSNorm.forward
     assert layer.mlp.forward.__func__ is LigerSwiGLUMLP.forward
