@@ -56,7 +56,48 @@ if [ "$LORA_RANK" -gt 0 ]; then  # adapters learn with a larger step than full f
              actor_rollout_ref.actor.optim.lr="${LORA_LR:-2e-3}")
   RUN_DIR=$WORK/${ALGO}_lora$LORA_RANK
 fi
+SFT_MODEL=$SFT_DIR/global_step_$SFT_STEPS
 log() { echo "[quickstart $(date +%H:%M:%S)] $*"; }
+
+# SFT of $MODEL on $DATA/sft_train.parquet into $SFT_MODEL, skipped when a run already wrote it.
+# $1: the log line's account of the demonstrations; the rest: the task's own overrides (data keys, length, logger).
+sft() {
+  local demos=$1; shift
+  if [ -f "$SFT_MODEL/config.json" ]; then return 0; fi
+  log "SFT: $SFT_STEPS steps of 64 $demos"
+  OMP_NUM_THREADS=2 python -m rlpost.trainer.fsdp_sft_trainer \
+      data.train_files="$DATA/sft_train.parquet" \
+      data.val_files=null \
+      data.train_batch_size=64 \
+      data.micro_batch_size_per_gpu=64 \
+      model.partial_pretrain="$MODEL" \
+      optim.lr=3e-3 \
+      trainer.total_training_steps="$SFT_STEPS" \
+      trainer.default_local_dir="$SFT_DIR" \
+      trainer.device=cpu \
+      trainer.n_gpus_per_node=1 \
+      trainer.seed=1 \
+      "$@"
+}
+
+# RL from $SFT_MODEL into a fresh $RUN_DIR with examples/quickstart/<$1>.yaml, greedy validation before and after.
+# $2: the log line; the rest: overrides.
+rl() {
+  local config=$1 what=$2; shift 2
+  log "$what"
+  rm -rf "$RUN_DIR"
+  local start=$SECONDS
+  OMP_NUM_THREADS=1 python -m rlpost.trainer.main_ppo --config-path="$ROOT/examples/quickstart" --config-name="$config" \
+      data.train_files="$DATA/train.parquet" \
+      data.val_files="$DATA/test.parquet" \
+      actor_rollout_ref.model.path="$SFT_MODEL" \
+      trainer.total_training_steps="$GRPO_STEPS" \
+      trainer.test_freq="$GRPO_STEPS" \
+      trainer.default_local_dir="$RUN_DIR" \
+      "$@"
+  log "$ALGO wall time: $((SECONDS - start)) s (start-up and both validations included)"
+}
+
 if [ "$TASK" = calculator ]; then
   # shellcheck source=scripts/quickstart_calculator.sh
   source "$ROOT/scripts/quickstart_calculator.sh"
@@ -73,35 +114,7 @@ if [ ! -f "$DATA/train.parquet" ]; then
       --num_digits 4 --sft_slip 0.7 --seed 0
 fi
 
-SFT_MODEL=$SFT_DIR/global_step_$SFT_STEPS
-if [ ! -f "$SFT_MODEL/config.json" ]; then
-  log "SFT: $SFT_STEPS steps of 64 demonstrations from the imperfect teacher"
-  OMP_NUM_THREADS=2 python -m rlpost.trainer.fsdp_sft_trainer \
-      data.train_files="$DATA/sft_train.parquet" \
-      data.val_files=null \
-      data.max_length=48 \
-      data.train_batch_size=64 \
-      data.micro_batch_size_per_gpu=64 \
-      model.partial_pretrain="$MODEL" \
-      optim.lr=3e-3 \
-      trainer.total_training_steps="$SFT_STEPS" \
-      trainer.default_local_dir="$SFT_DIR" \
-      trainer.logger='[console]' \
-      trainer.device=cpu \
-      trainer.n_gpus_per_node=1 \
-      trainer.seed=1
-fi
-
-log "$ALGO: $GRPO_STEPS steps, 2 CPU worker processes with vLLM; greedy validation before and after"
-rm -rf "$RUN_DIR"
-start=$SECONDS
-OMP_NUM_THREADS=1 python -m rlpost.trainer.main_ppo --config-path="$ROOT/examples/quickstart" --config-name="$ALGO" \
-    data.train_files="$DATA/train.parquet" \
-    data.val_files="$DATA/test.parquet" \
-    actor_rollout_ref.model.path="$SFT_MODEL" \
-    trainer.total_training_steps="$GRPO_STEPS" \
-    trainer.test_freq="$GRPO_STEPS" \
-    trainer.default_local_dir="$RUN_DIR" \
+sft "demonstrations from the imperfect teacher" data.max_length=48 trainer.logger='[console]'
+rl "$ALGO" "$ALGO: $GRPO_STEPS steps, 2 CPU worker processes with vLLM; greedy validation before and after" \
     "${LORA_ARGS[@]}" "$@"
-log "$ALGO wall time: $((SECONDS - start)) s (start-up and both validations included)"
 python scripts/quickstart_eval.py "$RUN_DIR"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The TASK=calculator stage list of scripts/quickstart.sh (sourced by it: uses ROOT, WORK, SFT_STEPS, GRPO_STEPS, log).
+# The TASK=calculator stage list of scripts/quickstart.sh (sourced by it: uses its ROOT, MODEL, DATA, RUN_DIR and
+# its functions log, sft and rl).
 #
 # 1. the task: "What is 4712 * 8391? Use the calculator, then answer with #### followed by the number."; both
 #    factors have 4 digits and every product 8 (examples/data_preprocess/calculator.py --full_width), held-out
@@ -11,10 +12,6 @@
 # 4. GRPO with `tool_agent` (examples/quickstart/grpo_calculator.yaml); the reward is 1 for the exact product
 # 5. prints `held-out accuracy: before=.. after=..` and `tool-call rate: before=.. after=..` (greedy, last lines)
 TOOLS="$ROOT/examples/multiturn/config/tool_config/calculator_tool_config.yaml"
-MODEL=$WORK/model
-DATA=$WORK/data
-SFT_DIR=$WORK/sft
-RUN_DIR=$WORK/grpo
 
 if [ ! -f "$DATA/train.parquet" ]; then
   log "writing the calculator task to $DATA"
@@ -26,41 +23,9 @@ if [ ! -f "$MODEL/config.json" ]; then
   python scripts/make_tiny_model.py --out_dir "$MODEL" --corpus_file "$DATA/corpus.txt" --vocab_size 1024 --seed 0
 fi
 
-SFT_MODEL=$SFT_DIR/global_step_$SFT_STEPS
-if [ ! -f "$SFT_MODEL/config.json" ]; then
-  # one loss line per step would fill the console; they go to $SFT_DIR/metrics.jsonl
-  log "SFT: $SFT_STEPS steps of 64 transcripts from the teacher that calls the calculator 30% of the time"
-  OMP_NUM_THREADS=2 python -m rlpost.trainer.fsdp_sft_trainer \
-      data.train_files="$DATA/sft_train.parquet" \
-      data.val_files=null \
-      data.prompt_key=prompt \
-      data.response_key=response \
-      data.tools_key=tools \
-      data.max_length=256 \
-      data.train_batch_size=64 \
-      data.micro_batch_size_per_gpu=64 \
-      model.partial_pretrain="$MODEL" \
-      optim.lr=3e-3 \
-      trainer.total_training_steps="$SFT_STEPS" \
-      trainer.default_local_dir="$SFT_DIR" \
-      trainer.logger='[file]' \
-      trainer.device=cpu \
-      trainer.n_gpus_per_node=1 \
-      trainer.seed=1
-fi
-
-log "grpo with tool_agent: $GRPO_STEPS steps, 2 CPU worker processes with vLLM; greedy validation before and after"
-rm -rf "$RUN_DIR"
-start=$SECONDS
-OMP_NUM_THREADS=1 python -m rlpost.trainer.main_ppo --config-path="$ROOT/examples/quickstart" \
-    --config-name=grpo_calculator \
-    data.train_files="$DATA/train.parquet" \
-    data.val_files="$DATA/test.parquet" \
-    actor_rollout_ref.model.path="$SFT_MODEL" \
-    actor_rollout_ref.rollout.multi_turn.tool_config_path="$TOOLS" \
-    trainer.total_training_steps="$GRPO_STEPS" \
-    trainer.test_freq="$GRPO_STEPS" \
-    trainer.default_local_dir="$RUN_DIR" \
-    "$@"
-log "grpo wall time: $((SECONDS - start)) s (start-up and both validations included)"
+# one loss line per step would fill the console; they go to $SFT_DIR/metrics.jsonl
+sft "transcripts from the teacher that calls the calculator 30% of the time" \
+    data.prompt_key=prompt data.response_key=response data.tools_key=tools data.max_length=256 trainer.logger='[file]'
+rl grpo_calculator "grpo with tool_agent: $GRPO_STEPS steps, 2 CPU worker processes with vLLM; greedy validation before and after" \
+    actor_rollout_ref.rollout.multi_turn.tool_config_path="$TOOLS" "$@"
 python scripts/quickstart_eval.py "$RUN_DIR" --tool_calls

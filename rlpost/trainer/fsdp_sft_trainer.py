@@ -27,9 +27,11 @@ from torch.utils.data import DataLoader, DistributedSampler
 from rlpost.data.sft_dataset import SFTDataset
 from rlpost.keys import LOSS_MASK
 from rlpost.keys import ATTENTION_MASK, INPUT_IDS, POSITION_IDS
+from rlpost.trainer.config.rules import check_liger_run
 from rlpost.utils.checkpoint import prune_oldest
 from rlpost.utils.distributed import free_port, init_distributed
 from rlpost.utils.fsdp import apply_fsdp2, clip_grad_norm, iter_full_params
+from rlpost.utils.liger import apply_liger
 from rlpost.utils.tracking import StepProgress, Tracking
 from rlpost.utils.optim import lr_schedule, build_optimizer
 
@@ -45,7 +47,6 @@ UNSUPPORTED_DEFAULTS: dict[str, Any] = {
     "data.use_shm": False,
     "model.use_shm": False,
     "model.lora_rank": 0,
-    "model.use_liger": False,
     "model.external_lib": None,
     "model.fsdp_config.cpu_offload": False,
     "model.fsdp_config.offload_params": False,
@@ -54,8 +55,9 @@ UNSUPPORTED_DEFAULTS: dict[str, Any] = {
 }
 
 
-def check_sft_config(config: DictConfig, world_size: int) -> None:
-    """Fail fast on unsupported keys and on batch sizes that do not divide; errors name the key."""
+def check_sft_config(config: DictConfig, world_size: int, device: str) -> None:
+    """Fail fast on unsupported keys, on batch sizes that do not divide and on a Liger run that cannot work
+    (`device` is the resolved trainer.device); errors name the key."""
     for key, default in UNSUPPORTED_DEFAULTS.items():
         value = OmegaConf.select(config, key, default=default)
         if value != default and not (default is False and value in (None, 0)):
@@ -74,6 +76,8 @@ def check_sft_config(config: DictConfig, world_size: int) -> None:
         )
     if int(config.data.max_length) <= 1:
         raise ValueError(f"data.max_length={config.data.max_length} must be > 1")
+    if config.model.use_liger:
+        check_liger_run("model.use_liger", device, "model.partial_pretrain", str(config.model.partial_pretrain))
 
 
 def resolve_device(config: DictConfig) -> str:
@@ -119,7 +123,7 @@ class FSDPSFTTrainer:
         self.tokenizer = tokenizer
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.device = resolve_device(config)
-        check_sft_config(config, self.world_size)
+        check_sft_config(config, self.world_size, self.device)
         _warn_on_world_mismatch(config, self.world_size, self.rank)
         torch.manual_seed(int(config.trainer.seed))
         self.micro = int(config.data.micro_batch_size_per_gpu)
@@ -142,7 +146,8 @@ class FSDPSFTTrainer:
         return DataLoader(dataset, batch_size=global_batch // self.world_size, sampler=sampler, drop_last=True)
 
     def _build_model(self) -> torch.nn.Module:
-        """Load the HF model in fp32, enable checkpointing, shard it through rlpost.utils.fsdp."""
+        """Load the HF model in fp32, put Liger's kernels in (`model.use_liger`), enable checkpointing, shard it
+        through rlpost.utils.fsdp."""
         from transformers import AutoModelForCausalLM
 
         model_cfg = self.config.model
@@ -150,6 +155,8 @@ class FSDPSFTTrainer:
             model_cfg.partial_pretrain, dtype=torch.float32,
             trust_remote_code=bool(model_cfg.trust_remote_code),
         )
+        if model_cfg.use_liger:
+            apply_liger(model, key="model.use_liger")
         if model_cfg.enable_gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         # compute dtype: fp32 on CPU, bf16 on CUDA (rlpost.utils.fsdp.compute_dtype); fp32 masters

@@ -1,4 +1,5 @@
-"""Liger-Kernel's Triton kernels on a HF model instance (`actor_rollout_ref.model.use_liger`).
+"""Liger-Kernel's Triton kernels on a HF model instance (`actor_rollout_ref.model.use_liger`, and the SFT
+trainer's `model.use_liger`).
 
 Liger swaps the forwards of the model's RMSNorm and MLP modules for its own (RMSNorm, SwiGLU) and, for the
 model's family, module-level names of the transformers modelling file (`apply_rotary_pos_emb`, the norm
@@ -9,7 +10,7 @@ log-probs from the logits, or from its own chunked LM head with `model.use_fused
 (`rlpost.utils.fused_logprob`), which swaps the head of an unchanged forward.
 
 The kernels are Triton: they run on a CUDA GPU only. The start-up check
-(`rlpost.trainer.config.rules.check_liger`) refuses a CPU run, a missing package and a model type Liger
+(`rlpost.trainer.config.rules.check_liger_run`) refuses a CPU run, a missing package and a model type Liger
 does not patch before any worker starts.
 """
 
@@ -32,8 +33,12 @@ def liger_model_types() -> tuple[str, ...]:
     return tuple(sorted(MODEL_TYPE_TO_APPLY_LIGER_FN))
 
 
-def apply_liger(model: torch.nn.Module) -> None:
+def apply_liger(model: torch.nn.Module, key: str = "actor_rollout_ref.model.use_liger") -> None:
     """Patch `model` (a HF causal LM, before FSDP wrapping) in place with Liger's RoPE, RMSNorm and SwiGLU.
+
+    Args:
+        model: The loaded model.
+        key: The config key that turned Liger on, named in the error.
 
     Raises:
         ValueError: the model's `config.model_type` is not one Liger patches (Liger itself would only log it
@@ -44,6 +49,6 @@ def apply_liger(model: torch.nn.Module) -> None:
     model_type = model.config.model_type
     supported = liger_model_types()
     if model_type not in supported:
-        raise ValueError(f"actor_rollout_ref.model.use_liger=true: Liger has no kernels for model_type={model_type} "
-                         f"(it patches {', '.join(supported)}); use actor_rollout_ref.model.use_liger=false.")
+        raise ValueError(f"{key}=true: Liger has no kernels for model_type={model_type} "
+                         f"(it patches {', '.join(supported)}); use {key}=false.")
     _apply_liger_kernel_to_instance(model=model, fused_linear_cross_entropy=False)

@@ -19,3 +19,22 @@ def hf_model(tiny_model_dir):
     from engine_checks import sharpened_hf_model
 
     return sharpened_hf_model(tiny_model_dir)
+
+
+@pytest.fixture(scope="module")
+def qwen05b_layers_dir(tmp_path_factory) -> str:
+    """Random Qwen2 with Qwen2.5-0.5B's layer shapes (hidden 896, 14 heads, 2 KV heads, MLP 4864), 2 layers."""
+    from rlpost.utils.tiny_model import build_tiny_model
+
+    return str(build_tiny_model(tmp_path_factory.mktemp("qwen05b_layers"), hidden_size=896, num_heads=14,
+                                num_kv_heads=2, intermediate_size=4864))
+
+
+@pytest.fixture
+def restore_qwen2(monkeypatch):
+    """Liger rebinds names in transformers' qwen2 modelling file: they are put back after the test, so later
+    tests' plain models are plain."""
+    from transformers.models.qwen2 import modeling_qwen2
+
+    for name in ("apply_rotary_pos_emb", "Qwen2RMSNorm", "Qwen2MLP"):
+        monkeypatch.setattr(modeling_qwen2, name, getattr(modeling_qwen2, name))

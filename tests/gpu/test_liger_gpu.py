@@ -23,24 +23,11 @@ pytest.importorskip("liger_kernel.transformers.monkey_patch")
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(600)]
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> str:
-    """Random Qwen2 with Qwen2.5-0.5B's layer shapes (hidden 896, 14 heads, 2 KV heads, MLP 4864), 2 layers."""
-    from rlpost.utils.tiny_model import build_tiny_model
-
-    return str(build_tiny_model(tmp_path_factory.mktemp("qwen05b_layers"), hidden_size=896, num_heads=14,
-                                num_kv_heads=2, intermediate_size=4864))
-
-
 @pytest.fixture
-def one_rank(monkeypatch):
-    """Rank 0 of 1 over nccl. Liger rebinds names in transformers' qwen2 modelling file too: they are put
-    back afterwards, so the next test's plain model is plain."""
+def one_rank(monkeypatch, restore_qwen2):
+    """Rank 0 of 1 over nccl, with transformers' qwen2 names restored afterwards."""
     import torch.distributed as dist
-    from transformers.models.qwen2 import modeling_qwen2
 
-    for name in ("apply_rotary_pos_emb", "Qwen2RMSNorm", "Qwen2MLP"):
-        monkeypatch.setattr(modeling_qwen2, name, getattr(modeling_qwen2, name))
     env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
            "MASTER_PORT": str(free_port()), "RLPOST_DEVICE": "cuda"}
     for key, value in env.items():
@@ -80,11 +67,11 @@ def _update(worker, batch: dict, logp: torch.Tensor) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("rmpad", [False, True], ids=["padded", "packed"])
-def test_liger_log_probs_match_and_update_runs(model_dir, one_rank, rmpad):
+def test_liger_log_probs_match_and_update_runs(qwen05b_layers_dir, one_rank, rmpad):
     from liger_kernel.transformers.rms_norm import LigerRMSNorm
     from liger_kernel.transformers.swiglu import LigerSwiGLUMLP
 
-    plain = _worker(model_dir, False, rmpad)  # first: once Liger is in, new qwen2 models in this process use it
+    plain = _worker(qwen05b_layers_dir, False, rmpad)  # first: once Liger is in, new qwen2 models in this process use it
     batch = make_batch(len(plain.tokenizer), seed=1)
     mask = batch[keys.RESPONSE_MASK].bool()
     ref = plain.compute_log_prob(_proto(batch)).batch
@@ -93,7 +80,7 @@ def test_liger_log_probs_match_and_update_runs(model_dir, one_rank, rmpad):
     del plain
     torch.cuda.empty_cache()
 
-    worker = _worker(model_dir, True, rmpad)
+    worker = _worker(qwen05b_layers_dir, True, rmpad)
     layer = worker.actor_module.model.layers[0]
     assert layer.input_layernorm.forward.__func__ is LigerRMSNorm.forward
     assert layer.mlp.forward.__func__ is LigerSwiGLUMLP.forward

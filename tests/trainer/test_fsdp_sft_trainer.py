@@ -98,14 +98,68 @@ def test_check_sft_config_rejects_unsupported_and_bad_batches(tiny_model_dir, tm
     from rlpost.trainer.fsdp_sft_trainer import check_sft_config
 
     cfg = _config(tiny_model_dir, tmp_path)
-    check_sft_config(cfg, world_size=2)
+    check_sft_config(cfg, world_size=2, device="cpu")
     lora = OmegaConf.merge(cfg, {"model": {"lora_rank": 8}})
     with pytest.raises(NotImplementedError, match="not supported yet: model.lora_rank"):
-        check_sft_config(lora, world_size=1)
+        check_sft_config(lora, world_size=1, device="cpu")
     with pytest.raises(ValueError, match="nearest valid: 8"):
-        check_sft_config(OmegaConf.merge(cfg, {"data": {"train_batch_size": 6}}), world_size=2)
+        check_sft_config(OmegaConf.merge(cfg, {"data": {"train_batch_size": 6}}), world_size=2, device="cpu")
     with pytest.raises(ValueError, match="optim.lr_scheduler"):
-        check_sft_config(OmegaConf.merge(cfg, {"optim": {"lr_scheduler": "linear"}}), world_size=1)
+        check_sft_config(OmegaConf.merge(cfg, {"optim": {"lr_scheduler": "linear"}}), world_size=1, device="cpu")
+
+
+def _liger_error(cfg: DictConfig, device: str) -> str:
+    from rlpost.trainer.config import ConfigError
+    from rlpost.trainer.fsdp_sft_trainer import check_sft_config
+
+    with pytest.raises(ConfigError) as err:
+        check_sft_config(OmegaConf.merge(cfg, {"model": {"use_liger": True}}), world_size=1, device=device)
+    assert "\n" not in str(err.value)
+    return str(err.value)
+
+
+@pytest.mark.timeout(60)
+def test_check_sft_config_liger_refusals(tiny_model_dir, tmp_path, monkeypatch):
+    """model.use_liger=true goes through the PPO actor's start-up rules, under the SFT trainer's key names."""
+    from rlpost.trainer.fsdp_sft_trainer import check_sft_config
+    from rlpost.utils.liger import LIGER_REQUIREMENT
+
+    pytest.importorskip("liger_kernel.transformers.monkey_patch")
+    cfg = _config(tiny_model_dir, tmp_path)
+    msg = _liger_error(cfg, "cpu")
+    assert msg.startswith("model.use_liger=true, trainer.device=cpu: Liger's kernels are Triton kernels for CUDA")
+    assert msg.endswith("use model.use_liger=false (or trainer.device=cuda on a GPU machine).")
+
+    gpt2 = tmp_path / "gpt2"
+    gpt2.mkdir()
+    (gpt2 / "config.json").write_text('{"model_type": "gpt2"}')
+    msg = _liger_error(OmegaConf.merge(cfg, {"model": {"partial_pretrain": str(gpt2)}}), "cuda")
+    assert msg.startswith(f"model.use_liger=true, model.partial_pretrain={gpt2} (model_type=gpt2): ")
+    assert "Liger patches only the model types " in msg and "qwen2" in msg and msg.endswith("model.use_liger=false.")
+
+    check_sft_config(OmegaConf.merge(cfg, {"model": {"use_liger": True}}), world_size=1, device="cuda")  # qwen2
+
+    monkeypatch.setitem(sys.modules, "liger_kernel", None)  # `import liger_kernel...` raises ImportError
+    monkeypatch.setitem(sys.modules, "liger_kernel.transformers.monkey_patch", None)
+    msg = _liger_error(cfg, "cuda")
+    assert msg.startswith("model.use_liger=true: liger_kernel is not importable")
+    assert f"use `pip install {LIGER_REQUIREMENT}`" in msg and msg.endswith("or model.use_liger=false.")
+
+
+@pytest.mark.timeout(60)
+def test_sft_trainer_refuses_liger_on_cpu_before_loading(tiny_model_dir, tmp_path, monkeypatch):
+    """The trainer runs the check before it builds the model: a CPU run with Liger on stops at start-up."""
+    from rlpost.trainer.config import ConfigError
+    from rlpost.trainer.fsdp_sft_trainer import run_sft
+
+    for key, val in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                     "MASTER_PORT": str(free_port())}.items():
+        monkeypatch.setenv(key, val)
+    monkeypatch.setattr("transformers.AutoModelForCausalLM.from_pretrained",
+                        lambda *a, **k: pytest.fail("the model was loaded before the Liger check"))
+    cfg = OmegaConf.merge(_config(tiny_model_dir, tmp_path), {"model": {"use_liger": True}})
+    with pytest.raises(ConfigError, match=r"^model.use_liger=true, trainer.device=cpu: "):
+        run_sft(cfg)
 
 
 def _response_loss(model, dataset) -> float:

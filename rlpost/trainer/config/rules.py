@@ -367,20 +367,24 @@ def check_sequence_parallel(c: PPOTrainerConfig) -> None:
 
 
 def check_liger(c: PPOTrainerConfig) -> None:
-    """`model.use_liger=true`: a CUDA run, liger_kernel importable, and a model type Liger patches."""
+    """`actor_rollout_ref.model.use_liger=true`: see `check_liger_run`."""
     model = c.actor_rollout_ref.model
-    if not model.use_liger:
-        return
-    key = f"{ARR}.model.use_liger"
-    if c.trainer.device != "cuda":
-        fail(f"{key}=true, trainer.device={c.trainer.device}", "Liger's kernels are Triton kernels for CUDA GPUs",
+    if model.use_liger:
+        check_liger_run(f"{ARR}.model.use_liger", c.trainer.device, f"{ARR}.model.path", model.path)
+
+
+def check_liger_run(key: str, device: str, path_key: str, path: str) -> None:
+    """A run with Liger on (the PPO actor's or the SFT trainer's `key`): a CUDA device, liger_kernel importable,
+    and a model type Liger patches in the folder `path` (read from its config.json when it is there)."""
+    if device != "cuda":
+        fail(f"{key}=true, trainer.device={device}", "Liger's kernels are Triton kernels for CUDA GPUs",
              f"{key}=false (or trainer.device=cuda on a GPU machine)")
     try:
         types = liger_model_types()
     except ImportError as err:
         fail(f"{key}=true", f"liger_kernel is not importable ({err})",
              f"`pip install {LIGER_REQUIREMENT}` (or pip install 'rlpost[liger]'), or {key}=false")
-    model_type = (folder_config(model.path) or {}).get("model_type")
+    model_type = (folder_config(path) or {}).get("model_type")
     if model_type is not None and model_type not in types:
-        fail(f"{key}=true, {ARR}.model.path={model.path} (model_type={model_type})",
+        fail(f"{key}=true, {path_key}={path} (model_type={model_type})",
              f"Liger patches only the model types {', '.join(types)}", f"{key}=false")
