@@ -11,6 +11,8 @@ connection, and stream the tensors into their engine. Nothing goes through disk 
 from __future__ import annotations
 
 import datetime
+import os
+import signal
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
@@ -18,6 +20,9 @@ import torch
 import torch.distributed as dist
 
 SOURCE = 0  # trainer rank 0 is rank 0 of the transfer group
+# Tests: "N" kills the receiving process (SIGKILL) as its N-th transfer starts (1: the one at start-up).
+DIE_IN_RECEIVE_ENV = "RLPOST_TEST_DIE_IN_RECEIVE"
+_received = 0  # transfers this process has started receiving
 
 
 @dataclass(frozen=True)
@@ -55,7 +60,9 @@ def connect(host: str, port: int, rank: int, world: int, device: str, timeout_s:
     store = dist.TCPStore(host, port, world, rank == SOURCE, timeout=timeout)
     prefixed = dist.PrefixStore("rlpost_weight_sync", store)
     if device == "cuda":
-        return dist.ProcessGroupNCCL(prefixed, rank, world)
+        options = dist.ProcessGroupNCCL.Options()
+        options._timeout = timeout  # a dead peer ends a blocked broadcast here, not at NCCL's default
+        return dist.ProcessGroupNCCL(prefixed, rank, world, options)
     return dist.ProcessGroupGloo(prefixed, rank, world, timeout)
 
 
@@ -93,6 +100,10 @@ def receive(group: dist.ProcessGroup, metas: list[TensorMeta], bucket_bytes: int
             device: str) -> Iterator[tuple[str, torch.Tensor]]:
     """Yield (name, tensor) for every parameter, receiving one bucket at a time (each yielded tensor is a
     view of the bucket, valid until the next bucket arrives: engines copy what they load)."""
+    global _received
+    _received += 1
+    if os.environ.get(DIE_IN_RECEIVE_ENV) == str(_received):
+        os.kill(os.getpid(), signal.SIGKILL)  # a crash while the trainer sends, for the tests
     for bucket in plan_buckets(metas, bucket_bytes):
         flat = torch.empty(sum(m.nbytes for m in bucket) // bucket[0].dtype.itemsize, dtype=bucket[0].dtype,
                            device=device)

@@ -4,6 +4,7 @@ With quiet logs, a worker's own output goes to its log file under the run folder
 
 import logging
 import os
+import signal
 import sys
 import time
 
@@ -38,6 +39,15 @@ class NapWorker(Worker):
         if self.rank == rank:
             print("engine: the last words before the error", flush=True)
             raise RuntimeError(f"engine failure on rank {rank}")
+        return self.rank
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
+    def nap_or_die(self, die_rank: int, nap_s: float):
+        """Rank `die_rank` ends its process as a SIGKILL would; the others nap (a peer left waiting)."""
+        if self.rank == die_rank:
+            time.sleep(0.5)
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(nap_s)
         return self.rank
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -110,3 +120,24 @@ def test_failure_names_the_log_file_of_the_failed_rank(group):
     assert f"(the output of rank 1 is in {log_file})" in str(info.value)
     assert "engine failure on rank 1" in str(info.value)
     assert "engine: the last words before the error" in log_file.read_text()
+
+
+def test_first_failure_of_calls_waiting_on_each_other_raises_at_once_and_the_dead_rank_is_named(group):
+    """Rank 0 naps 30 s (a sender blocked on its dead peer), rank 1 dies: fetched in order the napping call would
+    hold the error back 30 s; `get_together` raises rank 1's within seconds and `dead_workers` names rank 1 only
+    (rank 0, busy, does not answer its ping and counts as alive). Last in this module: it ends a worker."""
+    from rlpost.protocol import DataProtoFuture
+    from rlpost.single_controller.ray.errors import Gatherer, get_together
+
+    wg, _ = group
+    both = wg.nap_or_die(1, 30.0)  # one future per rank, as a sender's and a receiver's group would give
+    sender, receiver = (DataProtoFuture(list, [ref], fetch_fn=Gatherer("actor", "nap_or_die", [rank], 60.0, None,
+                                                                       wg.workers))
+                        for rank, ref in enumerate(both.futures))
+    start = time.monotonic()
+    with pytest.raises(WorkerGroupError) as info:
+        get_together([sender, receiver])
+    assert time.monotonic() - start < 15
+    assert info.value.failures.keys() == {1} and "died" in str(info.value)
+    dead = wg.dead_workers(wait_s=2.0)
+    assert list(dead) == [1] and "died" in dead[1]

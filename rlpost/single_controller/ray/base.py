@@ -18,7 +18,7 @@ from rlpost.single_controller.base.decorator import (
     registered_methods,
 )
 from rlpost.single_controller.ray.diagnostics import WorkerInfo, driver_env
-from rlpost.single_controller.ray.errors import Gatherer
+from rlpost.single_controller.ray.errors import Gatherer, error_text
 from rlpost.single_controller.ray.host import WorkerHost
 
 
@@ -226,6 +226,25 @@ class RayWorkerGroup:
 
     def _gatherer(self, method: str, ranks: list[int]) -> Gatherer:
         return Gatherer(self.name, method, ranks, self.call_timeout_s, self.stall_timeout_s, self.workers)
+
+    def dead_workers(self, wait_s: float = 10.0) -> dict[int, str]:
+        """{rank: Ray's account of its death} for the ranks whose process has died.
+
+        Every rank is pinged: a dead one's ping fails as soon as Ray knows the process is gone (about a
+        second after it ended); a live one answers, or, busy in a long call (a collective), stays silent and
+        after `wait_s` counts as alive.
+        """
+        refs = [h.ping.remote() for h in self._hosts]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=wait_s)
+        dead = {}
+        for rank, ref in enumerate(refs):
+            if ref not in ready:
+                continue
+            try:
+                ray.get(ref)
+            except ray.exceptions.ActorDiedError as exc:
+                dead[rank] = error_text(exc)
+        return dead
 
     def shutdown(self) -> None:
         """Kill the worker processes (views of a colocated group share them)."""

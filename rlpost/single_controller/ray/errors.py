@@ -61,7 +61,7 @@ def format_stacks(group: str, method: str, stacks: dict[int, str]) -> str:
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def _error_text(exc: BaseException) -> str:
+def error_text(exc: BaseException) -> str:
     # RayTaskError's text holds the remote traceback; other Ray errors (actor died) say why.
     return _ANSI.sub("", str(exc))
 
@@ -124,4 +124,29 @@ class Gatherer:
             try:
                 outputs[ref] = ray.get(ref)
             except Exception as exc:  # noqa: BLE001 - every failure is reported with its rank
-                failures[rank_of[ref]] = _error_text(exc)
+                failures[rank_of[ref]] = error_text(exc)
+
+
+def get_together(futures: list) -> list:
+    """`[f.get() for f in futures]` for calls that wait on each other (the two sides of a collective), except
+    that the first call to fail raises at once: after a rank fails, its peers' calls may never end.
+
+    Each future is a `DataProtoFuture` of group calls, whose `get()` raises the group's own error (a future
+    without Ray refs is simply fetched). Once the shortest stall time of their gatherers (else time-out) has
+    passed with nothing failed, they are fetched in order, each with its own time-out and stall report.
+    """
+    owner = {ref: future for future in futures for ref in getattr(future, "futures", ())}
+    windows = [f.fetch_fn.stall_s or f.fetch_fn.timeout_s for f in futures
+               if isinstance(getattr(f, "fetch_fn", None), Gatherer)]
+    pending, deadline = list(owner), time.monotonic() + min(windows, default=math.inf)
+    while pending:
+        wait_s = None if deadline == math.inf else max(0.0, deadline - time.monotonic())
+        ready, pending = ray.wait(pending, num_returns=1, timeout=wait_s)
+        if not ready:
+            break
+        try:
+            ray.get(ready[0])
+        except Exception:  # noqa: BLE001 - re-raised as the failing group's error
+            owner[ready[0]].get()
+            raise
+    return [future.get() for future in futures]

@@ -28,6 +28,10 @@ class WorkerHost:
 
         return ray.util.get_node_ip_address(), free_port("")
 
+    def ping(self) -> int:
+        """This process's pid: a live rank answers once its current call ends, a dead one's ping fails."""
+        return os.getpid()
+
     def init_roles(self, env: dict[str, str], specs: dict[str, tuple[type, tuple, dict]], label: str = ""
                    ) -> WorkerInfo:
         """Set the rank's environment and its logs (see `diagnostics`; `label`, the group's roles, starts the

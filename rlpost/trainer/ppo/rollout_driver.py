@@ -38,7 +38,8 @@ def build_rollouts(config: Any, workers: Any, prepare: Prepare, gen_inputs: GenI
     """The rollouts of `config` (typed): hybrid, or split with `trainer.staleness`, connected."""
     if workers.rollout is None:
         return HybridRollouts(workers.actor_rollout, prepare, gen_inputs)
-    rollouts = SplitRollouts(workers.actor_rollout, workers.rollout, config.trainer.staleness, prepare, gen_inputs)
+    rollouts = SplitRollouts(workers.actor_rollout, workers.rollout, config.trainer.staleness, prepare, gen_inputs,
+                             os.path.expanduser(config.trainer.default_local_dir))
     rollouts.connect()
     return rollouts
 
@@ -100,12 +101,14 @@ class SplitRollouts(HybridRollouts):
     """
 
     def __init__(self, actor_group: Any, rollout_group: Any, staleness: int, prepare: Prepare,
-                 gen_inputs: Prepare) -> None:
+                 gen_inputs: Prepare, checkpoint_root: str = "") -> None:
         super().__init__(rollout_group, prepare, gen_inputs)
         self.actor_group, self.staleness = actor_group, staleness
+        self.checkpoint_root = checkpoint_root  # named when the run stops on a failed transfer
         self._pending: dict[int, tuple[Any, int]] = {}  # ticket -> (future or output, policy version)
         self._queue: deque[DataProto] = deque()
         self._sync: list[Any] = []  # futures of the last weight transfer
+        self._sync_ticket = 0  # the first generation submitted after it
         self._next_ticket = 0
         self._submitted = 0  # training step of the last batch submitted
         self._sync_metrics: dict[str, float] = {}
@@ -136,7 +139,11 @@ class SplitRollouts(HybridRollouts):
         self._submitted += 1
         batch.meta_info[TICKET] = ticket
         gen_batch = self.gen_inputs(batch, step=self._submitted)  # the step it trains at seeds its sampling
-        self._pending[ticket] = (self.group.generate_sequences(gen_batch), self.version)
+        try:
+            self._pending[ticket] = (self.group.generate_sequences(gen_batch), self.version)
+        except Exception:
+            self._raise_first_failure()
+            raise
         self._queue.append(batch)
 
     def generate(self, batch: DataProto) -> DataProto:
@@ -163,21 +170,41 @@ class SplitRollouts(HybridRollouts):
             self._wait_sync()
             metrics["timing_s/update_weights"] = self._sync_metrics["timing_s/send_weights"]
 
+    def _raise_first_failure(self) -> None:
+        """After a call to the rollout group failed (e.g. its dispatch found a worker dead): raise the error of
+        the first call queued there that failed, as the engines ran them in order: a generation submitted
+        before the transfer, else the transfer."""
+        for ticket in sorted(self._pending):
+            result, version = self._pending[ticket]
+            if self._sync and ticket >= self._sync_ticket:
+                break
+            self._pending[ticket] = (result if isinstance(result, DataProto) else result.get(), version)
+        self._wait_sync()
+
     def _push(self) -> None:
         self._sync = [self.actor_group.send_weights(), self.group.receive_weights()]
+        self._sync_ticket = self._next_ticket  # generations with a smaller ticket run before this transfer
         self.version += 1
 
     def _wait_sync(self) -> None:
-        if self._sync:
-            send, receive = (future.get() for future in self._sync)
-            self._sync = []
-            self._sync_metrics = {**send[0], "timing_s/receive_weights": max(receive)}
+        """Wait for the last transfer. Its two sides wait on each other: the first to fail stops the run, with
+        the worker that died named (a dead receiver makes the trainer's send fail too, or block)."""
+        from rlpost.single_controller.ray.errors import get_together
+
+        if not self._sync:
+            return
+        futures, self._sync = self._sync, []
+        try:
+            send, receive = get_together(futures)
+        except Exception as err:
+            raise transfer_failure([self.group, self.actor_group], self.version, self.checkpoint_root, err) from err
+        self._sync_metrics = {**send[0], "timing_s/receive_weights": max(receive)}
 
     def set_version(self, version: int) -> None:
         """After a resume: the actor's weights (version `version`) go to the engines first."""
         self._push()
-        self._wait_sync()
         self.version = version
+        self._wait_sync()
         self._submitted = version + len(self._queue)
 
     def metrics(self, step: int) -> dict[str, float]:
@@ -210,3 +237,33 @@ class SplitRollouts(HybridRollouts):
             batch.meta_info[TICKET] = ticket
             self._pending[ticket] = (out, version)
             self._queue.append(batch)
+
+
+class WeightTransferError(RuntimeError):
+    """The weight transfer to the rollout pool (phase `update_weights`) failed; the cause is the first side's
+    error."""
+
+
+def transfer_failure(groups: list, version: int, checkpoint_root: str, err: Exception) -> WeightTransferError:
+    """One error naming the phase, the worker(s) of `groups` found dead (group, rank, pid, log file, Ray's
+    account) or else `err`'s first line, and the newest complete checkpoint under `checkpoint_root`."""
+    from rlpost.utils.checkpoint import CheckpointManager
+
+    head = f"update_weights (the weight transfer to the rollout pool, policy version {version}) failed"
+    dead = []
+    for group in groups:
+        for rank, account in group.dead_workers().items():
+            worker = group.workers[rank]
+            where = f"its output is in {worker.log_file}" if worker.log_file else "its output went to the console"
+            said = [line.strip() for line in account.splitlines() if line.strip()]
+            said = said[:1] + [line.split(" Some common causes")[0] for line in said
+                               if line.startswith("The actor is dead because")]
+            dead.append(f"{group.name} rank {rank} (pid {worker.pid}) died; {where}\n  Ray: " + "\n  ".join(said))
+        if dead:  # the rollout pool first: a dead receiver also fails the trainer's send
+            break
+    lines = [f"{head}: {dead[0]}", *dead[1:]] if dead else [f"{head}: {str(err).strip().splitlines()[0]}"]
+    latest = CheckpointManager(checkpoint_root).find_latest_complete() if checkpoint_root else None
+    lines.append(f"The newest checkpoint, {latest[1]} (step {latest[0]}), is complete (the transfer does not write "
+                 "checkpoints): restart to resume from it (trainer.resume_mode=auto)." if latest else
+                 f"No checkpoint had been saved under {checkpoint_root or 'trainer.default_local_dir'}.")
+    return WeightTransferError("\n".join(lines))

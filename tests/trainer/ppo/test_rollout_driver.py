@@ -1,11 +1,17 @@
 """`SplitRollouts` ordering without Ray: which weights each batch is generated with, what a checkpoint keeps,
-and how a resumed driver continues. Stand-in groups record the order of calls, as a Ray actor serves them."""
+how a resumed driver continues, and what a failed weight transfer says. Stand-in groups record the order of
+calls, as a Ray actor serves them."""
 
+import pytest
 import torch
 
 from rlpost import keys as K
 from rlpost.protocol import DataProto
-from rlpost.trainer.ppo.rollout_driver import PREPARED, SplitRollouts
+from rlpost.single_controller.ray.diagnostics import WorkerInfo
+from rlpost.trainer.ppo.rollout_driver import PREPARED, SplitRollouts, WeightTransferError
+from rlpost.utils.checkpoint import CheckpointManager, build_manifest
+
+pytestmark = pytest.mark.timeout(60)
 
 
 class Future:
@@ -96,3 +102,100 @@ def test_checkpoint_keeps_the_batch_generated_ahead_and_resume_continues_it(tmp_
     # the data loader resumes after batch 2 (drawn before the checkpoint); batch 2 itself comes from the file
     assert _train(resumed, 4, first_batch=3, first_step=3) == straight[2:]
     assert resumed.group.log[0] == ("receive", 2) and ("gen", 4, 2) in resumed.group.log
+
+
+class Failed:
+    """A future whose call failed: `get()` raises `error`."""
+
+    def __init__(self, error):
+        self.error = error
+
+    def get(self):
+        raise self.error
+
+
+class DeadRollout(RolloutGroup):
+    """Its process ends inside the receive of transfer `dies_at` (or the generation for step `dies_in_gen`):
+    that call and every later one fail, a dispatch raises at once, `dead_workers` reports it as Ray would."""
+
+    name = "rollout_pool/rollout"
+    workers = [WorkerInfo(0, 4242, "host", "stack.txt", "/logs/worker_rollout_rank0_pid4242.log")]
+
+    def __init__(self, log, dies_at=None, dies_in_gen=None):
+        super().__init__(log)
+        self.dies_at, self.dies_in_gen, self.dead = dies_at, dies_in_gen, False
+
+    def generate_sequences(self, gen):
+        if self.dead:
+            raise RuntimeError("rollout_pool/rollout.get_dispatch_info failed on rank(s) [0]: died")
+        if gen.meta_info[K.META_GLOBAL_STEP] == self.dies_in_gen:
+            self.dead = True
+            return Failed(RuntimeError("rollout_pool/rollout.generate_sequences failed on rank(s) [0]: died"))
+        return super().generate_sequences(gen)
+
+    def receive_weights(self):
+        if self.dead or self.weights + 1 == self.dies_at:
+            self.dead = True
+            return Failed(RuntimeError("rollout_pool/rollout.receive_weights failed on rank(s) [0]"))
+        return super().receive_weights()
+
+    def dead_workers(self):
+        return {0: "The actor died unexpectedly before finishing this task.\nworker exit type: SYSTEM_ERROR"} \
+            if self.dead else {}
+
+
+class SendingActor(ActorGroup):
+    """The trainer's side: its broadcast fails once the receiver is gone."""
+
+    name = "actor_pool/actor"
+    workers = [WorkerInfo(0, 1111, "host", "stack.txt", "/logs/worker_actor_rank0_pid1111.log")]
+
+    def __init__(self, rollout):
+        self.rollout = rollout
+
+    def send_weights(self):
+        if self.rollout.dead or self.rollout.weights + 1 == self.rollout.dies_at:
+            return Failed(RuntimeError("actor_pool/actor.send_weights failed on rank(s) [0]: [gloo] Connection "
+                                       "closed by peer"))
+        return super().send_weights()
+
+    def dead_workers(self):
+        return {}
+
+
+def test_rollout_worker_dying_in_the_transfer_is_named_with_the_phase_and_the_checkpoint(tmp_path):
+    manager = CheckpointManager(str(tmp_path))
+    manager.begin(2)
+    manager.commit(2, build_manifest(2, 0, 1))
+    rollout = DeadRollout([], dies_at=2)  # the transfer after step 2
+    driver = SplitRollouts(SendingActor(rollout), rollout, 1, _prepare, _gen_inputs, str(tmp_path))
+    with pytest.raises(WeightTransferError) as info:
+        _train(driver, 4)
+    text = str(info.value)
+    assert text.startswith("update_weights (the weight transfer to the rollout pool, policy version 2) failed: "
+                           "rollout_pool/rollout rank 0 (pid 4242) died; its output is in "
+                           "/logs/worker_rollout_rank0_pid4242.log\n  Ray: The actor died unexpectedly")
+    assert f"The newest checkpoint, {tmp_path / 'global_step_2'} (step 2), is complete" in text
+    assert "actor_pool/actor" not in text and "gloo" in str(info.value.__cause__)  # the trainer's error: the cause
+
+
+def test_transfer_failure_without_a_dead_worker_names_the_error_and_no_checkpoint(tmp_path):
+    rollout = DeadRollout([], dies_at=1)
+    rollout.dead_workers = lambda: {}  # the receiver raised but lives on (e.g. an engine error)
+    driver = SplitRollouts(SendingActor(rollout), rollout, 0, _prepare, _gen_inputs, str(tmp_path / "run"))
+    with pytest.raises(WeightTransferError) as info:
+        _train(driver, 2)
+    assert str(info.value) == ("update_weights (the weight transfer to the rollout pool, policy version 1) failed: "
+                               "actor_pool/actor.send_weights failed on rank(s) [0]: [gloo] Connection closed by "
+                               f"peer\nNo checkpoint had been saved under {tmp_path / 'run'}.")
+
+
+def test_a_generation_that_died_before_the_transfer_is_named_not_the_transfer(tmp_path):
+    """The engine dies generating the batch of step 3 (submitted before the weights of step 2 were sent): the
+    next dispatch fails, and the error raised is that generation's (the engine runs its calls in order)."""
+    rollout = DeadRollout([], dies_in_gen=3)
+    driver = SplitRollouts(SendingActor(rollout), rollout, 1, _prepare, _gen_inputs, str(tmp_path))
+    with pytest.raises(RuntimeError) as info:
+        _train(driver, 4)
+    assert not isinstance(info.value, WeightTransferError)
+    assert str(info.value) == "rollout_pool/rollout.generate_sequences failed on rank(s) [0]: died"

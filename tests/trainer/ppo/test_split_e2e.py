@@ -150,6 +150,36 @@ def test_rollout_worker_killed_mid_run_stops_the_trainer_naming_it(workspace, tm
     assert newest >= 2 and manifest is not None and verify_files(run_dir / f"global_step_{newest}", manifest) == []
 
 
+def test_rollout_worker_dying_in_the_weight_transfer_is_named_not_the_trainer_send(workspace, tmp_path):
+    """The rollout process ends (SIGKILL) as it starts receiving the weights of step 2 (its third transfer:
+    start-up, step 1, step 2) while the trainer gathers and broadcasts them: the run stops within seconds naming
+    the phase and the dead rollout worker, not the trainer's failed send, and the step-2 checkpoint is intact."""
+    import os
+    import time
+
+    from rlpost.utils.checkpoint import read_manifest, verify_files
+    from rlpost.workers.weight_sync import DIE_IN_RECEIVE_ENV
+
+    root, model = workspace
+    run_dir = tmp_path / "dies_in_transfer"
+    cmd = command(root, model, "unused", "trainer.staleness=1", "trainer.total_training_steps=6",
+                  "trainer.save_freq=2")
+    cmd[cmd.index(f"trainer.default_local_dir={root / 'unused'}")] = f"trainer.default_local_dir={run_dir}"
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=380, env={**os.environ, DIE_IN_RECEIVE_ENV: "3"})
+    err = proc.stderr
+    assert proc.returncode != 0
+    assert time.time() - (run_dir / "global_step_2").stat().st_mtime < 60  # step 3, the death, then the stop
+    logs = sorted((run_dir / "logs").glob("worker_rollout_rank0_pid*.log"))
+    assert len(logs) == 1, logs
+    pid = logs[0].stem.split("_pid")[1]
+    assert "update_weights (the weight transfer to the rollout pool, policy version 2) failed: " \
+           f"rollout_pool/rollout rank 0 (pid {pid}) died; its output is in {logs[0]}" in err, err[-4000:]
+    assert f"The newest checkpoint, {run_dir / 'global_step_2'} (step 2), is complete" in err
+    assert not (run_dir / "global_step_4").exists()
+    manifest = read_manifest(run_dir / "global_step_2")
+    assert manifest is not None and verify_files(run_dir / "global_step_2", manifest) == []
+
+
 def test_dynamic_sampling_one_step_off(workspace):
     """DAPO's dynamic sampling with one-step-off generation: the extra batches of a step come from the queue
     generated ahead (each draw submits the next), the step's policy version is its oldest batch's."""
