@@ -116,7 +116,8 @@ class BaseRollout(abc.ABC):
         """
         # Start-up validation refuses this combination first; this guards direct (non-main_ppo) use.
         raise NotImplementedError(f"not supported yet: actor_rollout_ref.rollout.multi_turn.enable=true with the "
-                                  f"{type(self).__name__} engine; use actor_rollout_ref.rollout.name=vllm or hf")
+                                  f"{type(self).__name__} engine; use actor_rollout_ref.rollout.name=vllm, sglang "
+                                  "or hf")
 
     def run_coroutine(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Run the agent loops of one `generate_sequences` call (`coroutine`) to the end on the event loop this

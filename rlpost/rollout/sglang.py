@@ -35,8 +35,7 @@ from rlpost.rollout import ROLLOUT_REGISTRY
 from rlpost.rollout import sglang_args
 from rlpost.rollout.async_engine import AgentEngine, Completion, spec_of
 from rlpost.rollout.base import BaseRollout, resolve_sampling
-from rlpost.rollout.sglang_args import (check_cuda_compiler, engine_kwargs, fa3_installed, sampling_params,
-                                        scheduler_devices)
+from rlpost.rollout.sglang_args import check_cuda_compiler, engine_kwargs, fa3_installed, scheduler_devices
 from rlpost.rollout.utils import assemble_output, eos_id_set, prompt_token_lists, tensor_buckets
 from rlpost.utils.distributed import consecutive_groups, gather_in_group
 
@@ -130,7 +129,8 @@ class SGLangRollout(BaseRollout):
         if self.engine is not None:
             stop_ids = eos_id_set(prompts.meta_info.get(keys.META_EOS_TOKEN_ID))
             outs = self.engine.generate(input_ids=prompt_token_lists(prompts),
-                                        sampling_params=sampling_params(spec, stop_ids), return_logprob=spec.logprobs)
+                                        sampling_params=sglang_args.sampling_params(spec, stop_ids),
+                                        return_logprob=spec.logprobs)
             token_ids = [list(o["output_ids"]) for o in outs]
             log_probs = None
             if spec.logprobs:  # entries are (logprob, token_id, text)

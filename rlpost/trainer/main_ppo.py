@@ -11,6 +11,7 @@ puts the package's config folder on Hydra's search path itself, so no plugin or 
 import atexit
 import os
 import sys
+import threading
 import warnings
 
 import hydra
@@ -105,7 +106,11 @@ def _plain_config_warnings() -> None:
 
 def _exit_after_run() -> None:
     """End the process once a run has finished: exit handlers run (Ray's, logging's) and output is flushed,
-    but the interpreter's teardown of every loaded module (torch, transformers, ray: seconds) is skipped."""
+    but the interpreter's teardown of every loaded module (torch, transformers, ray: seconds) is skipped.
+    With a non-daemon thread still running (a user's pool, an uploader), Python's own exit is kept: it waits
+    for such threads."""
+    if any(t is not threading.main_thread() and not t.daemon and t.is_alive() for t in threading.enumerate()):
+        return
     atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -21,8 +21,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # the start-up check imports this module; it needs no torch
     import torch
 
-# The release installed by `pip install 'rlpost[liger]'`: a py3-none-any wheel that needs torch>=2.1.2 and
-# triton>=2.3.1 only, checked with torch 2.11 (GPU host) and 2.13 (CPU) and transformers 5.17 / 5.19.
+# The release installed by `pip install 'rlpost[liger]'` (a py3-none-any wheel; needs torch and triton only).
 LIGER_REQUIREMENT = "liger-kernel==0.8.5"
 
 

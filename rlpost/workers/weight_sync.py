@@ -6,6 +6,9 @@ the two pools never share one. After each update, trainer rank 0 packs the full 
 trainer rank, one at a time) into flat buckets of `update_weights_bucket_megabytes` and broadcasts each; the
 rollout ranks unpack the same bucket plan, computed from the parameter names and shapes sent once at
 connection, and stream the tensors into their engine. Nothing goes through disk or the Ray object store.
+
+Test hook: with RLPOST_TEST_DIE_IN_RECEIVE=N in a rollout worker's environment, it kills itself as its N-th
+transfer starts (tests/trainer/ppo/test_split_e2e.py); unset in users' runs.
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ def connect(host: str, port: int, rank: int, world: int, device: str, timeout_s:
     prefixed = dist.PrefixStore("rlpost_weight_sync", store)
     if device == "cuda":
         options = dist.ProcessGroupNCCL.Options()
-        options._timeout = timeout  # a dead peer ends a blocked broadcast here, not at NCCL's default
+        options._timeout = timeout  # actor_rollout_ref.nccl_timeout: a dead peer ends a blocked broadcast
         return dist.ProcessGroupNCCL(prefixed, rank, world, options)
     return dist.ProcessGroupGloo(prefixed, rank, world, timeout)
 

@@ -244,6 +244,8 @@ class RayWorkerGroup:
                 ray.get(ref)
             except ray.exceptions.ActorDiedError as exc:
                 dead[rank] = error_text(exc)
+            except Exception:  # noqa: BLE001 - unreachable or restarting: not known dead
+                continue
         return dead
 
     def shutdown(self) -> None:

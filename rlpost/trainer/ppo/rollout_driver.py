@@ -118,10 +118,10 @@ class SplitRollouts(HybridRollouts):
         host, port = self.actor_group.sync_endpoint()[0]
         metas = self.actor_group.weight_meta()[0]
         world = 1 + self.group.world_size
-        futures = [self.actor_group.join_weight_sync(host, port, world, metas),
-                   self.group.join_weight_sync(host, port, world, metas)]
-        for future in futures:
-            future.get()
+        from rlpost.single_controller.ray.errors import get_together
+
+        get_together([self.actor_group.join_weight_sync(host, port, world, metas),
+                      self.group.join_weight_sync(host, port, world, metas)])  # the first failure stops both
         self.set_version(0)  # the engines start from the actor's initial weights
 
     def batches(self, dicts: Iterable[dict]) -> Iterator[DataProto]:
@@ -160,7 +160,12 @@ class SplitRollouts(HybridRollouts):
         return out
 
     def generate_sequences(self, gen_batch: DataProto) -> DataProto:
-        return self.group.generate_sequences(gen_batch).get()
+        """Generate now (validation, ReMax's greedy pass): queued behind any transfer, whose failure is named."""
+        try:
+            return self.group.generate_sequences(gen_batch).get()
+        except Exception:
+            self._raise_first_failure()
+            raise
 
     def sync_weights(self, metrics: dict[str, Any]) -> None:
         """Send the new weights. Staleness 0 waits for them to arrive (timed as `update_weights`); otherwise
@@ -252,7 +257,11 @@ def transfer_failure(groups: list, version: int, checkpoint_root: str, err: Exce
     head = f"update_weights (the weight transfer to the rollout pool, policy version {version}) failed"
     dead = []
     for group in groups:
-        for rank, account in group.dead_workers().items():
+        try:
+            found = group.dead_workers()
+        except Exception:  # noqa: BLE001 - the diagnosis must not replace the error it explains
+            found = {}
+        for rank, account in found.items():
             worker = group.workers[rank]
             where = f"its output is in {worker.log_file}" if worker.log_file else "its output went to the console"
             said = [line.strip() for line in account.splitlines() if line.strip()]

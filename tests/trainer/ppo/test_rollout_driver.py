@@ -199,3 +199,14 @@ def test_a_generation_that_died_before_the_transfer_is_named_not_the_transfer(tm
         _train(driver, 4)
     assert not isinstance(info.value, WeightTransferError)
     assert str(info.value) == "rollout_pool/rollout.generate_sequences failed on rank(s) [0]: died"
+
+
+def test_validation_after_a_failed_transfer_names_the_transfer(tmp_path):
+    """One step off: the transfer after step 1 is queued behind the next generation; the rollout worker dies in
+    it, and a validation generation (`generate_sequences`) is what meets the dead worker first."""
+    rollout = DeadRollout([], dies_at=1)
+    driver = SplitRollouts(SendingActor(rollout), rollout, 1, _prepare, _gen_inputs, str(tmp_path))
+    driver.sync_weights({})  # queued, not awaited (staleness 1)
+    with pytest.raises(WeightTransferError, match=r"^update_weights \(the weight transfer to the rollout pool, "
+                                                  r"policy version 1\) failed: rollout_pool/rollout rank 0"):
+        driver.generate_sequences(_gen_inputs(_prepare(DataProto.from_single_dict({K.INPUT_IDS: torch.zeros(2, 3)})), 1))
