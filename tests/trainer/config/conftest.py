@@ -59,3 +59,18 @@ SMALL = {
     "algorithm.adv_estimator": "grpo",
     "actor_rollout_ref.actor.use_kl_loss": True,
 }
+
+
+@pytest.fixture
+def config_error(small_cfg):
+    """`config_error({key: value})`: the one-line ConfigError message `validate_config` raises on SMALL plus
+    the values."""
+    from rlpost.trainer.config import ConfigError, validate_config
+
+    def _message(values: dict) -> str:
+        with pytest.raises(ConfigError) as err:
+            validate_config(small_cfg(values))
+        assert "\n" not in str(err.value)
+        return str(err.value)
+
+    return _message

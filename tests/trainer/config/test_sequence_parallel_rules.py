@@ -25,47 +25,40 @@ def model_with_heads(tmp_path):
     return _make
 
 
-def _error(small_cfg, values: dict) -> str:
-    with pytest.raises(ConfigError) as err:
-        validate_config(small_cfg(values))
-    assert "\n" not in str(err.value)
-    return str(err.value)
-
-
-def test_size_must_divide_the_devices(small_cfg):
-    msg = _error(small_cfg, {**PACKED, f"{ARR}.actor.ulysses_sequence_parallel_size": 3})
+def test_size_must_divide_the_devices(config_error):
+    msg = config_error({**PACKED, f"{ARR}.actor.ulysses_sequence_parallel_size": 3})
     assert f"{ARR}.actor.ulysses_sequence_parallel_size=3" in msg and "2 devices" in msg
     assert "use one of [1, 2]" in msg
 
 
-def test_size_must_divide_the_attention_heads(small_cfg, model_with_heads):
-    msg = _error(small_cfg, {**PACKED, "trainer.n_gpus_per_node": 4, f"{ARR}.model.path": model_with_heads(2),
-                             f"{ARR}.actor.ulysses_sequence_parallel_size": 4})
+def test_size_must_divide_the_attention_heads(config_error, model_with_heads):
+    msg = config_error({**PACKED, "trainer.n_gpus_per_node": 4, f"{ARR}.model.path": model_with_heads(2),
+                        f"{ARR}.actor.ulysses_sequence_parallel_size": 4})
     assert f"{ARR}.actor.ulysses_sequence_parallel_size=4" in msg and "with 2 attention heads" in msg
     assert "use one of [1, 2]" in msg
 
 
-def test_reference_and_critic_sizes_are_checked(small_cfg, model_with_heads):
-    msg = _error(small_cfg, {**PACKED, f"{ARR}.model.path": model_with_heads(2),
-                             f"{ARR}.ref.ulysses_sequence_parallel_size": 3})
+def test_reference_and_critic_sizes_are_checked(config_error, model_with_heads):
+    msg = config_error({**PACKED, f"{ARR}.model.path": model_with_heads(2),
+                        f"{ARR}.ref.ulysses_sequence_parallel_size": 3})
     assert msg.startswith(f"{ARR}.ref.ulysses_sequence_parallel_size=3")
-    msg = _error(small_cfg, {**PACKED, "critic.enable": True, "critic.ulysses_sequence_parallel_size": 2})
+    msg = config_error({**PACKED, "critic.enable": True, "critic.ulysses_sequence_parallel_size": 2})
     assert "critic.model.use_remove_padding=false" in msg and "use critic.model.use_remove_padding=true" in msg
 
 
-def test_needs_remove_padding(small_cfg):
-    msg = _error(small_cfg, {f"{ARR}.actor.ulysses_sequence_parallel_size": 2})
+def test_needs_remove_padding(config_error):
+    msg = config_error({f"{ARR}.actor.ulysses_sequence_parallel_size": 2})
     assert f"{ARR}.model.use_remove_padding=false" in msg and f"use {ARR}.model.use_remove_padding=true" in msg
 
 
-def test_micro_batches_split_the_data_parallel_rank(small_cfg):
+def test_micro_batches_split_the_data_parallel_rank(config_error):
     """4 devices, SP 2: 2 data-parallel ranks of 8 responses per mini-batch (4 prompts x n=4), not 4 ranks of 4."""
     values = {**PACKED, "trainer.n_gpus_per_node": 4, f"{ARR}.actor.ulysses_sequence_parallel_size": 2}
-    msg = _error(small_cfg, {**values, f"{ARR}.actor.ppo_micro_batch_size_per_gpu": 3})
+    msg = config_error({**values, f"{ARR}.actor.ppo_micro_batch_size_per_gpu": 3})
     assert "mini-batch per data-parallel rank = " in msg and "= 8" in msg
     assert f"use {ARR}.actor.ppo_micro_batch_size_per_gpu=2" in msg
-    msg = _error(small_cfg, {**values, f"{ARR}.actor.use_dynamic_bsz": True, "data.max_prompt_length": 512,
-                             "data.max_response_length": 512, f"{ARR}.actor.ppo_max_token_len_per_gpu": 500})
+    msg = config_error({**values, f"{ARR}.actor.use_dynamic_bsz": True, "data.max_prompt_length": 512,
+                        "data.max_response_length": 512, f"{ARR}.actor.ppo_max_token_len_per_gpu": 500})
     assert "ppo_max_token_len_per_gpu=500 x ulysses_sequence_parallel_size=2" in msg
     assert f"use {ARR}.actor.ppo_max_token_len_per_gpu=512" in msg  # 512 x 2 holds 1024 tokens
 
