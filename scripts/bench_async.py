@@ -30,6 +30,10 @@ MODEL, DATA = Path("/tmp/m"), Path("/tmp/d")
 SPLIT = ["actor_rollout_ref.hybrid_engine=false", "actor_rollout_ref.rollout.nnodes=1",
          "actor_rollout_ref.rollout.n_gpus_per_node=1", "actor_rollout_ref.rollout.free_cache_engine=false",
          "actor_rollout_ref.rollout.calculate_log_probs=true", "actor_rollout_ref.rollout.gpu_memory_utilization=0.8"]
+# Less training per generated token: no reference model (no KL loss) and the rollout's own log-probs as the
+# old log-probs (no old_log_prob pass), as asynchronous RL systems train; the same for every placement.
+GEN_HEAVY = ["actor_rollout_ref.actor.use_kl_loss=false", "algorithm.rollout_correction.bypass_mode=true",
+             "actor_rollout_ref.rollout.calculate_log_probs=true"]
 CONFIGS: dict[str, tuple[int, list[str]]] = {  # name: (trainer GPUs, overrides)
     "hybrid_2gpu": (2, []),
     "split_1+1": (1, [*SPLIT, "trainer.staleness=0"]),
@@ -75,16 +79,18 @@ def step_times(metrics_file: Path) -> list[dict]:
 
 def run_one(name: str, response_len: int, args: argparse.Namespace) -> dict[str, Any]:
     gpus, overrides = CONFIGS[name]
-    run_dir = Path(f"/tmp/bench_async_{name}_{response_len}")
+    run_dir = Path(f"/tmp/bench_async_{name}_{args.prompts}x{args.n}_{response_len}")
     subprocess.run(["rm", "-rf", str(run_dir)], check=True)
     cmd = ["bash", "examples/grpo_trainer/run_qwen2_5_0_5b_gpu.sh", f"data.train_batch_size={args.prompts}",
            f"data.max_response_length={response_len}", "data.val_files=null",
            "actor_rollout_ref.rollout.ignore_eos=true", "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
            f"actor_rollout_ref.rollout.n={args.n}", f"trainer.total_training_steps={args.steps}",
+           f"actor_rollout_ref.actor.ppo_mini_batch_size={min(args.prompts, 64)}",
            "trainer.test_freq=-1", "trainer.save_freq=-1", "trainer.val_before_train=false",
-           f"trainer.experiment_name={name}", f"trainer.default_local_dir={run_dir}", *overrides, *args.override]
+           f"trainer.experiment_name={name}", f"trainer.default_local_dir={run_dir}", *overrides,
+           *(GEN_HEAVY if args.gen_heavy else []), *args.override]
     env = {**os.environ, "MODEL_PATH": str(MODEL), "DATA_DIR": str(DATA), "N_GPUS": str(gpus)}
-    log = args.log_dir / f"async_{name.replace('+', 'p')}_{response_len}.log"
+    log = args.log_dir / f"async_{name.replace('+', 'p')}_{args.prompts}x{args.n}_{response_len}.log"
     arrivals: list[float] = []
     with GpuSampler() as sampler, log.open("w") as out:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -105,6 +111,10 @@ def run_one(name: str, response_len: int, args: argparse.Namespace) -> dict[str,
     return {
         "config": name, "response_len": response_len, "trainer_gpus": gpus, "s_per_step": s_per_step,
         "gen_tokens_per_s": tokens / s_per_step,
+        # the same seen from outside: seconds between the metrics lines of consecutive steps (catches any wait
+        # that falls outside the step's own timer)
+        "wall_s_per_step": statistics.median(b - a for a, b in zip(arrivals, arrivals[1:])) if len(arrivals) > 1
+        else None,
         "gpu_idle_fraction": sampler.idle_fraction(arrivals[0], arrivals[-1]) if len(arrivals) > 1 else None,
         "phases_s": {k.removeprefix("timing_s/"): statistics.median(r[k] for r in steady)
                      for k in steady[0] if k.startswith("timing_s/")},
@@ -119,6 +129,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=8)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    ap.add_argument("--gen-heavy", action="store_true", help="no reference model, rollout log-probs as old log-probs")
     ap.add_argument("--override", nargs="*", default=[], help="extra Hydra overrides for every run")
     ap.add_argument("--json-out", type=Path, default=None)
     ap.add_argument("--log-dir", type=Path, default=REPO / "benchmarks" / "results",
@@ -140,10 +151,12 @@ def main() -> None:
             print(json.dumps(by_name[name]), flush=True)
         hybrid, off = by_name.get("hybrid_2gpu", {}), by_name.get("one_step_off_1+1", {})
         if "s_per_step" in hybrid and "s_per_step" in off:
-            print(f"{response_len}: one-step-off / hybrid step time = {off['s_per_step'] / hybrid['s_per_step']:.2f}")
+            print(f"{response_len}: one-step-off / hybrid step time = {off['s_per_step'] / hybrid['s_per_step']:.2f}"
+                  f" (wall clock between steps: {off['wall_s_per_step'] / hybrid['wall_s_per_step']:.2f})")
         results.extend(by_name.values())
     out = args.json_out or REPO / "benchmarks" / "results" / f"async_{gpu.replace(' ', '_').lower()}.json"
-    out.write_text(json.dumps({"gpu": gpu, "prompts": args.prompts, "n": args.n, "results": results}, indent=1))
+    out.write_text(json.dumps({"gpu": gpu, "prompts": args.prompts, "n": args.n, "gen_heavy": args.gen_heavy,
+                               "command": " ".join(sys.argv), "results": results}, indent=1))
     print(f"wrote {out}")
 
 

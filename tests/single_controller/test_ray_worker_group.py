@@ -108,6 +108,11 @@ class EchoWorker(Worker):
         time.sleep(seconds)
         return seconds
 
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
+    def sleep_async(self, seconds: float):
+        time.sleep(seconds)
+        return seconds
+
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def all_reduce(self):
         import torch.distributed as dist
@@ -294,6 +299,18 @@ def test_raising_worker_names_rank_and_traceback(group4):
     assert err.method == "fail_on" and sorted(err.failures) == [2] and "EchoWorker" in err.group
     assert "ValueError: boom on rank 2" in str(err) and 'line' in str(err) and "in fail_on" in str(err)
     assert group4.fail_on(-1) == [0, 1, 2, 3]  # the group still works
+
+
+def test_submitting_behind_a_running_non_blocking_call_does_not_wait(group4):
+    """A data-parallel call queued behind a running non-blocking one (a generation behind the weight transfer)
+    is submitted at once: the group keeps the layout it knew instead of asking the busy ranks again."""
+    group4.double(_data(4))  # the layout is known
+    asleep = group4.sleep_async(2.0)
+    start = time.monotonic()
+    doubled = group4.double_async(_data(5))
+    assert time.monotonic() - start < 1.0
+    assert doubled.get().batch[VALUES].flatten().tolist() == [0.0, 2.0, 4.0, 6.0, 8.0]
+    assert asleep.get() == [2.0] * 4 and time.monotonic() - start >= 2.0  # ran in order, after the sleep
 
 
 def test_sleeping_worker_trips_timeout(group4):

@@ -66,7 +66,8 @@ def register(
     Args:
         dispatch_mode: how arguments are spread and results gathered (see `Dispatch`).
         execute_mode: `Execute.ALL` ranks, or `Execute.RANK_ZERO` only.
-        blocking: False makes the group call return a `DataProtoFuture` at once.
+        blocking: False makes the group call return a `DataProtoFuture` at once. Such a method must not
+            change the rank's data-parallel layout (the group keeps the layout it asked for before).
         materialize_futures: kept for verl compatibility; futures are always resolved on the worker.
     """
     if not isinstance(dispatch_mode, Dispatch):

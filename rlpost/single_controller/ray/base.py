@@ -206,8 +206,11 @@ class RayWorkerGroup:
     def _call(self, method: str, info: RegisterInfo, *args: Any, **kwargs: Any) -> Any:
         """Dispatch, run on the ranks, then collect (blocking) or return a DataProtoFuture."""
         layout = self._dp_layout() if info.uses_dp_layout else DpLayout.plain(self.world_size)
-        if not info.uses_dp_layout:
-            self._layout = None  # e.g. init_model may change the data-parallel layout
+        if not info.uses_dp_layout and info.blocking:
+            # a blocking call (e.g. init_model) may change the data-parallel layout. A non-blocking one (the
+            # weight transfer) keeps it: re-asking would queue behind the calls the ranks are running and
+            # stall the driver until they end (a generation submitted ahead would then wait on its predecessor)
+            self._layout = None
         calls = plan_calls(info, layout, args, kwargs)
         refs = [self._hosts[c.rank].call.remote(self._prefix, method, c.args, c.kwargs, c.trim) for c in calls]
         ranks = [c.rank for c in calls]

@@ -48,6 +48,9 @@ SYNONYMS: tuple[tuple[str, str], ...] = (
     (f"{ARR}.actor.fsdp_config.ulysses_sequence_parallel_size", f"{ARR}.actor.ulysses_sequence_parallel_size"),
     (f"{ARR}.ref.fsdp_config.ulysses_sequence_parallel_size", f"{ARR}.ref.ulysses_sequence_parallel_size"),
     ("critic.model.fsdp_config.ulysses_sequence_parallel_size", "critic.ulysses_sequence_parallel_size"),
+    # verl's engine-level spellings of the log-prob pass's knobs (the critic's stay refused: it has no log-probs)
+    *((f"{ARR}.{role}.fsdp_config.{key}", f"{ARR}.{role}.{key}") for role in ("actor", "ref")
+      for key in ("entropy_from_logits_with_chunking", "use_torch_compile", "entropy_checkpointing")),
 )
 
 # (parent, old global micro-batch, new per-device micro-batch).

@@ -49,6 +49,8 @@ AREAS: tuple[tuple[str, str], ...] = (
     ("rollout_correction", "this rollout-correction option"),
     ("quantization", "quantized rollout"),
     ("fused_kernel", "fused kernels"),
+    ("critic.model.fsdp_config.entropy_", "the critic's entropy chunking/checkpointing (it has no log-prob pass)"),
+    ("critic.model.fsdp_config.use_torch_compile", "the critic's torch.compile (it has no log-prob pass)"),
     ("torch_compile", "torch.compile"),
     ("entropy_", "entropy chunking/checkpointing"),
     ("activation_offload", "activation offload"),
@@ -100,7 +102,7 @@ NOT_SUPPORTED_YET: dict[str, Refusal] = {
     "trainer.logger": never("vemlp_wandb"),
     "trainer.default_hdfs_dir": only(None),
     "trainer.esi_redundant_time": only(0),
-    **{f"{group}.{key}": only(False) for group in ENGINE_KEYS
+    **{f"critic.model.fsdp_config.{key}": only(False)
        for key in ("entropy_from_logits_with_chunking", "use_torch_compile", "entropy_checkpointing")},
     **{f"{group}.mixed_precision.{key}": only("fp32", "float32") for group in ENGINE_KEYS
        for key in ("reduce_dtype", "buffer_dtype")},

@@ -2,7 +2,7 @@
 
 import pytest
 
-from rlpost.trainer.config import ConfigError, ConfigWarning, validate_config
+from rlpost.trainer.config import ConfigError, ConfigWarning, typed_config, validate_config
 
 ARR = "actor_rollout_ref"
 
@@ -89,3 +89,18 @@ def test_deprecated_key_agreeing_with_the_new_one_is_fine(small_cfg):
     cfg = small_cfg({f"{ARR}.actor.ppo_micro_batch_size": 4, f"{ARR}.actor.ppo_micro_batch_size_per_gpu": 2})
     with pytest.warns(ConfigWarning, match="deprecated"):
         validate_config(cfg)
+
+
+@pytest.mark.parametrize("role", ["actor", "ref"])
+@pytest.mark.parametrize("key", ["entropy_from_logits_with_chunking", "use_torch_compile", "entropy_checkpointing"])
+def test_engine_level_log_prob_knobs_are_the_role_keys(small_cfg, role, key):
+    """verl's `<role>.fsdp_config.<knob>` sets the role's knob (the one the log-prob pass reads); unset it
+    follows the role's; the critic's, which has no log-prob pass, stays refused."""
+    engine_key, role_key = f"actor_rollout_ref.{role}.fsdp_config.{key}", f"actor_rollout_ref.{role}.{key}"
+    values = {"actor_rollout_ref.actor.use_kl_loss": True}
+    typed = typed_config(validate_config(small_cfg({**values, engine_key: True})))
+    assert typed.select(role_key) is True and typed.select(engine_key) is True
+    typed = typed_config(validate_config(small_cfg({**values, role_key: True})))
+    assert typed.select(engine_key) is True
+    with pytest.raises(ConfigError, match=f"not supported yet: critic.model.fsdp_config.{key}=true .*no log-prob pass"):
+        validate_config(small_cfg({**values, "critic.enable": True, f"critic.model.fsdp_config.{key}": True}))
