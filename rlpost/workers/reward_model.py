@@ -27,6 +27,7 @@ from rlpost.utils.model import import_external_libs, load_hf_config
 from rlpost.utils.packed_attention import PACKED_KWARG, packed_sequences, use_packed_attention
 from rlpost.utils.padding import unpad_input
 from rlpost.utils.profiler import phase
+from rlpost.utils.shm import local_model_path
 from rlpost.utils.ulysses import SequenceParallel, new_sequence_parallel, sp_size, use_ulysses_attention
 from rlpost.workers.actor import sequence_parallel_forward
 from rlpost.workers.batching import TensorDict, group_rows, micro_batches, own_rows, sp_parts
@@ -37,7 +38,8 @@ _NO_PAD_ID = -1
 
 
 def load_reward_model(model_cfg: Any, dtype: torch.dtype) -> torch.nn.Module:
-    """`AutoModelForSequenceClassification` (num_labels=1) of `model_cfg.path`, eval mode, on CPU.
+    """`AutoModelForSequenceClassification` (num_labels=1) of `model_cfg.path` (read from its /dev/shm copy with
+    `use_shm`), eval mode, on CPU.
 
     Raises:
         ValueError: the checkpoint has no trained classification head (e.g. a plain causal LM), which would
@@ -47,10 +49,11 @@ def load_reward_model(model_cfg: Any, dtype: torch.dtype) -> torch.nn.Module:
 
     import_external_libs(model_cfg.external_lib)
     trust = bool(model_cfg.trust_remote_code)
-    hf_config = load_hf_config(model_cfg.path, trust, {})  # the reward_model.model group has no override_config
+    path = local_model_path(model_cfg)
+    hf_config = load_hf_config(path, trust, {})  # the reward_model.model group has no override_config
     hf_config.num_labels = 1
     model, info = AutoModelForSequenceClassification.from_pretrained(
-        model_cfg.path, config=hf_config, dtype=dtype, attn_implementation="sdpa", output_loading_info=True,
+        path, config=hf_config, dtype=dtype, attn_implementation="sdpa", output_loading_info=True,
         trust_remote_code=trust)
     if info.get("missing_keys"):
         raise ValueError(f"reward_model.model.path={model_cfg.path} is not a sequence-classification checkpoint: "
@@ -229,7 +232,7 @@ class RewardModelWorker(ProfiledWorker):
         if src is None:
             return
         trust = bool(model_cfg.trust_remote_code)
-        self.tokenizer = AutoTokenizer.from_pretrained(model_cfg.path, trust_remote_code=trust)
+        self.tokenizer = AutoTokenizer.from_pretrained(local_model_path(model_cfg), trust_remote_code=trust)
         if os.path.realpath(os.path.expanduser(str(src))) == os.path.realpath(os.path.expanduser(model_cfg.path)):
             return
         self.input_tokenizer = AutoTokenizer.from_pretrained(src, trust_remote_code=trust)
@@ -252,7 +255,8 @@ class RewardModelWorker(ProfiledWorker):
         # The group has no offload_policy (as in verl): param_offload moves the frozen shards instead.
         apply_fsdp2(self.module, self.device, fsdp_size=fsdp_cfg.fsdp_size,
                     reshard_after_forward=fsdp_cfg.reshard_after_forward, offload_policy=False,
-                    min_num_params=fsdp_cfg.wrap_policy.min_num_params, trainable=False)
+                    min_num_params=fsdp_cfg.wrap_policy.min_num_params, trainable=False,
+                    forward_prefetch=fsdp_cfg.forward_prefetch)
         if self.config.model.use_remove_padding:
             self.scorer = TokenScores(self.module)
             use_packed_attention(self.module)

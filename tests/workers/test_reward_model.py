@@ -5,6 +5,7 @@ instead of running the rule."""
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -86,6 +87,13 @@ def _run(rank: int, rm_dir: str, policy_dir: str, vocab: int, tmp: str) -> None:
     res["retemplate"] = w2.retemplate
     res["retemplated"] = score(w2)
     res["retemplated_again"] = score(w2)  # after an offload/onload cycle
+    from rlpost.utils import shm
+
+    shm.SHM_ROOT = f"{tmp}/shm"  # this process's copies go under the test's folder
+    w4 = RewardModelWorker(rm_config(rm_dir, None, "reward_model.model.use_shm=true",
+                                     "reward_model.model.fsdp_config.forward_prefetch=true"))
+    w4.init_model()
+    res["shm_prefetch"] = score(w4)
     packed = ("reward_model.model.use_remove_padding=true",)
     for name, size in (("packed", 1), ("ulysses", 2)):
         w3 = RewardModelWorker(rm_config(rm_dir, None, *packed, f"reward_model.ulysses_sequence_parallel_size={size}"))
@@ -94,6 +102,7 @@ def _run(rank: int, rm_dir: str, policy_dir: str, vocab: int, tmp: str) -> None:
         w3.config.use_dynamic_bsz, w3.config.max_length = True, 4
         res[f"{name}_dynamic_truncated"] = score(w3)
     if rank == 0:
+        res["tmp"] = tmp
         torch.save(res, f"{tmp}/res.pt")
 
 
@@ -140,6 +149,16 @@ def test_scores_equal_plain_hf_forward_on_last_response_token(results, dirs):
     assert torch.allclose(out, _placed(ref, batch), atol=ATOL)
     assert (out != 0).sum() == 8  # one non-zero per row, on its last response token
     assert torch.allclose(res["dynamic"], out, atol=ATOL)
+
+
+@pytest.mark.timeout(280)
+def test_shared_memory_copy_and_forward_prefetch_score_the_same(results, dirs):
+    """`model.use_shm` reads the RM from its /dev/shm copy (here under the test's folder) and
+    `fsdp_config.forward_prefetch` prefetches the next unit's all-gather: the scores do not change."""
+    res, _ = results
+    torch.testing.assert_close(res["shm_prefetch"], res["direct"], atol=0, rtol=0)
+    copies = list(Path(res["tmp"], "shm").rglob("config.json"))
+    assert len(copies) == 1 and Path(dirs[0]).name in str(copies[0])
 
 
 @pytest.mark.timeout(280)

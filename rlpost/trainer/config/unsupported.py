@@ -95,9 +95,6 @@ NOT_SUPPORTED_YET: dict[str, Refusal] = {
     "critic.optim.override_optimizer_config": only(None, {}),
     "reward_model.strategy": never("megatron"),
     "reward_model.enable_resource_pool": only(False),
-    "reward_model.model.use_shm": only(False),
-    "reward_model.model.use_fused_kernels": only(False),
-    "reward_model.model.fsdp_config.forward_prefetch": only(False),
     "reward_model.sandbox_fusion.url": only(None),
     "trainer.logger": never("vemlp_wandb"),
     "trainer.default_hdfs_dir": only(None),
@@ -133,6 +130,8 @@ NOTICES: dict[str, str] = {
                                     "reward_model.model from rlpost's reward-model worker (an FSDP forward on the "
                                     "trainer's devices), the same scores as verl's reward loop; "
                                     "reward_model.rollout.* and reward_model.num_workers are not used",
+    "reward_model.model.use_fused_kernels": "the fused kernel replaces a language-model head's log-softmax; the "
+                                            "reward model's head is one linear layer to a score, nothing to fuse",
     f"{ARR}.model.fused_kernel_options.impl_backend": "the fused log-prob is one PyTorch implementation (chunked "
                                                       "matmul + log-softmax); triton runs the same",
 }

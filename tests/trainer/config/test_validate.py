@@ -148,6 +148,7 @@ def test_built_features_are_accepted(small_cfg):
         f"{ARR}.ref.fsdp_config.forward_prefetch": True, "critic.model.fsdp_config.forward_prefetch": True,
         f"{ARR}.model.enable_activation_offload": True, "critic.model.enable_activation_offload": True,
         f"{ARR}.model.use_shm": True, "critic.model.use_shm": True, "data.use_shm": True,
-        "reward_model.launch_reward_fn_async": True,
+        "reward_model.launch_reward_fn_async": True, "reward_model.model.use_shm": True,
+        "reward_model.model.fsdp_config.forward_prefetch": True,
     })
     assert validate_config(cfg).actor_rollout_ref.rollout.name == "hf"

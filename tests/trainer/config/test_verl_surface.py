@@ -123,6 +123,8 @@ def test_synonyms_set_the_key(small_cfg, synonym, value, key):
 def test_notice_for_accepted_no_effect_keys(small_cfg):
     with pytest.warns(ConfigWarning, match="layered_summon=true accepted: the weight sync gathers one bucket"):
         typed_config(small_cfg({f"{ARR}.rollout.layered_summon": True}))
+    with pytest.warns(ConfigWarning, match="reward_model.model.use_fused_kernels=true accepted: .* nothing to fuse"):
+        typed_config(small_cfg({"reward_model.model.use_fused_kernels": True}))
 
 
 def test_reward_loop_is_accepted_with_a_notice_unless_a_function_queries_the_model(small_cfg):
