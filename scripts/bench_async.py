@@ -6,9 +6,11 @@ vs one-step-off-policy 1 + 1, same model and batch, at one or more response leng
 Each configuration is one `main_ppo` GRPO run through `examples/grpo_trainer/run_qwen2_5_0_5b_gpu.sh` on a
 random-weight Qwen2.5-0.5B-architecture model (`scripts/bench_limits.py --save-model`) and the times-ten data,
 64 prompts x 8 responses, 512 prompt tokens, `ignore_eos` (every response has the full length). Per run:
-seconds per step (median of the steps after the first), generated tokens per second, and the fraction of
-`nvidia-smi` samples (every 0.5 s, both GPUs, between the first and the last step) at 0 % utilisation.
-Writes `benchmarks/results/async_<gpu>.json`.
+seconds per step (median of the steps after the first), the same seen from outside (seconds between consecutive
+steps' metrics lines: a wait outside the step's timer would show there), generated tokens per second, and the
+fraction of `nvidia-smi` samples (every 0.5 s, both GPUs, between the first and the last step) at 0 % utilisation.
+`--prompts` sets the batch, `--gen-heavy` drops the reference model and takes the rollout's log-probs as the old
+log-probs (bypass mode) in every configuration. Writes `benchmarks/results/async_<gpu>_<prompts>x<n>[_gen_heavy].json`.
 """
 
 from __future__ import annotations
@@ -79,7 +81,8 @@ def step_times(metrics_file: Path) -> list[dict]:
 
 def run_one(name: str, response_len: int, args: argparse.Namespace) -> dict[str, Any]:
     gpus, overrides = CONFIGS[name]
-    run_dir = Path(f"/tmp/bench_async_{name}_{args.prompts}x{args.n}_{response_len}")
+    tag = f"{args.prompts}x{args.n}_{response_len}{'_gen_heavy' if args.gen_heavy else ''}"
+    run_dir = Path(f"/tmp/bench_async_{name}_{tag}")
     subprocess.run(["rm", "-rf", str(run_dir)], check=True)
     cmd = ["bash", "examples/grpo_trainer/run_qwen2_5_0_5b_gpu.sh", f"data.train_batch_size={args.prompts}",
            f"data.max_response_length={response_len}", "data.val_files=null",
@@ -90,18 +93,20 @@ def run_one(name: str, response_len: int, args: argparse.Namespace) -> dict[str,
            f"trainer.experiment_name={name}", f"trainer.default_local_dir={run_dir}", *overrides,
            *(GEN_HEAVY if args.gen_heavy else []), *args.override]
     env = {**os.environ, "MODEL_PATH": str(MODEL), "DATA_DIR": str(DATA), "N_GPUS": str(gpus)}
-    log = args.log_dir / f"async_{name.replace('+', 'p')}_{args.prompts}x{args.n}_{response_len}.log"
+    log = args.log_dir / f"async_{name.replace('+', 'p')}_{tag}.log"
     arrivals: list[float] = []
     with GpuSampler() as sampler, log.open("w") as out:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
-        while proc.poll() is None:  # note when each step's metrics line lands; print it (a time-out keeps them)
+        running = True
+        while running:  # note when each step's metrics line lands; print it (a time-out keeps them)
+            running = proc.poll() is None  # one more look after the exit: the last line may land just before
             landed = step_times(run_dir / "metrics.jsonl")
             for row in landed[len(arrivals):]:
                 print(f"[{name} {response_len}] step {row.get('step')}: " + ", ".join(
                     f"{k.removeprefix('timing_s/')} {v:.2f}" for k, v in row.items() if k.startswith("timing_s/")),
                     flush=True)
             arrivals += [time.time()] * (len(landed) - len(arrivals))
-            time.sleep(0.25)
+            time.sleep(0.1 if running else 0)
     rows = step_times(run_dir / "metrics.jsonl")
     if proc.returncode or len(rows) < 2:
         return {"config": name, "response_len": response_len, "error": f"rc={proc.returncode}, see {log}"}
@@ -111,10 +116,11 @@ def run_one(name: str, response_len: int, args: argparse.Namespace) -> dict[str,
     return {
         "config": name, "response_len": response_len, "trainer_gpus": gpus, "s_per_step": s_per_step,
         "gen_tokens_per_s": tokens / s_per_step,
-        # the same seen from outside: seconds between the metrics lines of consecutive steps (catches any wait
-        # that falls outside the step's own timer)
-        "wall_s_per_step": statistics.median(b - a for a, b in zip(arrivals, arrivals[1:])) if len(arrivals) > 1
-        else None,
+        # the same seen from outside: seconds between the metrics lines of consecutive steps, polled every
+        # 0.1 s (catches any wait that falls outside the step's own timer; the last step's line can only be
+        # seen after the exit when it lands in the last 0.1 s, so it is left out)
+        "wall_s_per_step": statistics.median(b - a for a, b in zip(arrivals[:-1], arrivals[1:-1]))
+        if len(arrivals) > 2 else None,
         "gpu_idle_fraction": sampler.idle_fraction(arrivals[0], arrivals[-1]) if len(arrivals) > 1 else None,
         "phases_s": {k.removeprefix("timing_s/"): statistics.median(r[k] for r in steady)
                      for k in steady[0] if k.startswith("timing_s/")},
@@ -151,10 +157,13 @@ def main() -> None:
             print(json.dumps(by_name[name]), flush=True)
         hybrid, off = by_name.get("hybrid_2gpu", {}), by_name.get("one_step_off_1+1", {})
         if "s_per_step" in hybrid and "s_per_step" in off:
+            wall = (f"{off['wall_s_per_step'] / hybrid['wall_s_per_step']:.2f}"
+                    if off["wall_s_per_step"] and hybrid["wall_s_per_step"] else "n/a")
             print(f"{response_len}: one-step-off / hybrid step time = {off['s_per_step'] / hybrid['s_per_step']:.2f}"
-                  f" (wall clock between steps: {off['wall_s_per_step'] / hybrid['wall_s_per_step']:.2f})")
+                  f" (wall clock between steps: {wall})")
         results.extend(by_name.values())
-    out = args.json_out or REPO / "benchmarks" / "results" / f"async_{gpu.replace(' ', '_').lower()}.json"
+    name = f"async_{gpu.replace(' ', '_').lower()}_{args.prompts}x{args.n}{'_gen_heavy' if args.gen_heavy else ''}"
+    out = args.json_out or REPO / "benchmarks" / "results" / f"{name}.json"
     out.write_text(json.dumps({"gpu": gpu, "prompts": args.prompts, "n": args.n, "gen_heavy": args.gen_heavy,
                                "command": " ".join(sys.argv), "results": results}, indent=1))
     print(f"wrote {out}")

@@ -70,7 +70,10 @@ def main() -> None:
         print(json.dumps(row), flush=True)
         rows.append(row)
     out = args.json_out or REPO / "benchmarks" / "results" / f"rollout_logprobs_{gpu.replace(' ', '_').lower()}.json"
-    out.write_text(json.dumps({"gpu": gpu, "command": " ".join(sys.argv), "rows": rows}, indent=1))
+    import vllm
+
+    out.write_text(json.dumps({"gpu": gpu, "vllm": vllm.__version__, "command": " ".join(sys.argv), "rows": rows},
+                              indent=1))
     print(f"wrote {out}")
 
 

@@ -36,7 +36,8 @@ def copy_to_shm(src: str | os.PathLike, root: str | None = None) -> str:
     return the copy's path.
 
     Concurrent callers (the ranks of one host) are safe: each copies into its own temporary folder and
-    renames it into place; the first rename wins and the others drop their copy.
+    renames it into place; the first rename wins and the others drop their copy (a rank that finds the
+    winner's copy in place never removes it).
 
     Raises:
         FileNotFoundError: `src` does not exist (remote paths are not copied).
@@ -53,7 +54,11 @@ def copy_to_shm(src: str | os.PathLike, root: str | None = None) -> str:
         shutil.copytree(source, staging, symlinks=False)
     else:
         shutil.copyfile(source, staging)
-    if dest.exists():  # a stale or partial copy: replaced by this one
+    if dest.exists():
+        if _listing(dest) == _listing(source):  # another rank's identical copy landed meanwhile: keep it
+            shutil.rmtree(staging.parent, ignore_errors=True)
+            return str(dest)
+        # a stale copy (the source changed since): replaced by this one
         shutil.rmtree(dest, ignore_errors=True) if dest.is_dir() else dest.unlink(missing_ok=True)
     try:
         os.rename(staging, dest)

@@ -14,7 +14,7 @@ class Worker:
 
     Outside a worker group (plain instance in a test) it is rank 0 of 1 on cpu. A subclass whose ranks
     share data shards (e.g. tensor-parallel peers) calls `set_dispatch_info` once it knows its layout,
-    typically in `init_model`; the group re-reads the layout after every non-data-parallel call.
+    typically in `init_model`; the group re-reads the layout after every blocking non-data-parallel call.
     """
 
     def __init__(self) -> None:
