@@ -79,9 +79,14 @@ def step_times(metrics_file: Path) -> list[dict]:
     return [json.loads(line) for line in metrics_file.read_text().splitlines() if line.strip()]
 
 
+def batch_tag(args: argparse.Namespace) -> str:
+    """`<prompts>x<n>[_gen_heavy]`: names the runs, logs and results of one batch setting apart."""
+    return f"{args.prompts}x{args.n}{'_gen_heavy' if args.gen_heavy else ''}"
+
+
 def run_one(name: str, response_len: int, args: argparse.Namespace) -> dict[str, Any]:
     gpus, overrides = CONFIGS[name]
-    tag = f"{args.prompts}x{args.n}_{response_len}{'_gen_heavy' if args.gen_heavy else ''}"
+    tag = f"{batch_tag(args)}_{response_len}"
     run_dir = Path(f"/tmp/bench_async_{name}_{tag}")
     subprocess.run(["rm", "-rf", str(run_dir)], check=True)
     cmd = ["bash", "examples/grpo_trainer/run_qwen2_5_0_5b_gpu.sh", f"data.train_batch_size={args.prompts}",
@@ -119,7 +124,7 @@ def run_one(name: str, response_len: int, args: argparse.Namespace) -> dict[str,
         # the same seen from outside: seconds between the metrics lines of consecutive steps, polled every
         # 0.1 s (catches any wait that falls outside the step's own timer; the last step's line can only be
         # seen after the exit when it lands in the last 0.1 s, so it is left out)
-        "wall_s_per_step": statistics.median(b - a for a, b in zip(arrivals[:-1], arrivals[1:-1]))
+        "wall_s_per_step": statistics.median(b - a for a, b in zip(arrivals, arrivals[1:-1]))
         if len(arrivals) > 2 else None,
         "gpu_idle_fraction": sampler.idle_fraction(arrivals[0], arrivals[-1]) if len(arrivals) > 1 else None,
         "phases_s": {k.removeprefix("timing_s/"): statistics.median(r[k] for r in steady)
@@ -162,8 +167,8 @@ def main() -> None:
             print(f"{response_len}: one-step-off / hybrid step time = {off['s_per_step'] / hybrid['s_per_step']:.2f}"
                   f" (wall clock between steps: {wall})")
         results.extend(by_name.values())
-    name = f"async_{gpu.replace(' ', '_').lower()}_{args.prompts}x{args.n}{'_gen_heavy' if args.gen_heavy else ''}"
-    out = args.json_out or REPO / "benchmarks" / "results" / f"{name}.json"
+    default = REPO / "benchmarks" / "results" / f"async_{gpu.replace(' ', '_').lower()}_{batch_tag(args)}.json"
+    out = args.json_out or default
     out.write_text(json.dumps({"gpu": gpu, "prompts": args.prompts, "n": args.n, "gen_heavy": args.gen_heavy,
                                "command": " ".join(sys.argv), "results": results}, indent=1))
     print(f"wrote {out}")
