@@ -17,16 +17,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+from main_ppo_runs import REPO, gpu_name, launch
+
 MODEL, DATA = Path("/tmp/m"), Path("/tmp/d")
 
 SPLIT = ["actor_rollout_ref.hybrid_engine=false", "actor_rollout_ref.rollout.nnodes=1",
@@ -41,42 +39,6 @@ CONFIGS: dict[str, tuple[int, list[str]]] = {  # name: (trainer GPUs, overrides)
     "split_1+1": (1, [*SPLIT, "trainer.staleness=0"]),
     "one_step_off_1+1": (1, [*SPLIT, "trainer.staleness=1"]),
 }
-
-
-class GpuSampler:
-    """`nvidia-smi` utilisation of every GPU every `period_s`, with the time of each sample."""
-
-    def __init__(self, period_s: float = 0.5) -> None:
-        self.period_s, self.samples = period_s, []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
-                                 capture_output=True, text=True).stdout
-            self.samples.append((time.time(), [int(v) for v in out.split()]))
-            self._stop.wait(self.period_s)
-
-    def __enter__(self) -> GpuSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def idle_fraction(self, start: float, end: float) -> float:
-        """Fraction of (sample, GPU) pairs between `start` and `end` at 0 % utilisation."""
-        values = [u for t, utils in self.samples if start <= t <= end for u in utils]
-        return sum(u == 0 for u in values) / max(len(values), 1)
-
-
-def step_times(metrics_file: Path) -> list[dict]:
-    """The metrics of every step logged so far (one JSON object per line)."""
-    if not metrics_file.exists():
-        return []
-    return [json.loads(line) for line in metrics_file.read_text().splitlines() if line.strip()]
 
 
 def batch_tag(args: argparse.Namespace) -> str:
@@ -97,36 +59,21 @@ def run_one(name: str, response_len: int, args: argparse.Namespace) -> dict[str,
            "trainer.test_freq=-1", "trainer.save_freq=-1", "trainer.val_before_train=false",
            f"trainer.experiment_name={name}", f"trainer.default_local_dir={run_dir}", *overrides,
            *(GEN_HEAVY if args.gen_heavy else []), *args.override]
-    env = {**os.environ, "MODEL_PATH": str(MODEL), "DATA_DIR": str(DATA), "N_GPUS": str(gpus)}
+    env = {"MODEL_PATH": str(MODEL), "DATA_DIR": str(DATA), "N_GPUS": str(gpus)}
     log = args.log_dir / f"async_{name.replace('+', 'p')}_{tag}.log"
-    arrivals: list[float] = []
-    with GpuSampler() as sampler, log.open("w") as out:
-        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
-        running = True
-        while running:  # note when each step's metrics line lands; print it (a time-out keeps them)
-            running = proc.poll() is None  # one more look after the exit: the last line may land just before
-            landed = step_times(run_dir / "metrics.jsonl")
-            for row in landed[len(arrivals):]:
-                print(f"[{name} {response_len}] step {row.get('step')}: " + ", ".join(
-                    f"{k.removeprefix('timing_s/')} {v:.2f}" for k, v in row.items() if k.startswith("timing_s/")),
-                    flush=True)
-            arrivals += [time.time()] * (len(landed) - len(arrivals))
-            time.sleep(0.1 if running else 0)
-    rows = step_times(run_dir / "metrics.jsonl")
-    if proc.returncode or len(rows) < 2:
-        return {"config": name, "response_len": response_len, "error": f"rc={proc.returncode}, see {log}"}
+    run = launch(cmd, env, run_dir, log, f"{name} {response_len}")
+    rows = run.rows
+    if run.rc or len(rows) < 2:
+        return {"config": name, "response_len": response_len, "error": f"rc={run.rc}, see {log}"}
     steady = rows[1:]
     s_per_step = statistics.median(r["timing_s/step"] for r in steady)
     tokens = args.prompts * args.n * response_len
     return {
         "config": name, "response_len": response_len, "trainer_gpus": gpus, "s_per_step": s_per_step,
         "gen_tokens_per_s": tokens / s_per_step,
-        # the same seen from outside: seconds between the metrics lines of consecutive steps, polled every
-        # 0.1 s (catches any wait that falls outside the step's own timer; the last step's line can only be
-        # seen after the exit when it lands in the last 0.1 s, so it is left out)
-        "wall_s_per_step": statistics.median(b - a for a, b in zip(arrivals, arrivals[1:-1]))
-        if len(arrivals) > 2 else None,
-        "gpu_idle_fraction": sampler.idle_fraction(arrivals[0], arrivals[-1]) if len(arrivals) > 1 else None,
+        "wall_s_per_step": run.wall_s_per_step(),  # the same seen from outside the step's own timer
+        "gpu_idle_fraction": run.sampler.idle_fraction(run.arrivals[0], run.arrivals[-1])
+        if len(run.arrivals) > 1 else None,
         "phases_s": {k.removeprefix("timing_s/"): statistics.median(r[k] for r in steady)
                      for k in steady[0] if k.startswith("timing_s/")},
         "policy_staleness": [r.get("training/policy_staleness") for r in rows],
@@ -152,8 +99,7 @@ def main() -> None:
     if not DATA.is_dir():
         subprocess.run([sys.executable, "examples/data_preprocess/times_ten.py", "--local_dir", str(DATA)],
                        cwd=REPO, check=True)
-    gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                         text=True).stdout.split("\n")[0].strip()
+    gpu = gpu_name()
     results = []
     for response_len in args.response_lens:
         by_name = {}

@@ -32,6 +32,7 @@ from rlpost.rollout.async_engine import SteppedEngine  # noqa: E402
 from rlpost.rollout.base import BaseRollout, SamplingSpec, resolve_sampling  # noqa: E402
 from rlpost.rollout.utils import (assemble_output, eos_id_set, load_format_name, max_model_len,  # noqa: E402
                                   prompt_token_lists)
+from rlpost.utils.profiler import set_unbacked_bytes  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -134,6 +135,14 @@ def sampling_params(spec: SamplingSpec, stop_ids: set[int]) -> SamplingParams:
     return SamplingParams(
         temperature=spec.temperature, top_k=max(spec.top_k, 0), top_p=spec.top_p, **common
     )
+
+
+def sleeping_pool_bytes(tags: tuple[str, ...]) -> int:
+    """Bytes of vLLM's sleep-mode pool under `tags` ("weights", "kv_cache"): what a sleep unmapped while the
+    caching allocator still counts it as allocated."""
+    from vllm.device_allocator.cumem import CuMemAllocator
+
+    return sum(data.handle[1] for data in CuMemAllocator.get_instance().pointer_to_data.values() if data.tag in tags)
 
 
 def _sampled_log_probs(completion: Any) -> list[float]:
@@ -308,6 +317,7 @@ class VLLMRollout(BaseRollout):
         if "weights" in self._asleep:
             self.llm.wake_up(tags=["weights"])
             self._asleep = tuple(t for t in self._asleep if t != "weights")
+            set_unbacked_bytes(sleeping_pool_bytes(self._asleep))
 
     @property
     def _direct_load(self) -> bool:
@@ -325,6 +335,7 @@ class VLLMRollout(BaseRollout):
         if self.device == "cuda" and self.free_cache_engine:
             self.llm.sleep(level=self.sleep_level)
             self._asleep = ("weights", "kv_cache")
+            set_unbacked_bytes(sleeping_pool_bytes(self._asleep))
             self.needs_sync = self.sleep_level == 2
         else:
             self.llm.reset_prefix_cache()
@@ -341,3 +352,4 @@ class VLLMRollout(BaseRollout):
             raise RuntimeError("vLLM dropped its weights in a level-2 sleep: call update_weights before wake_up")
         self.llm.wake_up(tags=None if len(self._asleep) == 2 else list(self._asleep))
         self._asleep = ()
+        set_unbacked_bytes(0)

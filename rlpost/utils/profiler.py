@@ -12,8 +12,9 @@ Worker methods decorated with `@phase(name)` are the phases inside a step:
     nsys          cudaProfilerStart/Stop + NVTX ranges; nsys (Ray's nsight runtime_env) writes the report
 
 With `discrete` every phase gets its own capture instead of one per step. `@phase` also records the peak
-device memory of the phase (`perf/max_memory_allocated_gb/<phase>`, GPU only) for the worker's metrics. A
-sleeping vLLM engine's tensors stay counted there (its sleep mode frees the pages behind the allocator).
+device memory of the phase (`perf/max_memory_allocated_gb/<phase>`, GPU only) for the worker's metrics; a
+sleeping vLLM engine's pool, which the allocator still counts after sleep mode freed its pages, is left out
+(`set_unbacked_bytes`).
 """
 
 from __future__ import annotations
@@ -164,42 +165,88 @@ class _Session:
 
 
 SESSION = _Session()
-_PEAKS: dict[str, float] = {}
-_OPEN: list[float] = []  # peak bytes of the enclosing phases so far, innermost last
-_LIFETIME = {"allocated": 0, "reserved": 0}  # peaks from before the last reset of the allocator's statistics
+GIB = 2**30
+
+
+class PeakTracker:
+    """Peak device bytes per phase from the caching allocator's counters, less the bytes those counters hold
+    without device memory behind them ("unbacked"): a sleeping vLLM engine's pool, whose pages sleep mode
+    unmaps while its tensors stay allocated. The arithmetic only (tested on CPU); `phase_memory` feeds it.
+
+    Each open phase keeps (raw peak of its enclosed phases, least unbacked bytes seen while open): its peak
+    is raw peak - least unbacked, exact while the engine sleeps through the phase and an upper bound when it
+    wakes inside it (the peak of `gen` then falls while it is awake, unbacked 0)."""
+
+    def __init__(self) -> None:
+        self.peaks: dict[str, float] = {}  # GiB per phase since the last drain
+        self.unbacked = 0
+        self._open: list[list[int]] = []  # [raw peak of enclosed phases, least unbacked], innermost last
+        self._lifetime = [0, 0]  # backed (allocated, reserved) peaks before the last counter reset
+        self._least_since_reset = 0
+
+    def set_unbacked(self, nbytes: int) -> None:
+        self.unbacked = nbytes
+        self._least_since_reset = min(self._least_since_reset, nbytes)
+        for entry in self._open:
+            entry[1] = min(entry[1], nbytes)
+
+    def lifetime(self, raw_allocated: int, raw_reserved: int) -> tuple[int, int]:
+        """Backed (allocated, reserved) peak bytes of the process so far, given the counters' peaks since
+        their last reset."""
+        least = self._least_since_reset
+        return (max(self._lifetime[0], raw_allocated - least), max(self._lifetime[1], raw_reserved - least))
+
+    def enter(self, raw_allocated: int, raw_reserved: int) -> None:
+        """A phase opens; the counters' peaks so far are given and then reset by the caller."""
+        if self._open:
+            self._open[-1][0] = max(self._open[-1][0], raw_allocated)
+        self._lifetime = list(self.lifetime(raw_allocated, raw_reserved))
+        self._least_since_reset = self.unbacked
+        self._open.append([0, self.unbacked])
+
+    def exit(self, name: str, raw_allocated: int) -> None:
+        """The phase `name` closes with the counter's peak since the last reset."""
+        enclosed, least = self._open.pop()
+        raw = max(enclosed, raw_allocated)
+        self.peaks[name] = max(self.peaks.get(name, 0.0), (raw - least) / GIB)
+        if self._open:
+            self._open[-1][0] = max(self._open[-1][0], raw)
+
+
+TRACKER = PeakTracker()
+
+
+def set_unbacked_bytes(nbytes: int) -> None:
+    """Tell the peak records how many allocated bytes have no device memory behind them now (a rollout
+    engine's pool while it sleeps; 0 once it is awake)."""
+    TRACKER.set_unbacked(nbytes)
 
 
 def lifetime_peaks() -> tuple[int, int]:
-    """(max allocated, max reserved) bytes of this process so far, across the per-phase resets (GPU only)."""
-    return (max(_LIFETIME["allocated"], torch.cuda.max_memory_allocated()),
-            max(_LIFETIME["reserved"], torch.cuda.max_memory_reserved()))
+    """(max allocated, max reserved) bytes of this process so far, across the per-phase resets, less a
+    sleeping engine's unbacked pool (GPU only)."""
+    return TRACKER.lifetime(torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved())
 
 
 @contextmanager
 def phase_memory(name: str) -> Iterator[None]:
-    """Record the peak allocated device memory of the block as `_PEAKS[name]` (GPU only; nested blocks
-    fold their peak into the enclosing one's)."""
+    """Record the peak device memory of the block as `TRACKER.peaks[name]` (GPU only; nested blocks fold
+    their peak into the enclosing one's)."""
     if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
         yield
         return
-    if _OPEN:
-        _OPEN[-1] = max(_OPEN[-1], torch.cuda.max_memory_allocated())
-    _LIFETIME["allocated"], _LIFETIME["reserved"] = lifetime_peaks()
+    TRACKER.enter(torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved())
     torch.cuda.reset_peak_memory_stats()
-    _OPEN.append(0.0)
     try:
         yield
     finally:
-        peak = max(_OPEN.pop(), torch.cuda.max_memory_allocated())
-        _PEAKS[name] = max(_PEAKS.get(name, 0.0), peak / 2**30)
-        if _OPEN:
-            _OPEN[-1] = max(_OPEN[-1], peak)
+        TRACKER.exit(name, torch.cuda.max_memory_allocated())
 
 
 def drain_phase_peaks() -> dict[str, float]:
     """`{perf/max_memory_allocated_gb/<phase>: GiB}` recorded since the last call (empty on CPU)."""
-    out = {PEAK_PREFIX + name: value for name, value in _PEAKS.items()}
-    _PEAKS.clear()
+    out = {PEAK_PREFIX + name: value for name, value in TRACKER.peaks.items()}
+    TRACKER.peaks.clear()
     return out
 
 

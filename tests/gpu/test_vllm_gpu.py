@@ -64,3 +64,28 @@ def test_level2_sleep_drops_weights_and_sync_restores_generation(engine, hf_mode
     finally:
         engine.sleep_level = 1
     assert torch.equal(before, after)
+
+
+def test_phase_peak_leaves_out_the_sleeping_engine_pool(engine):
+    """The allocator still counts a sleeping engine's pool as allocated; the phase peak does not."""
+    from rlpost.rollout.vllm import sleeping_pool_bytes
+    from rlpost.utils.profiler import drain_phase_peaks, phase
+
+    engine.wake_up()
+    engine.sleep()
+    unbacked = sleeping_pool_bytes(("weights", "kv_cache"))
+    assert unbacked > 2**30  # the tiny model's KV cache share alone is GiBs
+    try:
+        drain_phase_peaks()
+        counted = torch.cuda.memory_allocated()
+
+        @phase("update_actor")
+        def train_like() -> None:
+            x = torch.empty(2**30, dtype=torch.uint8, device="cuda")
+            del x
+
+        train_like()
+        peak = drain_phase_peaks()["perf/max_memory_allocated_gb/update_actor"]
+        assert peak == pytest.approx((counted - unbacked) / 2**30 + 1.0, abs=0.05)
+    finally:
+        engine.wake_up()

@@ -48,3 +48,28 @@ def test_discrete_captures_each_phase_and_ranks_filter(tmp_path):
     SESSION.stop("actor")
     assert written() == []
     assert drain_phase_peaks() == {}  # CPU: no device peaks
+
+
+GIB = 2**30
+
+
+def test_peaks_leave_out_bytes_counted_without_device_memory():
+    """A sleeping engine's pool stays in the allocator's counters: phases it sleeps through report their peak
+    without it; a phase in which it wakes keeps the awake peak; nested phases fold into the enclosing one."""
+    from rlpost.utils.profiler import PeakTracker
+
+    t = PeakTracker()
+    t.set_unbacked(40 * GIB)  # the engine sleeps: 40 GiB counted, none of it on the device
+    t.enter(raw_allocated=60 * GIB, raw_reserved=62 * GIB)
+    t.enter(raw_allocated=55 * GIB, raw_reserved=0)  # nested phase
+    t.exit("ref", raw_allocated=70 * GIB)
+    t.exit("update_actor", raw_allocated=65 * GIB)
+    assert t.peaks == {"ref": 30.0, "update_actor": 30.0}
+    t.enter(raw_allocated=65 * GIB, raw_reserved=66 * GIB)
+    t.set_unbacked(0)  # the engine wakes inside `gen`: its pool is on the device again
+    t.exit("gen", raw_allocated=72 * GIB)
+    assert t.peaks["gen"] == 72.0
+    assert t.lifetime(raw_allocated=72 * GIB, raw_reserved=74 * GIB) == (72 * GIB, 74 * GIB)
+    t.set_unbacked(40 * GIB)
+    t.enter(raw_allocated=72 * GIB, raw_reserved=74 * GIB)
+    assert t.lifetime(raw_allocated=50 * GIB, raw_reserved=50 * GIB) == (72 * GIB, 74 * GIB)  # earlier peak kept
