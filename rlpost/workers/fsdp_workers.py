@@ -296,10 +296,10 @@ class ActorRolloutRefWorker(_FSDPRole):
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Sample responses. Reads `input_ids`, `attention_mask`, `position_ids` (B, P); writes `prompts`,
         `responses`, `input_ids`, `attention_mask`, `position_ids`, `response_mask` (+ `rollout_log_probs`);
-        meta_info metrics `timing_s/generate_sequences`. With multi_turn.enable every row runs its agent loop
-        instead (`rlpost.workers.agent_rollout`: reads `raw_prompt`, `agent_name`, `tools_kwargs`,
-        `interaction_kwargs`; `response_mask` is 0 on tool and user tokens; adds `__num_turns__`,
-        `agent_metrics`, `tool_rewards`, `turn_scores`)."""
+        meta_info metrics `timing_s/generate_sequences` and its parts `timing_s/gen_{wake,engine,sleep}`.
+        With multi_turn.enable every row runs its agent loop instead (`rlpost.workers.agent_rollout`: reads
+        `raw_prompt`, `agent_name`, `tools_kwargs`, `interaction_kwargs`; `response_mask` is 0 on tool and
+        user tokens; adds `__num_turns__`, `agent_metrics`, `tool_rewards`, `turn_scores`)."""
         start = time.perf_counter()
         prompts.meta_info.setdefault(keys.META_EOS_TOKEN_ID, self.tokenizer.eos_token_id)
         prompts.meta_info.setdefault(keys.META_PAD_TOKEN_ID, self.tokenizer.pad_token_id)
@@ -307,13 +307,17 @@ class ActorRolloutRefWorker(_FSDPRole):
             self._sync_weights()
         _free_cached_blocks(self.device)
         self.rollout.wake_up()
+        woke = time.perf_counter()
         if self.agent_rollout is not None:
             out = self.agent_rollout.generate_sequences(self.rollout, prompts)
         else:
             out = self._generate_with_tp_peers(prompts)
+        generated = time.perf_counter()
         if self.config.rollout.free_cache_engine:
             self.rollout.sleep()
         metrics = dict(out.meta_info.get(keys.META_METRICS, {}))
+        metrics.update({"timing_s/gen_wake": woke - start, "timing_s/gen_engine": generated - woke})
+        _timed(metrics, "gen_sleep", generated)
         _timed(metrics, "generate_sequences", start)
         out.meta_info[keys.META_METRICS] = metrics
         return out

@@ -16,6 +16,7 @@ REQUIRED = [
     "perf/throughput", "perf/time_per_step", "perf/cpu_memory_used_gb", "actor/pg_loss", "actor/entropy", "actor/grad_norm", "actor/lr",
     "actor/pg_clipfrac", "actor/ppo_kl", "timing_s/gen", "timing_s/reward", "timing_s/old_log_prob",
     "timing_s/adv", "timing_s/update_actor", "timing_s/update_weights", "timing_s/step",
+    "timing_s/gen_wake", "timing_s/gen_engine", "timing_s/gen_sleep",
 ]
 
 
@@ -56,6 +57,8 @@ def check_metrics(rows: list[dict], extra: tuple[str, ...] = ()) -> None:
         for key in REQUIRED + list(extra):
             assert key in row, f"{key} missing at step {row['step']}"
             assert isinstance(row[key], (int, float)) and math.isfinite(row[key]), (key, row[key])
+        parts = sum(row[f"timing_s/gen_{p}"] for p in ("wake", "engine", "sleep"))
+        assert 0 < parts <= row["timing_s/gen"], "the rollout worker's parts of gen fall inside it"
     assert any(k.startswith("val-core/rlpost/arith/reward/mean@") for k in train[-1]), "validation did not run"
 
 
