@@ -62,21 +62,32 @@ def check_metrics(rows: list[dict], extra: tuple[str, ...] = ()) -> None:
     assert any(k.startswith("val-core/rlpost/arith/reward/mean@") for k in train[-1]), "validation did not run"
 
 
-def test_grpo_with_kl_loss_and_engine_knobs(workspace):
+def test_grpo_with_kl_loss_engine_knobs_and_a_torch_profile(workspace):
     """GRPO with the KL loss against the reference and the engine's own log-probs, with the FSDP engine knobs on
     (reward in the background, forward prefetch, activation offload, a 1 MB weight-sync bucket): each knob is
-    checked for equal values in its own test; here they run in the loop. (One run for all: each run costs a
-    Ray start, two workers and their models.)"""
+    checked for equal values in its own test; here they run in the loop. The torch profiler captures step 2 on
+    every rank. (One run for all: each run costs a Ray start, two workers and their models.)"""
+    profile = workspace["root"] / "profile"
     rows = run_main_ppo(workspace, "grpo", "algorithm.adv_estimator=grpo",
                         "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_coef=0.01",
                         "actor_rollout_ref.rollout.calculate_log_probs=true",
                         "reward_model.launch_reward_fn_async=true",
                         "actor_rollout_ref.actor.fsdp_config.forward_prefetch=true",
                         "actor_rollout_ref.model.enable_activation_offload=true",
-                        "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=1")
+                        "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=1",
+                        "global_profiler.tool=torch", "global_profiler.steps=[2]", f"global_profiler.save_path={profile}",
+                        "actor_rollout_ref.actor.profiler.enable=true", "actor_rollout_ref.actor.profiler.all_ranks=true")
     check_metrics(rows, ("actor/kl_loss", "timing_s/ref", "training/rollout_probs_diff_mean",
                          "training/rollout_probs_diff_max", "timing_s/reward_wait"))
     assert rows[-1]["training/rollout_probs_diff_mean"] < 0.05
+    # actor, rollout (follows the actor's switch) and the reference share each process: one trace per rank
+    assert sorted(p.name for p in profile.iterdir()) == ["step2_actor+rollout_rank0.json", "step2_actor+rollout_rank1.json"]
+    for path in profile.iterdir():
+        events = json.loads(path.read_text())["traceEvents"]
+        assert len(events) > 100
+        assert any("aten::" in str(e.get("name")) for e in events)  # the phases' torch ops were recorded
+    # on CPU no per-phase device peaks are made up
+    assert not [k for r in rows for k in r if k.startswith("perf/max_memory_allocated_gb/")]
 
 
 def test_ppo_gae_with_critic(workspace):
