@@ -109,6 +109,8 @@ def main() -> None:
     if not DATA.is_dir():
         subprocess.run([sys.executable, "examples/data_preprocess/times_ten.py", "--local_dir", str(DATA)],
                        cwd=REPO, check=True)
+    gpu = gpu_name()
+    out = args.json_out or REPO / "benchmarks" / "results" / f"scale_{args.arch}_{gpu.replace(' ', '_').lower()}.json"
     results = []
     for gpus in args.gpus:
         for tp in args.tps:
@@ -117,10 +119,8 @@ def main() -> None:
             prompts = args.prompts if args.prompts else (args.prompts_per_gpu or 64) * gpus
             results.append(run_one(args.arch, gpus, tp, prompts, args))
             print(json.dumps(results[-1]), flush=True)
-    efficiency(results)
-    gpu = gpu_name()
-    out = args.json_out or REPO / "benchmarks" / "results" / f"scale_{args.arch}_{gpu.replace(' ', '_').lower()}.json"
-    out.write_text(json.dumps({"gpu": gpu, "command": " ".join(sys.argv), "results": results}, indent=1))
+            efficiency(results)  # written after every run: a later run cut short loses nothing before it
+            out.write_text(json.dumps({"gpu": gpu, "command": " ".join(sys.argv), "results": results}, indent=1))
     for r in results:
         if "error" not in r:
             eff = f", weak-scaling efficiency {r['weak_efficiency']:.2f}" if "weak_efficiency" in r else ""

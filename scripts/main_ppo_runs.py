@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -61,10 +62,11 @@ class GpuSampler:
 
 
 def step_times(metrics_file: Path) -> list[dict]:
-    """The metrics of every step logged so far (one JSON object per line)."""
+    """The metrics of every step logged so far (one JSON object per line; a line still being written, without
+    its newline, is left for the next look)."""
     if not metrics_file.exists():
         return []
-    return [json.loads(line) for line in metrics_file.read_text().splitlines() if line.strip()]
+    return [json.loads(line) for line in metrics_file.read_text().split("\n")[:-1] if line.strip()]
 
 
 @dataclass
@@ -95,7 +97,7 @@ class Run:
         outside a step's own timer); the last line can only be seen after the exit when it lands in the last
         0.1 s, so it is left out."""
         gaps = [b - a for a, b in zip(self.arrivals, self.arrivals[1:-1])]
-        return sorted(gaps)[len(gaps) // 2] if gaps else None
+        return statistics.median(gaps) if gaps else None
 
 
 def launch(cmd: list[str], env: dict[str, str], run_dir: Path, log: Path, label: str,

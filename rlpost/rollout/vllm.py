@@ -137,12 +137,13 @@ def sampling_params(spec: SamplingSpec, stop_ids: set[int]) -> SamplingParams:
     )
 
 
-def sleeping_pool_bytes(tags: tuple[str, ...]) -> int:
-    """Bytes of vLLM's sleep-mode pool under `tags` ("weights", "kv_cache"): what a sleep unmapped while the
-    caching allocator still counts it as allocated."""
+def sleeping_pool_bytes(awake: tuple[str, ...] = ()) -> int:
+    """Bytes of vLLM's sleep-mode pool outside the woken tags `awake` ("weights", "kv_cache"): what a sleep
+    unmapped (every tag) while the caching allocator still counts it as allocated."""
     from vllm.device_allocator.cumem import CuMemAllocator
 
-    return sum(data.handle[1] for data in CuMemAllocator.get_instance().pointer_to_data.values() if data.tag in tags)
+    pool = CuMemAllocator.get_instance().pointer_to_data.values()
+    return sum(data.handle[1] for data in pool if data.tag not in awake)
 
 
 def _sampled_log_probs(completion: Any) -> list[float]:
@@ -317,7 +318,7 @@ class VLLMRollout(BaseRollout):
         if "weights" in self._asleep:
             self.llm.wake_up(tags=["weights"])
             self._asleep = tuple(t for t in self._asleep if t != "weights")
-            set_unbacked_bytes(sleeping_pool_bytes(self._asleep))
+            set_unbacked_bytes(sleeping_pool_bytes(awake=("weights",)))
 
     @property
     def _direct_load(self) -> bool:
@@ -335,7 +336,7 @@ class VLLMRollout(BaseRollout):
         if self.device == "cuda" and self.free_cache_engine:
             self.llm.sleep(level=self.sleep_level)
             self._asleep = ("weights", "kv_cache")
-            set_unbacked_bytes(sleeping_pool_bytes(self._asleep))
+            set_unbacked_bytes(sleeping_pool_bytes())
             self.needs_sync = self.sleep_level == 2
         else:
             self.llm.reset_prefix_cache()

@@ -140,7 +140,8 @@ def offload_model(model: torch.nn.Module) -> None:
     From a GPU each copy is non-blocking, so it lands in pinned host memory (PyTorch's caching host
     allocator keeps those blocks for the next offload): no fresh pageable memory is faulted in on every
     offload, and `load_model_to` copies back at full link speed. Each copy is waited for before the next
-    tensor (FSDP re-pads unevenly sharded params on the host right after the moves)."""
+    tensor (FSDP re-pads unevenly sharded params on the host right after the moves). The price: that allocator
+    rounds each block up to a power of two and keeps it, so up to ~2x the shard stays pinned in host memory."""
     if not any(p.is_cuda for p in model.parameters()):
         model.to("cpu")
         return

@@ -98,11 +98,16 @@ def _line_figure(records: Sequence[dict[str, Any]], title: str, keys: Sequence[s
     return out
 
 
+# timed inside another phase (update_weights in update_actor; the rollout worker's parts of gen): not stacked
+NESTED_PHASES = ("update_weights", "gen_wake", "gen_engine", "gen_sleep")
+
+
 def _timing_figure(records: Sequence[dict[str, Any]], out: Path) -> Path | None:
     """Per-phase seconds stacked per step, plus the whole step time as a line."""
     import matplotlib.pyplot as plt
 
-    phases = [k for k in _keys_with_prefix(records, TIMING_PREFIX) if k != TIMING_PREFIX + "step"]
+    phases = [k for k in _keys_with_prefix(records, TIMING_PREFIX)
+              if k[len(TIMING_PREFIX):] not in ("step", *NESTED_PHASES)]
     step_steps, step_values = series(records, TIMING_PREFIX + "step")
     if not phases and not step_steps:
         return None

@@ -171,55 +171,61 @@ GIB = 2**30
 class PeakTracker:
     """Peak device bytes per phase from the caching allocator's counters, less the bytes those counters hold
     without device memory behind them ("unbacked"): a sleeping vLLM engine's pool, whose pages sleep mode
-    unmaps while its tensors stay allocated. The arithmetic only (tested on CPU); `phase_memory` feeds it.
+    unmaps while its tensors stay allocated. The arithmetic only (tested on CPU); `phase_memory` and
+    `set_unbacked_bytes` feed it the counters' peaks since their last reset, and reset them after each call.
 
-    Each open phase keeps (raw peak of its enclosed phases, least unbacked bytes seen while open): its peak
-    is raw peak - least unbacked, exact while the engine sleeps through the phase and an upper bound when it
-    wakes inside it (the peak of `gen` then falls while it is awake, unbacked 0)."""
+    Between two calls the unbacked bytes are constant, so the backed peak of that interval is the counter's
+    peak less them; it is folded into every open phase (nested phases included) and the process lifetime."""
 
     def __init__(self) -> None:
         self.peaks: dict[str, float] = {}  # GiB per phase since the last drain
         self.unbacked = 0
-        self._open: list[list[int]] = []  # [raw peak of enclosed phases, least unbacked], innermost last
-        self._lifetime = [0, 0]  # backed (allocated, reserved) peaks before the last counter reset
-        self._least_since_reset = 0
+        self._open: list[int] = []  # backed peak bytes of each open phase so far, innermost last
+        self._lifetime = [0, 0]  # backed (allocated, reserved) peak bytes up to the last observation
 
-    def set_unbacked(self, nbytes: int) -> None:
+    def _observe(self, raw_allocated: int, raw_reserved: int) -> None:
+        backed = raw_allocated - self.unbacked
+        self._open = [max(peak, backed) for peak in self._open]
+        self._lifetime = [max(self._lifetime[0], backed), max(self._lifetime[1], raw_reserved - self.unbacked)]
+
+    def set_unbacked(self, nbytes: int, raw_allocated: int = 0, raw_reserved: int = 0) -> None:
+        """The unbacked bytes change to `nbytes`; the counters' peaks so far are given."""
+        self._observe(raw_allocated, raw_reserved)
         self.unbacked = nbytes
-        self._least_since_reset = min(self._least_since_reset, nbytes)
-        for entry in self._open:
-            entry[1] = min(entry[1], nbytes)
 
     def lifetime(self, raw_allocated: int, raw_reserved: int) -> tuple[int, int]:
         """Backed (allocated, reserved) peak bytes of the process so far, given the counters' peaks since
         their last reset."""
-        least = self._least_since_reset
-        return (max(self._lifetime[0], raw_allocated - least), max(self._lifetime[1], raw_reserved - least))
+        return (max(self._lifetime[0], raw_allocated - self.unbacked),
+                max(self._lifetime[1], raw_reserved - self.unbacked))
 
     def enter(self, raw_allocated: int, raw_reserved: int) -> None:
-        """A phase opens; the counters' peaks so far are given and then reset by the caller."""
-        if self._open:
-            self._open[-1][0] = max(self._open[-1][0], raw_allocated)
-        self._lifetime = list(self.lifetime(raw_allocated, raw_reserved))
-        self._least_since_reset = self.unbacked
-        self._open.append([0, self.unbacked])
+        """A phase opens."""
+        self._observe(raw_allocated, raw_reserved)
+        self._open.append(0)
 
-    def exit(self, name: str, raw_allocated: int) -> None:
-        """The phase `name` closes with the counter's peak since the last reset."""
-        enclosed, least = self._open.pop()
-        raw = max(enclosed, raw_allocated)
-        self.peaks[name] = max(self.peaks.get(name, 0.0), (raw - least) / GIB)
-        if self._open:
-            self._open[-1][0] = max(self._open[-1][0], raw)
+    def exit(self, name: str, raw_allocated: int, raw_reserved: int = 0) -> None:
+        """The phase `name` closes."""
+        self._observe(raw_allocated, raw_reserved)
+        self.peaks[name] = max(self.peaks.get(name, 0.0), self._open.pop() / GIB)
 
 
 TRACKER = PeakTracker()
 
 
+def _counters() -> tuple[int, int] | None:
+    """The allocator's (allocated, reserved) peaks since the last reset, then reset; None off GPU."""
+    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+        return None
+    peaks = torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()
+    torch.cuda.reset_peak_memory_stats()
+    return peaks
+
+
 def set_unbacked_bytes(nbytes: int) -> None:
-    """Tell the peak records how many allocated bytes have no device memory behind them now (a rollout
-    engine's pool while it sleeps; 0 once it is awake)."""
-    TRACKER.set_unbacked(nbytes)
+    """Tell the peak records how many allocated bytes have no device memory behind them from now on (a
+    rollout engine's pool while it sleeps; 0 once it is awake)."""
+    TRACKER.set_unbacked(nbytes, *(_counters() or (0, 0)))
 
 
 def lifetime_peaks() -> tuple[int, int]:
@@ -230,17 +236,17 @@ def lifetime_peaks() -> tuple[int, int]:
 
 @contextmanager
 def phase_memory(name: str) -> Iterator[None]:
-    """Record the peak device memory of the block as `TRACKER.peaks[name]` (GPU only; nested blocks fold
-    their peak into the enclosing one's)."""
-    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+    """Record the peak device memory of the block as `TRACKER.peaks[name]` (GPU only; an enclosing phase's
+    peak includes its nested ones')."""
+    counters = _counters()
+    if counters is None:
         yield
         return
-    TRACKER.enter(torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved())
-    torch.cuda.reset_peak_memory_stats()
+    TRACKER.enter(*counters)
     try:
         yield
     finally:
-        TRACKER.exit(name, torch.cuda.max_memory_allocated())
+        TRACKER.exit(name, *(_counters() or (0, 0)))
 
 
 def drain_phase_peaks() -> dict[str, float]:

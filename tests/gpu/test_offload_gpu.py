@@ -8,16 +8,24 @@ import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
 
+from rlpost.utils.distributed import free_port
 from rlpost.utils.fsdp import load_model_to, offload_model
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(120)]
 
 
 def test_offload_round_trip_is_exact_pinned_and_runs():
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29541")
-    if not dist.is_initialized():
-        dist.init_process_group("nccl", rank=0, world_size=1)
+    if dist.is_initialized():
+        pytest.skip("a process group of an earlier test is still up")
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    dist.init_process_group("nccl", rank=0, world_size=1)
+    try:
+        _round_trip()
+    finally:
+        dist.destroy_process_group()
+
+
+def _round_trip() -> None:
     torch.manual_seed(0)
     model = torch.nn.Sequential(*(torch.nn.Linear(1024, 1024) for _ in range(4))).to("cuda", torch.bfloat16)
     for layer in model:

@@ -55,21 +55,26 @@ GIB = 2**30
 
 def test_peaks_leave_out_bytes_counted_without_device_memory():
     """A sleeping engine's pool stays in the allocator's counters: phases it sleeps through report their peak
-    without it; a phase in which it wakes keeps the awake peak; nested phases fold into the enclosing one."""
+    without it; when part of it wakes inside a phase (weights woken by the sync nested in the update), the
+    earlier part of the phase is still measured without it; nested phases fold into the enclosing one."""
     from rlpost.utils.profiler import PeakTracker
 
     t = PeakTracker()
-    t.set_unbacked(40 * GIB)  # the engine sleeps: 40 GiB counted, none of it on the device
-    t.enter(raw_allocated=60 * GIB, raw_reserved=62 * GIB)
-    t.enter(raw_allocated=55 * GIB, raw_reserved=0)  # nested phase
-    t.exit("ref", raw_allocated=70 * GIB)
-    t.exit("update_actor", raw_allocated=65 * GIB)
-    assert t.peaks == {"ref": 30.0, "update_actor": 30.0}
-    t.enter(raw_allocated=65 * GIB, raw_reserved=66 * GIB)
-    t.set_unbacked(0)  # the engine wakes inside `gen`: its pool is on the device again
+    t.set_unbacked(40 * GIB)  # the engine sleeps: 40 GiB counted (15 weights + 25 KV), none on the device
+    t.enter(raw_allocated=60 * GIB, raw_reserved=62 * GIB)  # update_actor opens
+    t.set_unbacked(40 * GIB, raw_allocated=77 * GIB, raw_reserved=78 * GIB)  # its training peak: 37 backed
+    t.enter(raw_allocated=60 * GIB, raw_reserved=0)  # update_weights opens inside it
+    t.set_unbacked(25 * GIB, raw_allocated=62 * GIB, raw_reserved=0)  # the weights wake: 15 GiB now backed
+    t.exit("update_weights", raw_allocated=64 * GIB)  # 64 - 25 = 39 backed while loading
+    t.exit("update_actor", raw_allocated=61 * GIB)
+    assert t.peaks == {"update_weights": 39.0, "update_actor": 39.0}
+    t.enter(raw_allocated=61 * GIB, raw_reserved=66 * GIB)
+    t.set_unbacked(0, raw_allocated=62 * GIB, raw_reserved=66 * GIB)  # the KV cache wakes inside `gen`
     t.exit("gen", raw_allocated=72 * GIB)
     assert t.peaks["gen"] == 72.0
     assert t.lifetime(raw_allocated=72 * GIB, raw_reserved=74 * GIB) == (72 * GIB, 74 * GIB)
-    t.set_unbacked(40 * GIB)
-    t.enter(raw_allocated=72 * GIB, raw_reserved=74 * GIB)
+    t.set_unbacked(40 * GIB, raw_allocated=72 * GIB, raw_reserved=74 * GIB)
+    t.enter(raw_allocated=50 * GIB, raw_reserved=50 * GIB)
+    t.exit("ref", raw_allocated=55 * GIB)
+    assert t.peaks["ref"] == 15.0
     assert t.lifetime(raw_allocated=50 * GIB, raw_reserved=50 * GIB) == (72 * GIB, 74 * GIB)  # earlier peak kept

@@ -173,3 +173,22 @@ def reduce_metrics(metrics: dict[str, Any]) -> dict[str, float]:
     import numpy as np
 
     return {k: float(np.mean(v)) if isinstance(v, (list, tuple, np.ndarray)) else v for k, v in metrics.items()}
+
+
+GEN_PARTS = ("gen_wake", "gen_engine", "gen_sleep")  # the rollout worker's own parts of `gen`
+
+
+def add_gen_parts(timing: dict[str, float], worker_metrics: dict[str, Any]) -> None:
+    """Add the wake / engine / sleep seconds of the rank whose generation took longest (summed over the
+    generation batches of a step). With separate rollout devices they are the engine's own time, spent in
+    the background, not inside the trainer's `gen` wait."""
+    totals = worker_metrics.get("timing_s/generate_sequences")
+    if not totals:
+        return
+    totals = totals if isinstance(totals, list) else [totals]
+    slowest = max(range(len(totals)), key=totals.__getitem__)
+    for part in GEN_PARTS:
+        values = worker_metrics.get(f"timing_s/{part}")
+        if values:
+            values = values if isinstance(values, list) else [values]
+            timing[part] = timing.get(part, 0.0) + values[slowest]

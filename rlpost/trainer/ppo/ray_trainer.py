@@ -12,7 +12,7 @@ each timed under the name it is logged as (`timing_s/<phase>`):
 
     gen -> reward -> old_log_prob (-> rollout_correction) -> ref -> values -> adv -> update_critic -> update_actor
         (update_actor also syncs the new weights into the rollout engine: timing_s/update_weights;
-         gen's slowest rank splits into timing_s/gen_wake, gen_engine, gen_sleep)
+         the slowest rollout rank's own part of gen: timing_s/gen_wake, gen_engine, gen_sleep)
     -> validation every `test_freq` -> checkpoint every `save_freq` -> metrics to every logger.
 
 With `algorithm.filter_groups.enable` (DAPO dynamic sampling), gen + reward repeat over further batches of
@@ -45,6 +45,7 @@ from rlpost.trainer.ppo.preflight import estimate_metrics
 from rlpost.trainer.ppo.profiling import ProfileSchedule
 from rlpost.trainer.ppo.reward_job import RewardJob
 from rlpost.trainer.ppo.metric_utils import (
+    add_gen_parts,
     compute_data_metrics,
     compute_throughout_metrics,
     compute_timing_metrics,
@@ -58,9 +59,6 @@ __all__ = ["AdvantageEstimator", "RayPPOTrainer", "ResourcePoolManager", "Role",
            "compute_advantage", "compute_response_mask"]
 
 logger = logging.getLogger(__name__)
-GEN_PARTS = ("gen_wake", "gen_engine", "gen_sleep")  # the rollout worker's own parts of `gen`
-
-
 @contextmanager
 def _timer(name: str, timing: dict[str, float]):
     """Add the wall time of the block to `timing[name]` (seconds)."""
@@ -356,10 +354,7 @@ class RayPPOTrainer:
         with _timer("gen", timing):
             out = self.rollouts.generate(batch)
         timing_out = out.meta_info.pop(K.META_METRICS, {}) or {}
-        for part in GEN_PARTS:  # the slowest rank's engine wake / generate / sleep, inside `gen`
-            seconds = timing_out.get(f"timing_s/{part}")
-            if seconds:
-                timing[part] = max(seconds) if isinstance(seconds, list) else seconds
+        add_gen_parts(timing, timing_out)
         if self.algo.adv_estimator == "remax":
             with _timer("gen_max", timing):
                 greedy = self._gen_inputs(batch)

@@ -108,3 +108,17 @@ def test_process_validation_metrics():
     )
     with pytest.raises(ValueError, match="4 scores for 5 data sources"):
         mu.process_validation_metrics(sources, scores[:4])
+
+
+def test_gen_parts_come_from_the_slowest_rank_and_add_up_over_generation_batches():
+    from rlpost.trainer.ppo.metric_utils import add_gen_parts
+
+    timing: dict[str, float] = {}
+    ranks = {"timing_s/generate_sequences": [3.0, 5.0], "timing_s/gen_wake": [0.5, 0.1],
+             "timing_s/gen_engine": [2.0, 4.5], "timing_s/gen_sleep": [0.4, 0.3]}
+    add_gen_parts(timing, ranks)  # rank 1 took longest: its parts, not each part's maximum over ranks
+    assert timing == {"gen_wake": 0.1, "gen_engine": 4.5, "gen_sleep": 0.3}
+    add_gen_parts(timing, ranks)  # a second generation batch of the same step (dynamic sampling)
+    assert timing == {"gen_wake": 0.2, "gen_engine": 9.0, "gen_sleep": 0.6}
+    add_gen_parts(timing, {})  # a rollout that reports no parts leaves them alone
+    assert timing["gen_engine"] == 9.0
