@@ -143,7 +143,8 @@ def sleeping_pool_bytes(awake: tuple[str, ...] = ()) -> int:
     from vllm.device_allocator.cumem import CuMemAllocator
 
     pool = CuMemAllocator.get_instance().pointer_to_data.values()
-    return sum(data.handle[1] for data in pool if data.tag not in awake)
+    # newer vLLM marks each allocation (and wakes tags beyond the ones asked for); 0.24 has only the two tags
+    return sum(data.handle[1] for data in pool if getattr(data, "is_asleep", data.tag not in awake))
 
 
 def _sampled_log_probs(completion: Any) -> list[float]:

@@ -98,8 +98,8 @@ def _line_figure(records: Sequence[dict[str, Any]], title: str, keys: Sequence[s
     return out
 
 
-# timed inside another phase (update_weights in update_actor; the rollout worker's parts of gen): not stacked
-NESTED_PHASES = ("update_weights", "gen_wake", "gen_engine", "gen_sleep")
+# timed inside another phase (the rollout worker's own parts of gen): not stacked
+NESTED_PHASES = ("gen_wake", "gen_engine", "gen_sleep")
 
 
 def _timing_figure(records: Sequence[dict[str, Any]], out: Path) -> Path | None:

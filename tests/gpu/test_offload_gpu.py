@@ -1,8 +1,6 @@
 """On a GPU: param_offload's round trip (`offload_model` / `load_model_to`) keeps every parameter
 bit-identical, its host copies are pinned, and the sharded model runs the same forward afterwards."""
 
-import os
-
 import pytest
 import torch
 import torch.distributed as dist
@@ -14,10 +12,10 @@ from rlpost.utils.fsdp import load_model_to, offload_model
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(120)]
 
 
-def test_offload_round_trip_is_exact_pinned_and_runs():
-    if dist.is_initialized():
-        pytest.skip("a process group of an earlier test is still up")
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+def test_offload_round_trip_is_exact_pinned_and_runs(monkeypatch):
+    assert not dist.is_initialized(), "an earlier test left its process group up"
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
     dist.init_process_group("nccl", rank=0, world_size=1)
     try:
         _round_trip()

@@ -11,8 +11,9 @@ Built the verl way:
 each timed under the name it is logged as (`timing_s/<phase>`):
 
     gen -> reward -> old_log_prob (-> rollout_correction) -> ref -> values -> adv -> update_critic -> update_actor
-        (update_actor also syncs the new weights into the rollout engine: timing_s/update_weights;
-         the slowest rollout rank's own part of gen: timing_s/gen_wake, gen_engine, gen_sleep)
+        (the actor worker then syncs the new weights into the rollout engine, timed apart as
+         timing_s/update_weights; inside gen, the slowest rollout rank's own timing_s/gen_wake, gen_engine,
+         gen_sleep)
     -> validation every `test_freq` -> checkpoint every `save_freq` -> metrics to every logger.
 
 With `algorithm.filter_groups.enable` (DAPO dynamic sampling), gen + reward repeat over further batches of
@@ -59,6 +60,8 @@ __all__ = ["AdvantageEstimator", "RayPPOTrainer", "ResourcePoolManager", "Role",
            "compute_advantage", "compute_response_mask"]
 
 logger = logging.getLogger(__name__)
+
+
 @contextmanager
 def _timer(name: str, timing: dict[str, float]):
     """Add the wall time of the block to `timing[name]` (seconds)."""
