@@ -110,11 +110,27 @@ def apply_fsdp2(model: torch.nn.Module, device: str, *, fsdp_size: int, reshard_
         fully_shard(unit, **kwargs)
     if forward_prefetch:
         set_forward_prefetch(units)
-    if "offload_policy" not in kwargs:
+    empty = any(p.is_meta for p in model.parameters())
+    if empty:  # built on the meta device: storage now, the values from rank 0 (`load_shards_from_rank0`)
+        model.to_empty(device="cpu" if offload_policy else device)
+    elif "offload_policy" not in kwargs:
         model.to(device)
     if not trainable:
         model.requires_grad_(False)
     return model
+
+
+def load_shards_from_rank0(model: torch.nn.Module, full_state: dict[str, torch.Tensor] | None) -> None:
+    """Fill a sharded model's parameters (and buffers) from rank 0's full state dict: every rank calls it,
+    rank 0 with the state dict of the model it loaded (taken before sharding), the others with None (their
+    model was built empty and materialised by `apply_fsdp2`). Non-persistent buffers (rotary frequencies)
+    are not in a state dict: they are broadcast from rank 0 as they are."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    set_model_state_dict(model, full_state or {},
+                         options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+    for buf in model.buffers():  # on the model's device (`init_distributed` gives CPU tensors gloo on a GPU host)
+        dist.broadcast(buf.to_local() if isinstance(buf, DTensor) else buf, src=0)
 
 
 def set_forward_prefetch(units: list[torch.nn.Module]) -> None:

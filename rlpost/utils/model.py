@@ -4,11 +4,13 @@ Config keys read (verl's `actor_rollout_ref.model` / `critic.model`): path, use_
 override_config, external_lib, enable_gradient_checkpointing, use_remove_padding (packed attention,
 `rlpost.utils.packed_attention`), use_liger (causal LMs only: Liger's kernels, `rlpost.utils.liger`).
 Options that are not built are refused at start-up (`rlpost/trainer/config/unsupported.py`), not here.
+With several ranks and untied embeddings only rank 0 reads the weights (`load_for_sharding`).
 """
 
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import Any
 
 import torch
@@ -17,6 +19,8 @@ from omegaconf import OmegaConf
 from rlpost.utils.liger import apply_liger
 from rlpost.utils.packed_attention import use_packed_attention
 from rlpost.utils.shm import local_model_path
+
+logger = logging.getLogger(__name__)
 
 
 def import_external_libs(names: str | list[str] | None) -> None:
@@ -45,7 +49,38 @@ def load_hf_config(path: str, trust_remote_code: bool, override_config: Any):
     return hf_config
 
 
-def load_model(model_cfg: Any, dtype: torch.dtype, value_model: bool = False) -> torch.nn.Module:
+def loads_on_rank0_only(model_cfg: Any) -> bool:
+    """True when rank 0 alone should read the weights of `model_cfg` and the other ranks build the model empty
+    (`load_model(empty=True)`) and receive their shards from it (`rlpost.utils.fsdp.load_shards_from_rank0`):
+    more than one rank, no LoRA, and no tied input/output embeddings (a tie built on the meta device would not
+    survive materialisation). One copy of the full weights in host memory instead of one per rank."""
+    import torch.distributed as dist
+
+    if not (dist.is_initialized() and dist.get_world_size() > 1) or int(getattr(model_cfg, "lora_rank", 0) or 0) > 0:
+        return False
+    trust = bool(model_cfg.trust_remote_code)
+    hf_config = load_hf_config(local_model_path(model_cfg), trust, model_cfg.override_config)
+    return not bool(getattr(hf_config, "tie_word_embeddings", False))
+
+
+def load_for_sharding(model_cfg: Any, dtype: torch.dtype, value_model: bool = False,
+                      offload_policy: bool = False) -> tuple[torch.nn.Module, dict[str, torch.Tensor] | None]:
+    """(model on CPU, full state dict or None) for FSDP sharding. With `loads_on_rank0_only` (and no CPU
+    offload policy) rank 0 alone reads the weights and returns their state dict, the other ranks build the
+    model empty and return {}: pass it to `rlpost.utils.fsdp.load_shards_from_rank0` after sharding."""
+    import torch.distributed as dist
+
+    if offload_policy or not loads_on_rank0_only(model_cfg):
+        return load_model(model_cfg, dtype, value_model=value_model), None
+    rank0 = dist.get_rank() == 0
+    if rank0:
+        logger.info("rank 0 reads %s; the other %d ranks build it empty and receive their shards",
+                    model_cfg.path, dist.get_world_size() - 1)
+    module = load_model(model_cfg, dtype, value_model=value_model, empty=not rank0)
+    return module, (module.state_dict() if rank0 else {})
+
+
+def load_model(model_cfg: Any, dtype: torch.dtype, value_model: bool = False, empty: bool = False) -> torch.nn.Module:
     """Load the HF model of `model.path` on CPU in `dtype`, SDPA attention.
 
     Args:
@@ -53,11 +88,12 @@ def load_model(model_cfg: Any, dtype: torch.dtype, value_model: bool = False) ->
         dtype: dtype of the loaded weights (float32 master weights for trainable models).
         value_model: load `AutoModelForTokenClassification` with one label (a value head on the backbone)
             instead of a causal LM; the head is freshly initialised when the checkpoint has none.
+        empty: build the architecture on the meta device and read no weights (see `loads_on_rank0_only`).
 
     Returns:
-        the model, in train mode, Liger's RMSNorm / RoPE / SwiGLU kernels in it when `use_liger` (causal LM),
-        gradient checkpointing enabled when `enable_gradient_checkpointing`, its attention on packed rows
-        without a mask when `use_remove_padding`.
+        the model (in eval mode, as `from_pretrained` leaves it), Liger's RMSNorm / RoPE / SwiGLU kernels in
+        it when `use_liger` (causal LM), gradient checkpointing enabled when `enable_gradient_checkpointing`,
+        its attention on packed rows without a mask when `use_remove_padding`.
     """
     from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
 
@@ -71,9 +107,14 @@ def load_model(model_cfg: Any, dtype: torch.dtype, value_model: bool = False) ->
         cls = AutoModelForTokenClassification
     else:
         cls = AutoModelForCausalLM
-    model = cls.from_pretrained(
-        path, config=hf_config, dtype=dtype, trust_remote_code=trust, attn_implementation="sdpa"
-    )
+    if empty:
+        with torch.device("meta"):
+            model = cls.from_config(hf_config, dtype=dtype, trust_remote_code=trust, attn_implementation="sdpa")
+        model.eval()  # the mode `from_pretrained` leaves a model in
+    else:
+        model = cls.from_pretrained(
+            path, config=hf_config, dtype=dtype, trust_remote_code=trust, attn_implementation="sdpa"
+        )
     if not value_model and model_cfg.use_liger:  # the critic's model group has no use_liger (nor has verl's)
         apply_liger(model)
     if model_cfg.enable_gradient_checkpointing:

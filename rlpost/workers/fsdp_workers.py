@@ -22,10 +22,10 @@ from rlpost.single_controller.base import Dispatch, register
 from rlpost.utils.activation_offload import enable_activation_offload
 from rlpost.utils.checkpoint import prune_oldest
 from rlpost.utils.distributed import consecutive_groups, init_distributed
-from rlpost.utils.fsdp import (apply_fsdp2, compute_dtype, iter_full_params, load_model_to, move_optimizer,
-                               offload_model, to_dtype)
+from rlpost.utils.fsdp import (apply_fsdp2, compute_dtype, iter_full_params, load_model_to, load_shards_from_rank0,
+                               move_optimizer, offload_model, to_dtype)
 from rlpost.utils.lora import apply_lora, lora_enabled
-from rlpost.utils.model import load_model
+from rlpost.utils.model import load_for_sharding
 from rlpost.utils.optim import build_lr_scheduler, build_optimizer
 from rlpost.utils.profiler import lifetime_peaks, phase
 from rlpost.utils.shm import local_model_path
@@ -96,12 +96,16 @@ class _FSDPRole(ProfiledWorker):
         if optimizer is not None and fsdp_cfg.optimizer_offload:
             move_optimizer(optimizer, "cpu" if fsdp_cfg.offload_policy else self.device)
 
-    def _shard(self, module: torch.nn.Module, fsdp_cfg: Any, trainable: bool) -> None:
-        """FSDP2 over all ranks with this role's `fsdp_config`."""
+    def _shard(self, module: torch.nn.Module, fsdp_cfg: Any, trainable: bool,
+               full_state: dict[str, torch.Tensor] | None = None) -> None:
+        """FSDP2 over all ranks with this role's `fsdp_config`; with `full_state` (`load_for_sharding`: rank 0's
+        state dict, {} elsewhere) every rank's shards are then filled from rank 0."""
         apply_fsdp2(module, self.device, fsdp_size=fsdp_cfg.fsdp_size,
                     reshard_after_forward=fsdp_cfg.reshard_after_forward, offload_policy=fsdp_cfg.offload_policy,
                     min_num_params=fsdp_cfg.wrap_policy.min_num_params, trainable=trainable,
                     param_dtype=fsdp_cfg.mixed_precision.param_dtype, forward_prefetch=fsdp_cfg.forward_prefetch)
+        if full_state is not None:
+            load_shards_from_rank0(module, full_state)
 
     def _build_trainable(self, model_cfg: Any, optim_cfg: Any, fsdp_cfg: Any, value_model: bool,
                          total_training_steps: int | None, group: str):
@@ -116,9 +120,10 @@ class _FSDPRole(ProfiledWorker):
         lora = lora_enabled(model_cfg)
         dtype = compute_dtype(self.device, fsdp_cfg.mixed_precision.param_dtype) if lora else \
             to_dtype(fsdp_cfg.model_dtype)
-        module = load_model(model_cfg, dtype, value_model=value_model)
+        module, full_state = load_for_sharding(model_cfg, dtype, value_model, fsdp_cfg.offload_policy)
         peft_model = apply_lora(module, model_cfg, group, value_model) if lora else None
-        self._shard(module, fsdp_cfg, trainable=True)
+        self._shard(module, fsdp_cfg, trainable=True, full_state=full_state)
+        del full_state  # rank 0's full copy
         if model_cfg.enable_activation_offload:
             enable_activation_offload(module, self.device)
         optimizer = build_optimizer([p for p in module.parameters() if p.requires_grad], optim_cfg)
@@ -235,8 +240,9 @@ class ActorRolloutRefWorker(_FSDPRole):
             ref_dtype = to_dtype(ref_fsdp.model_dtype)
             if ref_dtype == torch.float32:
                 ref_dtype = compute_dtype(self.device, ref_fsdp.mixed_precision.param_dtype)
-            ref_module = load_model(model_cfg, ref_dtype)
-            self._shard(ref_module, ref_fsdp, trainable=False)
+            ref_module, full_state = load_for_sharding(model_cfg, ref_dtype, offload_policy=ref_fsdp.offload_policy)
+            self._shard(ref_module, ref_fsdp, trainable=False, full_state=full_state)
+            del full_state
             self.ref_module = ref_module
             self.ref_policy = DataParallelPPOActor(self.config.ref, ref_module, None,
                                                    bool(model_cfg.use_remove_padding), sp=self.ref_sp,
