@@ -131,6 +131,11 @@ def load_shards_from_rank0(model: torch.nn.Module, full_state: dict[str, torch.T
                          options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
     for buf in model.buffers():  # on the model's device (`init_distributed` gives CPU tensors gloo on a GPU host)
         dist.broadcast(buf.to_local() if isinstance(buf, DTensor) else buf, src=0)
+    left = [name for name, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
+    if left:
+        raise RuntimeError(f"rank {dist.get_rank()}: {len(left)} tensors are still on the meta device after the "
+                           f"load from rank 0 (first: {left[0]}); the model keeps state outside its parameters "
+                           "and buffers, which only a full load gives it")
 
 
 def set_forward_prefetch(units: list[torch.nn.Module]) -> None:

@@ -9,6 +9,7 @@ With several ranks and untied embeddings only rank 0 reads the weights (`load_fo
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 from typing import Any
@@ -49,6 +50,16 @@ def load_hf_config(path: str, trust_remote_code: bool, override_config: Any):
     return hf_config
 
 
+def _meta_safe_creation() -> Any:
+    """Transformers' own guard for building on the meta device (tensors some models read with `.item()` in
+    `__init__`, e.g. `torch.linspace` schedules, are still made on CPU); a no-op where it does not exist."""
+    try:
+        from transformers.initialization import meta_device_safe_creation_ops
+    except ImportError:
+        return contextlib.nullcontext()
+    return meta_device_safe_creation_ops()
+
+
 def loads_on_rank0_only(model_cfg: Any) -> bool:
     """True when rank 0 alone should read the weights of `model_cfg` and the other ranks build the model empty
     (`load_model(empty=True)`) and receive their shards from it (`rlpost.utils.fsdp.load_shards_from_rank0`):
@@ -58,6 +69,7 @@ def loads_on_rank0_only(model_cfg: Any) -> bool:
 
     if not (dist.is_initialized() and dist.get_world_size() > 1) or int(getattr(model_cfg, "lora_rank", 0) or 0) > 0:
         return False
+    import_external_libs(model_cfg.external_lib)  # registers the model types their configs name
     trust = bool(model_cfg.trust_remote_code)
     hf_config = load_hf_config(local_model_path(model_cfg), trust, model_cfg.override_config)
     return not bool(getattr(hf_config, "tie_word_embeddings", False))
@@ -108,7 +120,7 @@ def load_model(model_cfg: Any, dtype: torch.dtype, value_model: bool = False, em
     else:
         cls = AutoModelForCausalLM
     if empty:
-        with torch.device("meta"):
+        with torch.device("meta"), _meta_safe_creation():
             model = cls.from_config(hf_config, dtype=dtype, trust_remote_code=trust, attn_implementation="sdpa")
         model.eval()  # the mode `from_pretrained` leaves a model in
     else:
