@@ -110,9 +110,8 @@ def apply_fsdp2(model: torch.nn.Module, device: str, *, fsdp_size: int, reshard_
         fully_shard(unit, **kwargs)
     if forward_prefetch:
         set_forward_prefetch(units)
-    empty = any(p.is_meta for p in model.parameters())
-    if empty:  # built on the meta device: storage now, the values from rank 0 (`load_shards_from_rank0`)
-        model.to_empty(device="cpu" if offload_policy else device)
+    if any(p.is_meta for p in model.parameters()):  # built empty: storage now, values from rank 0
+        model.to_empty(device=device)  # (`load_for_sharding` never builds empty under an offload policy)
     elif "offload_policy" not in kwargs:
         model.to(device)
     if not trainable:
