@@ -58,6 +58,7 @@ def _rank(rank: int, world: int, port: int, model_dir: str, mode: str, device: s
                  "checksum": checksum}
     import torch.distributed as dist
 
+    dist.barrier()  # no rank tears the store down while another still reads it
     dist.destroy_process_group()
 
 
