@@ -37,6 +37,7 @@ import bench_limits  # noqa: E402
 from rlpost import keys  # noqa: E402
 from rlpost.protocol import DataProto  # noqa: E402
 from rlpost.utils.distributed import free_port  # noqa: E402
+from rlpost.utils.profiler import lifetime_peaks  # noqa: E402
 
 # Targets of issue 9: limit time / rlpost time (>=) per phase, and step time / sum of limits (<=).
 TARGETS = {"gen": 0.90, "old_log_prob": 0.60, "ref": 0.60, "update_actor": 0.85, "update_weights": 0.90,
@@ -269,7 +270,7 @@ def run_sweep(worker: Any, args: argparse.Namespace, model_dir: Path, vocab: int
     train8 = res["bare"]["train"][str(min(micros))]["s"]
     for row in res["sweep"]:
         row["update_ratio_vs_bare_micro_%d" % min(micros)] = train8 / row["step_s"]["update_actor_only"]
-    res["peak_mem_GB"] = torch.cuda.max_memory_allocated() / 1e9
+    res["peak_mem_GB"] = lifetime_peaks()[0] / 1e9  # across the workers' per-phase counter resets
     out.write_text(json.dumps(res, indent=1))
     print(f"[sweep] wrote {out}", flush=True)
 
@@ -367,7 +368,7 @@ def _write(res: dict[str, Any], limits: dict[str, Any] | None, args: argparse.Na
     """Write the results so far (after every batch size: a run cut short keeps what it measured)."""
     if limits is not None:
         res["limits"] = {k: v for k, v in limits.items() if k != "per_batch"}
-    res["peak_mem_GB"] = torch.cuda.max_memory_allocated() / 1e9 if torch.cuda.is_available() else None
+    res["peak_mem_GB"] = lifetime_peaks()[0] / 1e9 if torch.cuda.is_available() else None  # across phase resets
     out = args.json_out or out_dir / f"grpo_step_{bench_limits.device_slug()}.json"
     out.write_text(json.dumps(res, indent=1))
     print(f"[grpo] wrote {out}", flush=True)

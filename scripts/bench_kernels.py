@@ -9,7 +9,9 @@ get SDPA with a padding mask). Each variant sets the actor's `use_remove_padding
 runs `compute_log_prob` (with entropy, as old_log_prob does) and `update_actor` (one optimiser step per
 mini-batch, KL loss on) on the same rows; the variants alternate, `--reps` rounds after one warm-up round,
 medians reported. Two batches: every response of `--response-len` tokens ("fixed") and response lengths drawn
-uniformly in [--min-response, --response-len] ("uniform"). The update starts from the same weights each
+uniformly in [--min-response, --response-len] ("uniform"). `--prompt-real N` left-pads every prompt to
+`--prompt-len` around N real tokens, as a dataset of short prompts gives (GSM8K-like: ~28-token prompts padded to
+512 in `main_ppo`). The update starts from the same weights each
 round only in distribution (each round trains), which is what a run sees.
 Writes `benchmarks/results/kernels_<device>_<batches>.json` (run `--batches fixed` and `--batches uniform`
 apart to stay under a 10-minute command).
@@ -67,15 +69,19 @@ def actor_worker(model_dir: Path, args: argparse.Namespace, device: str) -> Any:
 
 
 def rows(args: argparse.Namespace, vocab: int, uniform: bool) -> DataProto:
-    """prompts x n rows: full prompts of `prompt_len`, right-padded responses (all `response_len`, or uniform
-    lengths), with old/ref log-probs and GRPO-like advantages."""
+    """prompts x n rows: prompts of `prompt_len` (left-padded around `prompt_real` real tokens when set),
+    right-padded responses (all `response_len`, or uniform lengths), with old/ref log-probs and GRPO-like
+    advantages."""
     g = torch.Generator().manual_seed(0)
     b, p, r = args.prompts * args.n, args.prompt_len, args.response_len
     lens = torch.randint(args.min_response, r + 1, (b,), generator=g) if uniform else torch.full((b,), r)
     r_mask = (torch.arange(r)[None] < lens[:, None]).long()
     ids = torch.randint(10, vocab, (b, p + r), generator=g)
     ids[:, p:] *= r_mask
-    attn = torch.cat([torch.ones(b, p, dtype=torch.long), r_mask], dim=1)
+    real = min(args.prompt_real or p, p)
+    p_mask = (torch.arange(p)[None] >= p - real).long().expand(b, p)
+    ids[:, :p] *= p_mask
+    attn = torch.cat([p_mask, r_mask], dim=1)
     return DataProto.from_dict(tensors={
         keys.INPUT_IDS: ids, keys.ATTENTION_MASK: attn, keys.POSITION_IDS: (attn.cumsum(-1) - 1).clamp(min=0),
         keys.RESPONSES: ids[:, p:], keys.RESPONSE_MASK: r_mask,
@@ -85,15 +91,17 @@ def rows(args: argparse.Namespace, vocab: int, uniform: bool) -> DataProto:
 
 def timed_phase(fn: Any, cuda: bool) -> tuple[float, float]:
     """(seconds, peak GiB allocated during the call; 0 on CPU)."""
+    from rlpost.utils.profiler import block_peak
+
     if cuda:
         torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-    start = time.perf_counter()
-    fn()
-    if cuda:
-        torch.cuda.synchronize()
-    peak = torch.cuda.max_memory_allocated() / 2**30 if cuda else 0.0
-    return time.perf_counter() - start, peak
+    with block_peak() as peak:  # the worker's own phases reset the allocator's peak counters
+        start = time.perf_counter()
+        fn()
+        if cuda:
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - start
+    return seconds, peak["gib"]
 
 
 def one_round(worker: Any, batch: DataProto, variants: list[str], cuda: bool) -> dict[str, dict[str, float]]:
@@ -131,6 +139,8 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--prompts", type=int, default=64)
     ap.add_argument("--n", type=int, default=8)
     ap.add_argument("--prompt-len", type=int, default=512)
+    ap.add_argument("--prompt-real", type=int, default=None,
+                    help="real tokens per prompt, left-padded to --prompt-len (default: all real)")
     ap.add_argument("--response-len", type=int, default=512, help="fixed length; the uniform maximum is 2x")
     ap.add_argument("--min-response", type=int, default=64)
     ap.add_argument("--micro", type=int, default=32)
@@ -174,7 +184,8 @@ def main() -> None:
                       flush=True)
     slug = "cpu_toy" if args.toy else bench_limits.device_slug()
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    path = args.out_dir / f"kernels_{slug}_{'_'.join(args.batches)}.json"
+    short = f"_prompt{args.prompt_real}" if args.prompt_real else ""
+    path = args.out_dir / f"kernels_{slug}_{'_'.join(args.batches)}{short}.json"
     path.write_text(json.dumps(res, indent=1, default=str))
     print(f"wrote {path}")
 

@@ -117,24 +117,26 @@ def timed_update(worker: Any, batch: DataProto, device: str) -> dict[str, float]
     None when any rank ran out of memory."""
     import torch.distributed as dist
 
+    from rlpost.utils.profiler import block_peak
+
     cuda = device == "cuda"
     if cuda:
         torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
     resident = torch.cuda.memory_allocated() / 2**30 if cuda else 0.0
     dist.barrier()
     start = time.perf_counter()
     oom, grad_norm = 0.0, float("nan")
-    try:
-        metrics = worker.update_actor(batch).meta_info[keys.META_METRICS]
-        if cuda:
-            torch.cuda.synchronize()
-        norms = metrics["actor/grad_norm"]
-        grad_norm = float(norms[-1] if isinstance(norms, list) else norms)
-    except torch.cuda.OutOfMemoryError:
-        oom = 1.0
+    with block_peak() as block:  # the worker's own phases reset the allocator's peak counters
+        try:
+            metrics = worker.update_actor(batch).meta_info[keys.META_METRICS]
+            if cuda:
+                torch.cuda.synchronize()
+            norms = metrics["actor/grad_norm"]
+            grad_norm = float(norms[-1] if isinstance(norms, list) else norms)
+        except torch.cuda.OutOfMemoryError:
+            oom = 1.0
     seconds = time.perf_counter() - start
-    peak = torch.cuda.max_memory_allocated() / 2**30 if cuda else 0.0
+    peak = block["gib"]
     seconds, peak, resident, oom = reduce_max([seconds, peak, resident, oom])
     if oom:
         return None

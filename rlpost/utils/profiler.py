@@ -249,6 +249,20 @@ def phase_memory(name: str) -> Iterator[None]:
         TRACKER.exit(name, *(_counters() or (0, 0)))
 
 
+@contextmanager
+def block_peak() -> Iterator[dict[str, float]]:
+    """Peak allocated GiB of the block, as `{"gib": value}` in the yielded dict after it (0.0 off GPU). For a
+    caller timing worker calls (benchmarks): the workers' phases reset the allocator's peak counters, so
+    `torch.cuda.max_memory_allocated()` after such a call only sees what followed its last phase."""
+    out: dict[str, float] = {}
+    name = f"_block_{id(out)}"
+    try:
+        with phase_memory(name):
+            yield out
+    finally:
+        out["gib"] = TRACKER.peaks.pop(name, 0.0)
+
+
 def drain_phase_peaks() -> dict[str, float]:
     """`{perf/max_memory_allocated_gb/<phase>: GiB}` recorded since the last call (empty on CPU)."""
     out = {PEAK_PREFIX + name: value for name, value in TRACKER.peaks.items()}

@@ -78,3 +78,21 @@ def test_peaks_leave_out_bytes_counted_without_device_memory():
     t.exit("ref", raw_allocated=55 * GIB)
     assert t.peaks["ref"] == 15.0
     assert t.lifetime(raw_allocated=50 * GIB, raw_reserved=50 * GIB) == (72 * GIB, 74 * GIB)  # earlier peak kept
+
+
+def test_block_peak_spans_the_resets_of_the_phases_inside_it(monkeypatch):
+    """A benchmark's block around a worker call sees the peak reached inside the worker's phase, although
+    the phase reset the allocator's counters on entry and exit (counter readings fed in order)."""
+    from rlpost.utils import profiler
+
+    readings = iter([(5 * GIB, 6 * GIB),  # the block opens
+                     (9 * GIB, 9 * GIB),  # the worker's phase opens: peak since the block opened
+                     (30 * GIB, 31 * GIB),  # the phase closes: its peak
+                     (12 * GIB, 31 * GIB)])  # the block closes: what followed the phase
+    monkeypatch.setattr(profiler, "_counters", lambda: next(readings))
+    drain_phase_peaks()  # what earlier tests in the process left
+    with profiler.block_peak() as block:
+        with profiler.phase_memory("update_actor"):
+            pass
+    assert block == {"gib": 30.0}
+    assert drain_phase_peaks() == {profiler.PEAK_PREFIX + "update_actor": 30.0}  # the block leaves no entry
