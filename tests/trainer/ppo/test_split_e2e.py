@@ -2,17 +2,21 @@
 the weights broadcast over gloo after each update.
 
 One-step-off-policy (trainer.staleness=1): each batch's policy version is logged and lags by one step, and a
-run resumed from its step-2 checkpoint (which keeps the batch generated ahead) ends with exactly the weights
-of the uninterrupted run. On-policy split placement (staleness 0) with `rollout.mode=async`: the engine gets
-the new weights every step (rollout and actor log-probs agree; LoRA adapters merged into the broadcast), the
+run whose driver is killed with SIGKILL during step 3 resumes from its step-2 checkpoint (which keeps the batch
+generated ahead) and ends with exactly the weights of the uninterrupted run. On-policy split placement
+(staleness 0) with `rollout.mode=async`: the engine gets the new weights every step (rollout and actor log-probs agree; LoRA adapters merged into the broadcast), the
 reference policy the actor with its adapters off."""
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
+from test_resume_e2e import descendants, still_running
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(400)]
 
@@ -83,17 +87,39 @@ def test_one_step_off_batches_carry_their_policy_version(one_step_off):
     assert (one_step_off / "global_step_2" / "rollout_inflight.pt").exists()
 
 
-def test_resume_regenerates_nothing_and_ends_with_the_same_weights(one_step_off, workspace):
+def test_sigkill_mid_run_then_resume_ends_with_the_same_weights(one_step_off, workspace):
+    """The driver is killed (SIGKILL) while step 3 trains and batch 4 is generated ahead; the relaunch resumes
+    from the step-2 checkpoint (which keeps the batch generated ahead for step 3) and ends exactly where the
+    uninterrupted run ended."""
     root, model = workspace
-    run(command(root, model, "resumed", "trainer.staleness=1", "trainer.total_training_steps=4",
-                "trainer.save_freq=2", "trainer.resume_mode=resume_path",
-                f"trainer.resume_from_path={one_step_off / 'global_step_2'}"))
-    straight, resumed = metrics(one_step_off), metrics(root / "resumed")
-    assert [r["step"] for r in resumed] == [3, 4]
-    for a, b in zip(straight[2:], resumed):
+    cmd = command(root, model, "crashed", "trainer.staleness=1", "trainer.total_training_steps=4",
+                  "trainer.save_freq=2")
+    crashed = root / "crashed"
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    # The step-2 checkpoint is committed before step 2's metrics are logged: once they are, step 3 has begun.
+    while time.time() < deadline and not ((crashed / "metrics.jsonl").exists()
+                                          and '"step": 2' in (crashed / "metrics.jsonl").read_text()):
+        assert proc.poll() is None, "training exited before step 2"
+        time.sleep(0.2)
+    tree = descendants(proc.pid)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    killed = time.time()
+    while still_running(tree) and time.time() < killed + 30:  # the workers follow their driver
+        time.sleep(0.2)
+    assert still_running(tree) == {}, f"left running 30 s after the driver's SIGKILL: {still_running(tree)}"
+    assert (crashed / "global_step_2" / "manifest.json").exists() and not (crashed / "global_step_4").exists()
+
+    resumed = subprocess.run(cmd, capture_output=True, text=True, timeout=380)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "continuing at step 3" in resumed.stdout
+    straight, after = metrics(one_step_off), [r for r in metrics(crashed) if r["step"] >= 3]
+    assert [r["step"] for r in after][-2:] == [3, 4]
+    for a, b in zip(straight[2:], after[-2:]):
         assert b["training/policy_version"] == a["training/policy_version"]
         assert b["critic/score/mean"] == a["critic/score/mean"]
-    want, got = actor_weights(one_step_off, 4), actor_weights(root / "resumed", 4)
+    want, got = actor_weights(one_step_off, 4), actor_weights(crashed, 4)
     assert want.keys() == got.keys()
     assert all(torch.equal(want[k], got[k]) for k in want)
 
