@@ -13,7 +13,7 @@ uniformly in [--min-response, --response-len] ("uniform"). `--prompt-real N` lef
 `--prompt-len` around N real tokens, as a dataset of short prompts gives (GSM8K-like: ~28-token prompts padded to
 512 in `main_ppo`). The update starts from the same weights each
 round only in distribution (each round trains), which is what a run sees.
-Writes `benchmarks/results/kernels_<device>_<batches>.json` (run `--batches fixed` and `--batches uniform`
+Writes `benchmarks/results/kernels_<device>_<batches>[_prompt<N>].json` (run `--batches fixed` and `--batches uniform`
 apart to stay under a 10-minute command).
 """
 
@@ -40,6 +40,7 @@ import bench_limits  # noqa: E402
 from rlpost import keys  # noqa: E402
 from rlpost.protocol import DataProto  # noqa: E402
 from rlpost.utils.distributed import free_port  # noqa: E402
+from rlpost.utils.profiler import block_peak  # noqa: E402
 
 VARIANTS = {"padded": (False, False), "packed": (True, False), "padded_fused": (False, True),
             "packed_fused": (True, True)}  # name -> (use_remove_padding, use_fused_kernels)
@@ -78,7 +79,7 @@ def rows(args: argparse.Namespace, vocab: int, uniform: bool) -> DataProto:
     r_mask = (torch.arange(r)[None] < lens[:, None]).long()
     ids = torch.randint(10, vocab, (b, p + r), generator=g)
     ids[:, p:] *= r_mask
-    real = min(args.prompt_real or p, p)
+    real = args.prompt_real or p
     p_mask = (torch.arange(p)[None] >= p - real).long().expand(b, p)
     ids[:, :p] *= p_mask
     attn = torch.cat([p_mask, r_mask], dim=1)
@@ -91,8 +92,6 @@ def rows(args: argparse.Namespace, vocab: int, uniform: bool) -> DataProto:
 
 def timed_phase(fn: Any, cuda: bool) -> tuple[float, float]:
     """(seconds, peak GiB allocated during the call; 0 on CPU)."""
-    from rlpost.utils.profiler import block_peak
-
     if cuda:
         torch.cuda.synchronize()
     with block_peak() as peak:  # the worker's own phases reset the allocator's peak counters
@@ -154,6 +153,8 @@ def parse_args() -> argparse.Namespace:
     args = ap.parse_args()
     if args.toy:
         args.prompts, args.n, args.prompt_len, args.response_len, args.min_response, args.micro = 2, 4, 16, 16, 4, 4
+    if args.prompt_real is not None and not 1 <= args.prompt_real <= args.prompt_len:
+        ap.error(f"--prompt-real {args.prompt_real}: give 1..{args.prompt_len} (--prompt-len) real tokens per prompt")
     return args
 
 

@@ -5,8 +5,9 @@ what the actor/critic/ref workers do with several ranks and untied embeddings).
     python3 scripts/bench_rank0_load.py --gpus 2 --reps 5 --json-out benchmarks/results/rank0_load.json
 
 Each repetition spawns fresh processes (one per GPU, FSDP2 over nccl) and runs one mode, plain and rank-0
-alternating; per rank it records the seconds from the first import to the sharded fp32 model on the GPU, and
-the process's peak resident host memory (ru_maxrss). The two modes' local shards are compared by checksum.
+alternating; per rank it records the seconds from the spawned process's start (torch already imported) to the
+sharded fp32 model on the GPU, and the process's peak resident host memory (ru_maxrss, in GiB). The two modes'
+local shards are compared by checksum.
 Medians and ranges over the repetitions of each mode are printed and written as JSON.
 """
 
@@ -24,7 +25,9 @@ from typing import Any
 import torch
 import torch.multiprocessing as mp
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+REPO = Path(__file__).resolve().parents[1]
+sys.path.append(str(REPO))  # after PYTHONPATH: a snapshot of rlpost put there wins
+sys.path.append(str(REPO / "scripts"))
 
 
 def _rank(rank: int, world: int, port: int, model_dir: str, mode: str, device: str, out: Any) -> None:
@@ -40,7 +43,7 @@ def _rank(rank: int, world: int, port: int, model_dir: str, mode: str, device: s
     from rlpost.utils.model import load_for_sharding, load_model
 
     init_distributed(device)
-    cfg = OmegaConf.load(Path(__file__).resolve().parents[1] / "rlpost/trainer/config/model/hf_model.yaml")
+    cfg = OmegaConf.load(REPO / "rlpost/trainer/config/model/hf_model.yaml")
     cfg.path = model_dir  # the packaged defaults of actor_rollout_ref.model otherwise
     kwargs = dict(fsdp_size=-1, reshard_after_forward=True, offload_policy=False, min_num_params=0)
     if mode == "plain":
@@ -54,11 +57,11 @@ def _rank(rank: int, world: int, port: int, model_dir: str, mode: str, device: s
         torch.cuda.synchronize()
     seconds = time.perf_counter() - t0
     checksum = sum(p.to_local().double().sum().item() for p in model.parameters())
-    out[rank] = {"seconds": seconds, "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+    out[rank] = {"seconds": seconds, "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
                  "checksum": checksum}
     import torch.distributed as dist
 
-    dist.barrier()  # no rank tears the store down while another still reads it
+    dist.barrier()
     dist.destroy_process_group()
 
 
@@ -94,16 +97,16 @@ def main() -> None:
             ranks = run(str(model_dir), args.gpus, mode, args.device)
             runs[mode].append(ranks)
             print(f"rep {rep} {mode:5s} " + "  ".join(
-                f"rank {i}: {r['seconds']:.1f} s, peak RSS {r['peak_rss_gb']:.1f} GB" for i, r in enumerate(ranks)),
+                f"rank {i}: {r['seconds']:.1f} s, peak RSS {r['peak_rss_gib']:.1f} GiB" for i, r in enumerate(ranks)),
                 flush=True)
     summary: dict[str, Any] = {}
     for mode, reps in runs.items():
         slowest = [max(r["seconds"] for r in ranks) for ranks in reps]
-        rss_sum = [sum(r["peak_rss_gb"] for r in ranks) for ranks in reps]
+        rss_sum = [sum(r["peak_rss_gib"] for r in ranks) for ranks in reps]
         summary[mode] = {"seconds_slowest_rank_median": statistics.median(slowest),
                          "seconds_range": [min(slowest), max(slowest)],
-                         "peak_rss_gb_all_ranks_median": statistics.median(rss_sum),
-                         "peak_rss_gb_per_rank_median": [statistics.median(ranks[i]["peak_rss_gb"] for ranks in reps)
+                         "peak_rss_gib_all_ranks_median": statistics.median(rss_sum),
+                         "peak_rss_gib_per_rank_median": [statistics.median(ranks[i]["peak_rss_gib"] for ranks in reps)
                                                          for i in range(args.gpus)]}
     summary["same_shards"] = all(
         abs(a["checksum"] - b["checksum"]) <= 1e-9 * max(1.0, abs(a["checksum"]))

@@ -14,9 +14,9 @@ cut in 2 slices, i.e. the same tokens per device per forward as SP=1; 1 = two fo
 
 For each L (ascending) and setting: a warm-up update, then `--reps` timed updates, alternating the settings.
 The idle worker's parameters and AdamW state wait on the CPU, so a setting's peak memory
-(torch.cuda.max_memory_allocated, max over ranks) is its own. tokens/s per GPU counts prompt + response
-tokens of all rows over the slowest rank's time, divided by the 2 devices. An out-of-memory error (on any rank)
-is recorded as {"oom": true}; that worker is dropped and its longer lengths are not tried.
+(`rlpost.utils.profiler.block_peak` around the update, max over ranks) is its own. tokens/s per GPU counts
+prompt + response tokens of all rows over the slowest rank's time, divided by the 2 devices. An out-of-memory
+error (on any rank) is recorded as {"oom": true}; that worker is dropped and its longer lengths are not tried.
 Writes `benchmarks/results/ulysses_<device>.json` (or `--json-out`) and prints a table.
 """
 
@@ -44,6 +44,7 @@ import bench_limits  # noqa: E402
 
 from rlpost import keys  # noqa: E402
 from rlpost.protocol import DataProto  # noqa: E402
+from rlpost.utils.profiler import block_peak  # noqa: E402
 
 WORLD = 2
 SIZES = (1, 2)
@@ -116,8 +117,6 @@ def timed_update(worker: Any, batch: DataProto, device: str) -> dict[str, float]
     """One `update_actor`: seconds (slowest rank), peak and resident memory (GiB, max over ranks), grad norm;
     None when any rank ran out of memory."""
     import torch.distributed as dist
-
-    from rlpost.utils.profiler import block_peak
 
     cuda = device == "cuda"
     if cuda:
