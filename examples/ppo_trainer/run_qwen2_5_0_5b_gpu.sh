@@ -19,7 +19,7 @@ python3 -m rlpost.trainer.main_ppo "${COMMON[@]}" \
     actor_rollout_ref.rollout.n=1 \
     critic.optim.lr=1e-5 \
     critic.model.path="$MODEL_PATH" \
-    critic.model.use_remove_padding=false \
+    critic.model.use_remove_padding=true \
     critic.model.enable_gradient_checkpointing=true \
     critic.ppo_micro_batch_size_per_gpu=8 \
     critic.use_dynamic_bsz=true \
