@@ -77,10 +77,21 @@ def chunk_stats(z: torch.Tensor, labels: torch.Tensor, with_entropy: bool
     Returns:
         lse, logp, entropy: each (n,) float32 (entropy zeros unless `with_entropy`).
     """
-    lse = torch.logsumexp(z, dim=-1)
-    logp = z.gather(-1, labels[:, None]).squeeze(-1) - lse
-    ent = lse - (torch.softmax(z, dim=-1) * z).sum(-1) if with_entropy else torch.zeros_like(lse)
-    return lse, logp, ent
+    label_logit = z.gather(-1, labels[:, None]).squeeze(-1)
+    if not with_entropy:
+        lse = torch.logsumexp(z, dim=-1)
+        return lse, label_logit - lse, torch.zeros_like(lse)
+    # With t = z - max and e = exp(t): entropy = log(sum(e)) - sum(e * t) / sum(e). Two (n, V) temporaries (t, and
+    # e reused in place for e * t) and seven passes over them; no cancellation between two large terms, as
+    # lse - sum(softmax(z) * z) has when the logits sit far from zero.
+    peak = z.amax(dim=-1, keepdim=True)
+    t = torch.sub(z, peak)
+    e = t.exp()
+    total = e.sum(-1)
+    log_total = total.log()
+    ent = log_total - e.mul_(t).sum(-1) / total
+    lse = peak.squeeze(-1) + log_total
+    return lse, label_logit - lse, ent
 
 
 def chunk_grad_logits(z: torch.Tensor, labels: torch.Tensor, lse: torch.Tensor, ent: torch.Tensor,

@@ -96,3 +96,25 @@ def test_compile_failure_falls_back_to_eager(monkeypatch, caplog):
         run = fl.compiled(double)
         assert run(torch.ones(2)).tolist() == [2.0, 2.0] and run(torch.ones(1)).tolist() == [2.0]
     assert sum("running it eagerly" in r.message for r in caplog.records) == 1
+
+
+@pytest.mark.timeout(60)
+def test_chunk_stats_entropy_is_stable_for_large_logits_and_leaves_them_unchanged():
+    """One exp(z - max) temporary gives the softmax formula's values, also where exp(z) alone overflows."""
+    g = torch.Generator().manual_seed(3)
+    z = torch.randn(6, 1000, generator=g) * 4
+    z[0] += 500.0  # exp(z) overflows float32 here
+    z[1, :] = 0.0  # uniform: entropy log(V)
+    labels = torch.randint(0, 1000, (6,), generator=g)
+    before = z.clone()
+    lse, logp, ent = fl.chunk_stats(z, labels, with_entropy=True)
+    assert torch.equal(z, before)
+    ref_logp = torch.log_softmax(z.double(), -1)
+    torch.testing.assert_close(lse, torch.logsumexp(z.double(), -1).float())
+    torch.testing.assert_close(logp, ref_logp.gather(-1, labels[:, None]).squeeze(-1).float())
+    torch.testing.assert_close(ent, -(ref_logp.exp() * ref_logp).sum(-1).float())
+    assert ent[1].item() == pytest.approx(torch.log(torch.tensor(1000.0)).item(), rel=1e-6)
+    lse_only, logp_only, zeros = fl.chunk_stats(z, labels, with_entropy=False)
+    torch.testing.assert_close(lse_only, lse)
+    torch.testing.assert_close(logp_only, logp)
+    assert not zeros.any()
