@@ -32,7 +32,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
-EXAMPLE_ROLLOUT = [  # the rollout keys examples/common.sh (gsm8k_gpu_setup) sets
+EXAMPLE_ROLLOUT = [  # the GPU example's rollout keys (examples/common.sh) with gpu_grpo_e2e.sh's 512 + 512 lengths
     "actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.gpu_memory_utilization=0.6",
     "actor_rollout_ref.rollout.enforce_eager=false", "actor_rollout_ref.rollout.max_num_batched_tokens=16384",
     "actor_rollout_ref.rollout.tensor_model_parallel_size=1", "data.max_prompt_length=512",

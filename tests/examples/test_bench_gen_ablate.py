@@ -17,7 +17,7 @@ pytestmark = pytest.mark.timeout(120)
 def test_rlpost_engine_kwargs_follow_the_gpu_example_and_the_overrides(tmp_path):
     kwargs = bench_gen_ablate.rlpost_kwargs(tmp_path, [])
     assert kwargs["model"] == str(tmp_path)
-    # the example's rollout settings (examples/common.sh) and what the config derives from them
+    # the GPU example's rollout settings at gpu_grpo_e2e.sh's 512 + 512, and what the config derives from them
     assert (kwargs["gpu_memory_utilization"], kwargs["max_num_batched_tokens"], kwargs["enforce_eager"]) == (
         0.6, 16384, False)
     assert kwargs["max_model_len"] == 1024 and kwargs["tensor_parallel_size"] == 1
