@@ -51,8 +51,10 @@ def rlpost_kwargs(model_dir: Path, overrides: list[str]) -> dict[str, Any]:
     return engine_kwargs(cfg.actor_rollout_ref.rollout, str(model_dir), "cuda")
 
 
-def shapes(llm: Any, prompts: list[list[int]], n: int, response_len: int, sleep: bool) -> dict[str, Any]:
-    """name -> zero-argument callable generating the batch in that shape; each returns the token count."""
+def shapes(llm: Any, prompts: list[list[int]], n: int, response_len: int, sleep: bool
+           ) -> dict[str, tuple[Any, Any]]:
+    """name -> (untimed preparation or None, generation returning its token count) for each request shape."""
+    import bench_limits
     from vllm import SamplingParams
 
     from rlpost.rollout.base import SamplingSpec
@@ -68,42 +70,25 @@ def shapes(llm: Any, prompts: list[list[int]], n: int, response_len: int, sleep:
     def count(outs: Any) -> int:
         return sum(len(c.token_ids) for o in outs for c in o.outputs)
 
+    def rows_gen() -> int:
+        return count(llm.generate(rows, rows_params, use_tqdm=False))
+
     out = {
-        "n8": lambda: count(llm.generate(grouped, n8_params, use_tqdm=False)),
-        "rows": lambda: count(llm.generate(rows, rows_params, use_tqdm=False)),
-        "rows_tqdm": lambda: count(llm.generate(rows, rows_params, use_tqdm=True)),
+        "n8": (None, lambda: count(llm.generate(grouped, n8_params, use_tqdm=False))),
+        "rows": (None, rows_gen),
+        "rows_tqdm": (None, lambda: count(llm.generate(rows, rows_params, use_tqdm=True))),
     }
     if sleep:
-        weights = _weights(llm)
+        weights = bench_limits.weights_on_gpu(Path(llm.llm_engine.model_config.model))
 
-        def after_sleep() -> int:
+        def sleep_cycle() -> None:  # rlpost's cycle around an update (rlpost.rollout.vllm), untimed
             llm.sleep(level=2)
             llm.wake_up(tags=["weights"])
             llm.collective_rpc(lambda worker: worker.model_runner.model.load_weights(iter(weights.items())))
             llm.wake_up(tags=["kv_cache"])
-            _sync()
-            start = time.perf_counter()
-            tokens = count(llm.generate(rows, rows_params, use_tqdm=False))
-            _sync()
-            after_sleep.elapsed = time.perf_counter() - start  # type: ignore[attr-defined]
-            return tokens
 
-        out["rows_after_sleep"] = after_sleep
+        out["rows_after_sleep"] = (sleep_cycle, rows_gen)
     return out
-
-
-def _weights(llm: Any) -> dict[str, Any]:
-    """The model's own bf16 weights on the GPU (HF names), as the actor would send them."""
-    from safetensors.torch import load_file
-
-    model_dir = Path(llm.llm_engine.model_config.model)
-    return {k: v for f in sorted(model_dir.glob("*.safetensors")) for k, v in load_file(str(f), device="cuda").items()}
-
-
-def _sync() -> None:
-    import torch
-
-    torch.cuda.synchronize()
 
 
 def run_engine(args: argparse.Namespace) -> dict[str, Any]:
@@ -129,12 +114,14 @@ def run_engine(args: argparse.Namespace) -> dict[str, Any]:
     times: dict[str, list[float]] = {name: [] for name in runs}
     expected = args.prompts * args.n * args.response_len
     for _ in range(args.reps):
-        for name, fn in runs.items():
-            _sync()
+        for name, (prepare, generate) in runs.items():
+            if prepare is not None:
+                prepare()
+            bench_limits.sync()
             start = time.perf_counter()
-            tokens = fn()
-            _sync()
-            seconds = getattr(fn, "elapsed", time.perf_counter() - start)
+            tokens = generate()
+            bench_limits.sync()
+            seconds = time.perf_counter() - start
             assert tokens == expected, (name, tokens, expected)
             times[name].append(seconds)
             print(f"[gen_ablate] {args.engine} {name}: {seconds:.2f} s", flush=True)

@@ -144,6 +144,13 @@ def bare_generate(llm: Any, prompts: torch.Tensor, n: int, response_len: int, re
     return {"s": seconds, "all_s": times, "gen_tokens": gen_tokens, "gen_tokens_per_s": gen_tokens / seconds}
 
 
+def weights_on_gpu(model_dir: Path) -> dict[str, torch.Tensor]:
+    """The saved model's tensors (HF names) loaded onto the GPU, as the actor would send them."""
+    from safetensors.torch import load_file
+
+    return {k: v for f in sorted(model_dir.glob("*.safetensors")) for k, v in load_file(str(f), device="cuda").items()}
+
+
 def bare_reload(llm: Any, weights: dict[str, torch.Tensor], reps: int = 5) -> dict[str, Any]:
     """vLLM's own in-place `reload_weights` of `weights` (GPU tensors, HF names), the model's plain
     `load_weights` of the same tensors, and the weights-only wake-up after a level-2 sleep (medians)."""
@@ -233,7 +240,6 @@ def bare_train(model: Any, ids: torch.Tensor, prompt_len: int, micro: int, mini:
 
 def measure(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
     """All limits for each prompt count in args.prompts; engine first, then (engine asleep) training."""
-    from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
     res: dict[str, Any] = {"env": env_info(), "model": {"arch": "Qwen2.5-0.5B (random weights)", **QWEN05},
@@ -246,8 +252,7 @@ def measure(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
         res["per_batch"][str(n_prompts)] = {"gen": bare_generate(llm, prompts, args.n, args.response_len,
                                                                 args.gen_reps)}
         print(f"[limits] gen {n_prompts}x{args.n}: {res['per_batch'][str(n_prompts)]['gen']}", flush=True)
-    files = sorted(model_dir.glob("*.safetensors"))
-    weights = {k: v for f in files for k, v in load_file(str(f), device="cuda").items()}
+    weights = weights_on_gpu(model_dir)
     res["reload"] = bare_reload(llm, weights)
     del weights
     res["sleep_wake"] = bare_sleep_wake(llm)
