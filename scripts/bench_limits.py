@@ -204,11 +204,12 @@ def response_log_probs(model: Any, ids: torch.Tensor, prompt_len: int) -> torch.
 def bare_forward(model: Any, ids: torch.Tensor, prompt_len: int, micro: int) -> dict[str, float]:
     """Log-probs of all response tokens of `ids` (B, P+R) in micro-batches of `micro` rows."""
     model.eval()
-    response_log_probs(model, ids[:micro].cuda(), prompt_len)  # warm-up
+    dev = model.device  # the GPU here; the CPU in benches' smoke tests
+    response_log_probs(model, ids[:micro].to(dev), prompt_len)  # warm-up
     sync()
     start = time.perf_counter()
     for i in range(0, len(ids), micro):
-        response_log_probs(model, ids[i:i + micro].cuda(non_blocking=True), prompt_len)
+        response_log_probs(model, ids[i:i + micro].to(dev, non_blocking=True), prompt_len)
     sync()
     seconds = time.perf_counter() - start
     return {"s": seconds, "tokens": ids.numel(), "tokens_per_s": ids.numel() / seconds}
@@ -217,12 +218,13 @@ def bare_forward(model: Any, ids: torch.Tensor, prompt_len: int, micro: int) -> 
 def bare_train(model: Any, ids: torch.Tensor, prompt_len: int, micro: int, mini: int) -> dict[str, float]:
     """fwd + bwd of a policy-gradient-shaped loss per micro-batch, fused AdamW step per mini-batch."""
     model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-6, fused=True)
-    adv = torch.randn(len(ids), device="cuda")
+    dev = model.device
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-6, fused=dev.type == "cuda")
+    adv = torch.randn(len(ids), device=dev)
 
     def step(rows: slice) -> None:
         for i in range(rows.start, rows.stop, micro):
-            logp = response_log_probs(model, ids[i:i + micro].cuda(non_blocking=True), prompt_len)
+            logp = response_log_probs(model, ids[i:i + micro].to(dev, non_blocking=True), prompt_len)
             (-(logp * adv[i:i + micro, None]).mean() * micro / (rows.stop - rows.start)).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
