@@ -103,14 +103,15 @@ def busy_seconds(intervals: list[tuple[float, float]]) -> float:
     return total / 1e6
 
 
-def profiled(fn: Any, cuda: bool, top: int = 12) -> dict[str, Any]:
-    """One call under torch.profiler: wall, device busy and idle time, kernels, host syncs, top ops."""
+def profiled(fn: Any, cuda: bool, top: int = 40) -> dict[str, Any]:
+    """One call under torch.profiler: wall, device busy and idle time, kernels, host syncs, top kernels and
+    top aten ops by device time with their input shapes."""
     from torch.profiler import ProfilerActivity, profile
 
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     if cuda:
         torch.cuda.synchronize()
-    with profile(activities=acts) as prof:
+    with profile(activities=acts, record_shapes=True) as prof:
         start = time.perf_counter()
         fn()
         if cuda:
@@ -130,6 +131,10 @@ def profiled(fn: Any, cuda: bool, top: int = 12) -> dict[str, Any]:
                                 for e in sorted(averages, key=lambda e: -e.self_device_time_total)
                                 if e.self_device_time_total > 0 and not e.key.startswith(("aten::", "cuda"))][:top],
         "top_ops_by_count": [(e.key[:90], e.count) for e in sorted(ops, key=lambda e: -e.count)][:top],
+        "top_ops_by_device_time_and_shape": [
+            (e.key, str(e.input_shapes)[:160], e.count, round(e.self_device_time_total / 1e3, 2))
+            for e in sorted(prof.key_averages(group_by_input_shape=True), key=lambda e: -e.self_device_time_total)
+            if e.key.startswith("aten::")][:top],
     }
 
 
