@@ -162,6 +162,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--response-len", type=int, default=512)
     ap.add_argument("--micro", type=int, default=32, help="rows per micro-batch, rlpost and bare")
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--logprob-kernel", default="auto", choices=["auto", "torch"],
+                    help="rlpost's log-prob maths: auto (Triton on CUDA) or torch (float32 chunks)")
     ap.add_argument("--no-profile", action="store_true")
     ap.add_argument("--toy", action="store_true", help="CPU smoke test: tiny model, 2 x 4 rows, 16 + 16 tokens")
     ap.add_argument("--override", nargs="*", default=[], help="extra ppo_trainer overrides for the rlpost worker")
@@ -188,6 +190,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         else:
             model_dir = bench_limits.build_model(Path(tmp) / "qwen05_random")
         worker = bench_kernels.actor_worker(Path(model_dir), args, "cuda" if cuda else "cpu")
+        worker.actor.logprob_kernel = args.logprob_kernel
         batch = bench_kernels.rows(args, worker.actor_module.config.vocab_size, uniform=False)
         dense = dense_rows(batch, args.prompt_len, args.prompt_real)
         from transformers import AutoModelForCausalLM

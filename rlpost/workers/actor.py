@@ -14,6 +14,7 @@ import torch
 
 from rlpost import keys
 from rlpost.algos import agg_loss, get_policy_loss_fn, kl_penalty
+from rlpost.utils import triton_logprob
 from rlpost.utils.fused_logprob import FusedHeadOptions, chunk_stats, compiled, eager, fused_lm_head
 from rlpost.utils.packed_attention import PACKED_KWARG, packed_sequences
 from rlpost.utils.padding import next_token_labels, pad_output, unpad_input
@@ -182,29 +183,35 @@ def _logp_entropy_nograd(z: torch.Tensor, index: torch.Tensor, with_entropy: boo
 
 def token_logp_entropy(logits: torch.Tensor, labels: torch.Tensor, temperature: float = 1.0,
                        with_entropy: bool = False, chunk: int = _CHUNK_TOKENS, checkpoint: bool = False,
-                       compile_fn: Any = eager) -> torch.Tensor:
-    """Log-prob of `labels` (and entropy) under softmax(logits / temperature), in float32 chunks.
+                       compile_fn: Any = eager, kernel: str = "auto") -> torch.Tensor:
+    """Log-prob of `labels` (and entropy) under softmax(logits / temperature), maths in float32.
 
-    Only `chunk` rows of float32 logits exist at a time, plus what autograd saves per chunk: the chunk's
-    log-softmax and, with entropy, its probabilities; with `checkpoint` only the chunk's float32 logits, the
-    rest recomputed in backward.
+    On CUDA with Triton (`kernel` "auto") one Triton pass per row (`rlpost.utils.triton_logprob`): no float32
+    (tokens, V) tensor is built, so `chunk`, `checkpoint` and `compile_fn` have nothing to act on. Otherwise
+    (CPU, or `kernel` "torch") PyTorch maths in float32 chunks: only `chunk` rows of float32 logits exist at a
+    time, plus what autograd saves per chunk: the chunk's log-softmax and, with entropy, its probabilities;
+    with `checkpoint` only the chunk's float32 logits, the rest recomputed in backward.
 
     Args:
         logits: (n, V) any float dtype. labels: (n,) token ids.
         checkpoint: recompute each chunk's log-softmax/entropy in backward instead of saving it.
         compile_fn: wraps the per-chunk maths (`rlpost.utils.fused_logprob.compiled` or `eager`).
+        kernel: "auto" (Triton on CUDA when it imports) or "torch".
 
     Returns:
         (n, 1) log-probs, or (n, 2) [log-prob, entropy] when `with_entropy`; float32.
     """
+    if kernel == "auto" and logits.is_cuda and triton_logprob.available():
+        return triton_logprob.logp_entropy(logits, labels, temperature, with_entropy)
     grad = torch.is_grad_enabled() and logits.requires_grad
     body = compile_fn(_logp_entropy_grad if grad else _logp_entropy_nograd)
     parts = []
-    for i in range(0, logits.shape[0], chunk):
-        z = logits[i:i + chunk].float()
+    # split, not slices: the backward of one slice would zero-fill and add a whole (n, V) gradient per chunk
+    for rows, index in zip(logits.split(chunk), labels.split(chunk)):
+        z = rows.float()
         if temperature != 1.0:
             z = z / temperature
-        index = labels[i:i + chunk, None].long()
+        index = index[:, None].long()
         if grad and checkpoint:
             both = torch.utils.checkpoint.checkpoint(body, z, index, with_entropy, use_reentrant=False)
         else:
@@ -247,6 +254,7 @@ class DataParallelPPOActor:
         self.use_fused_kernels = use_fused_kernels
         self._chunk = _SMALL_CHUNK_TOKENS if config.entropy_from_logits_with_chunking else _CHUNK_TOKENS
         self._compile_fn = compiled if config.use_torch_compile else eager
+        self.logprob_kernel = "auto"  # "torch": the PyTorch maths on CUDA too (benches compare the two)
 
     def _forward_micro_batch(self, mb: TensorDict, temperature: float, calculate_entropy: bool
                              ) -> tuple[torch.Tensor | None, torch.Tensor]:
@@ -257,7 +265,7 @@ class DataParallelPPOActor:
 
         def fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
             return token_logp_entropy(logits, labels, temperature, calculate_entropy, self._chunk,
-                                      bool(self.config.entropy_checkpointing), self._compile_fn)
+                                      bool(self.config.entropy_checkpointing), self._compile_fn, self.logprob_kernel)
 
         both = forward_response_logits(self.module, mb, self.use_remove_padding, fn, self.sp, fused)
         return (both[..., 1] if calculate_entropy else None), both[..., 0]

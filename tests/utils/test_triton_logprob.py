@@ -1,0 +1,67 @@
+"""`rlpost.utils.triton_logprob` (the GPU's log-prob/entropy kernels) run on the CPU by Triton's interpreter,
+against float64 PyTorch: values and gradients, with and without entropy and temperature, bf16 and float32
+logits, logits far from zero, a vocabulary that is not a multiple of the kernel's block, no rows."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytestmark = pytest.mark.timeout(180)
+
+pytest.importorskip("triton")
+
+SCRIPT = textwrap.dedent('''
+    import torch
+    from rlpost.utils import triton_logprob as tlp
+
+    assert tlp.available()
+    torch.manual_seed(0)
+    worst = {}
+    for dtype, tol_val, tol_grad in ((torch.float32, 1e-4, 1e-4), (torch.bfloat16, 1e-4, 2e-2)):
+        for vocab in (300, 4096 + 37):
+            offsets = torch.tensor([0.0, 500.0, -200.0, 0.0, 10.0])[:, None]
+            base = torch.randn(5, vocab) * 3 + offsets
+            logits = base.to(dtype)[:, ::1].requires_grad_()
+            labels = torch.randint(0, vocab, (5,))
+            for temperature in (1.0, 0.7):
+                for with_entropy in (True, False):
+                    out = tlp.logp_entropy(logits, labels, temperature, with_entropy)
+                    assert out.shape == (5, 2 if with_entropy else 1) and out.dtype == torch.float32
+                    ref_in = logits.detach().double().requires_grad_()
+                    logp_all = torch.log_softmax(ref_in / temperature, -1)
+                    ref = [logp_all.gather(-1, labels[:, None]).squeeze(-1)]
+                    if with_entropy:
+                        ref.append(-(logp_all.exp() * logp_all).sum(-1))
+                    ref = torch.stack(ref, -1)
+                    assert (out.double() - ref).abs().max() < tol_val, (dtype, vocab, temperature, with_entropy)
+                    weights = torch.randn(out.shape, dtype=torch.float64)
+                    (out.double() * weights).sum().backward()
+                    (ref * weights).sum().backward()
+                    assert logits.grad.dtype == dtype
+                    err = (logits.grad.double() - ref_in.grad).abs().max().item()
+                    assert err < tol_grad * max(1.0, ref_in.grad.abs().max().item()), (dtype, vocab, err)
+                    logits.grad = None
+    # a column slice of a wider tensor (rows not contiguous with each other), and no rows at all
+    wide = torch.randn(4, 700)
+    sliced = wide[:, :500]
+    labels = torch.randint(0, 500, (4,))
+    got = tlp.logp_entropy(sliced, labels, 1.0, True)
+    want = torch.log_softmax(sliced.double(), -1).gather(-1, labels[:, None]).squeeze(-1)
+    assert (got[:, 0].double() - want).abs().max() < 1e-5
+    empty = torch.zeros(0, 300, requires_grad=True)
+    out = tlp.logp_entropy(empty, torch.zeros(0, dtype=torch.long), 1.0, True)
+    out.sum().backward()
+    assert out.shape == (0, 2) and empty.grad.shape == (0, 300)
+    print("ok")
+''')
+
+
+def test_kernels_match_float64_torch_under_the_interpreter():
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    done = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=170)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stdout[-2000:] + done.stderr[-4000:]
