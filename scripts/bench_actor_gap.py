@@ -4,6 +4,7 @@
     python scripts/bench_actor_gap.py --prompt-real 28 --tag bf16 \\
         --override actor_rollout_ref.actor.fsdp_config.model_dtype=bf16   # the same with bf16 master weights
     python scripts/bench_actor_gap.py --toy --reps 2                   # CPU smoke test
+    python scripts/bench_actor_gap.py --profile                        # timings only
 
 The rows are bench_kernels.py's (prompts left-padded to --prompt-len around --prompt-real real tokens, every
 response --response-len tokens), run through one actor worker with remove-padding, as the GPU examples run.
@@ -164,7 +165,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--logprob-kernel", default="auto", choices=["auto", "torch"],
                     help="rlpost's log-prob maths: auto (Triton on CUDA) or torch (float32 chunks)")
-    ap.add_argument("--no-profile", action="store_true")
+    ap.add_argument("--profile", nargs="*", default=list(PHASES), choices=list(PHASES),
+                    help="phases to profile after the timed repetitions (none: no profile)")
     ap.add_argument("--toy", action="store_true", help="CPU smoke test: tiny model, 2 x 4 rows, 16 + 16 tokens")
     ap.add_argument("--override", nargs="*", default=[], help="extra ppo_trainer overrides for the rlpost worker")
     ap.add_argument("--tag", default="", help="suffix of the JSON's name")
@@ -205,19 +207,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                "tokens": {"real": int(dense.numel()),
                                           "padded": int(batch.batch[keys.ATTENTION_MASK].numel())}}
         res.update(measure(fns, args.reps, cuda))
-        if not args.no_profile:
-            res["profile"] = {name: profiled(fn, cuda) for name, fn in fns.items()}
-    for name in PHASES:
-        print(f"[gap] {name}: {res[name]['median_s']:.3f} s [{res[name]['min_s']:.3f}, {res[name]['max_s']:.3f}]",
-              flush=True)
-    print(f"[gap] bare / rlpost: {json.dumps({k: round(v, 3) for k, v in res['ratios'].items()})}", flush=True)
-    for name, p in res.get("profile", {}).items():
-        print(f"[gap] profile {name}: " + json.dumps({k: p[k] for k in ("wall_s", "device_busy_s", "device_idle_s",
-                                                                      "kernels", "aten_ops", "syncs")}), flush=True)
-    slug = "cpu_toy" if args.toy else bench_limits.device_slug()
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    path = args.out_dir / f"actor_gap_{slug}{'_' + args.tag if args.tag else ''}.json"
-    path.write_text(json.dumps(res, indent=1, default=str))
+        for name in PHASES:
+            print(f"[gap] {name}: {res[name]['median_s']:.3f} s [{res[name]['min_s']:.3f}, {res[name]['max_s']:.3f}]",
+                  flush=True)
+        print(f"[gap] bare / rlpost: {json.dumps({k: round(v, 3) for k, v in res['ratios'].items()})}", flush=True)
+        slug = "cpu_toy" if args.toy else bench_limits.device_slug()
+        args.out_dir.mkdir(parents=True, exist_ok=True)
+        path = args.out_dir / f"actor_gap_{slug}{'_' + args.tag if args.tag else ''}.json"
+        path.write_text(json.dumps(res, indent=1, default=str))  # the timings, even if the profile runs out of time
+        res["profile"] = {}
+        for name in args.profile:
+            res["profile"][name] = prof = profiled(fns[name], cuda)
+            summary = {k: prof[k] for k in ("wall_s", "device_busy_s", "device_idle_s", "kernels", "aten_ops", "syncs")}
+            print(f"[gap] profile {name}: " + json.dumps(summary), flush=True)
+            path.write_text(json.dumps(res, indent=1, default=str))
     print(f"wrote {path}")
     return res
 
