@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterator
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
 from rlpost.utils.fsdp_gather import full_entry, iter_full_bucketed
@@ -152,6 +152,17 @@ def set_forward_prefetch(units: list[torch.nn.Module]) -> None:
         root.set_modules_to_forward_prefetch([blocks[0]])
     for unit, nxt in zip(blocks, blocks[1:]):
         unit.set_modules_to_forward_prefetch([nxt])
+
+
+def reshard(model: torch.nn.Module) -> None:
+    """Free every FSDP unit's gathered parameters (a no-op for units already sharded).
+
+    With `reshard_after_forward=false` a forward without backward (old_log_prob, ref) leaves the units'
+    parameters gathered, so later micro-batches of the same pass skip the all-gathers; the end of each
+    phase calls this, so the gathered copy never outlives the pass (into generation, an offload or a sync)."""
+    for unit in model.modules():
+        if isinstance(unit, FSDPModule):
+            unit.reshard()
 
 
 def offload_model(model: torch.nn.Module) -> None:

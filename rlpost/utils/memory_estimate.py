@@ -106,6 +106,7 @@ class TrainSetup:
     offload_policy: bool
     entropy: bool
     frozen: bool = False  # bf16 weights without an optimizer: the reference, or a LoRA actor's base
+    gathered_pass: bool = False  # reshard_after_forward=false: every unit stays gathered through a pass
 
 
 @dataclass
@@ -137,17 +138,19 @@ def resident_bytes(shape: ModelShape, s: TrainSetup) -> dict[str, int]:
     return out
 
 
-def gathered_bytes(shape: ModelShape) -> int:
-    """bf16 full copies during a forward: the root unit plus two layers (the next one is prefetched)."""
-    return 2 * (shape.root_params + 2 * shape.layer_params)
+def gathered_bytes(shape: ModelShape, whole: bool = False) -> int:
+    """bf16 full copies during a forward: the root unit plus two layers (the next one is prefetched), or with
+    `whole` (reshard_after_forward=false) the whole model."""
+    return 2 * shape.params if whole else 2 * (shape.root_params + 2 * shape.layer_params)
 
 
-def forward_bytes(shape: ModelShape, rows: int, tokens_per_row: int, logit_rows_per_row: int) -> dict[str, int]:
+def forward_bytes(shape: ModelShape, rows: int, tokens_per_row: int, logit_rows_per_row: int,
+                  whole: bool = False) -> dict[str, int]:
     """No-grad forward of a micro-batch: gathered weights, one layer's activations, response logits
     (bf16) and the float32 chunk temporaries of the log-prob loop."""
     tokens = rows * tokens_per_row
     logit_rows = rows * logit_rows_per_row
-    return {"gathered": gathered_bytes(shape), "activations": tokens * shape.act_bytes_per_token_layer,
+    return {"gathered": gathered_bytes(shape, whole), "activations": tokens * shape.act_bytes_per_token_layer,
             "logits": logit_rows * shape.vocab * 2 + 3 * min(logit_rows, CHUNK_TOKENS) * shape.vocab * 4}
 
 
@@ -163,9 +166,10 @@ def onloaded_bytes(shape: ModelShape, s: TrainSetup, with_optimizer: bool) -> di
 
 
 def update_bytes(shape: ModelShape, s: TrainSetup, rows: int) -> dict[str, int]:
-    """Training micro-batch: sharded fp32 grads, gathered weights and their bf16 grads, activations (all
-    layers, or the checkpointed layer inputs plus one layer), logits (bf16 + the saved float32 log-softmax
-    (+ exp for entropy) + their bf16 grad) and the float32 chunk temporaries of backward."""
+    """Training micro-batch: sharded fp32 grads, gathered weights (all of them with `gathered_pass`) and a
+    unit set's bf16 grads, activations (all layers, or the checkpointed layer inputs plus one layer), logits
+    (bf16 + the saved float32 log-softmax (+ exp for entropy) + their bf16 grad) and the float32 chunk
+    temporaries of backward (the Triton path on CUDA keeps neither float32 part: an upper bound there)."""
     tokens = rows * s.tokens_per_row
     per_layer = tokens * shape.act_bytes_per_token_layer
     acts = (shape.layers * tokens * shape.hidden * 2 + per_layer) if s.checkpointing else shape.layers * per_layer
@@ -173,7 +177,7 @@ def update_bytes(shape: ModelShape, s: TrainSetup, rows: int) -> dict[str, int]:
     logit_rows = rows * s.logit_rows_per_row
     return {**onloaded_bytes(shape, s, with_optimizer=True),
             "grads": 0 if s.frozen else int(4 * shape.params / s.shards),
-            "gathered": gathered_bytes(shape) * 2, "activations": acts,
+            "gathered": gathered_bytes(shape, s.gathered_pass) + gathered_bytes(shape), "activations": acts,
             "logits": logit_rows * shape.vocab * per_logit + 2 * min(logit_rows, CHUNK_TOKENS) * shape.vocab * 4}
 
 

@@ -23,7 +23,7 @@ from rlpost.utils.activation_offload import enable_activation_offload
 from rlpost.utils.checkpoint import prune_oldest
 from rlpost.utils.distributed import consecutive_groups, init_distributed
 from rlpost.utils.fsdp import (apply_fsdp2, compute_dtype, iter_full_params, load_model_to, load_shards_from_rank0,
-                               move_optimizer, offload_model, to_dtype)
+                               move_optimizer, offload_model, reshard, to_dtype)
 from rlpost.utils.lora import apply_lora, lora_enabled
 from rlpost.utils.model import load_for_sharding
 from rlpost.utils.optim import build_lr_scheduler, build_optimizer
@@ -85,6 +85,7 @@ class _FSDPRole(ProfiledWorker):
         self._saved: list[str] = []
 
     def _offload(self, module: torch.nn.Module, optimizer: Any, fsdp_cfg: Any) -> None:
+        reshard(module)  # the end of a phase: no gathered parameters past it (reshard_after_forward=false)
         if fsdp_cfg.param_offload and not fsdp_cfg.offload_policy:
             offload_model(module)
         if optimizer is not None and fsdp_cfg.optimizer_offload:

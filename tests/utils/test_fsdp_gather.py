@@ -1,6 +1,7 @@
 """Bucketed weight gather and forward prefetch on 2 gloo ranks: the bucketed sync yields exactly the
 per-tensor `full_tensor()` values, in the same order, with one all-gather per bucket (uneven and empty
-shards included); forward prefetch leaves the loss and the gradients unchanged."""
+shards included); forward prefetch leaves the loss and the gradients unchanged; `reshard` frees the parameters
+a no-grad pass left gathered under reshard_after_forward=False."""
 
 from __future__ import annotations
 
@@ -59,6 +60,7 @@ def _run(rank: int, model_dir: str, out: str) -> None:
     res["odd_bucketed"], res["odd_buckets"] = _gathers(odd, bucket_bytes=1024)
     res["odd_expected"] = {k: v.full_tensor().clone() for k, v in odd.state_dict().items()}
     res["prefetch"] = _prefetch_grads(model_dir)
+    res["reshard"] = _reshard_after_pass(model_dir)
     if rank == 0:
         torch.save(res, out)
 
@@ -80,6 +82,34 @@ def _prefetch_grads(model_dir: str) -> dict[bool, tuple[torch.Tensor, dict[str, 
         grads = {n: p.grad.full_tensor().clone() for n, p in model.named_parameters()}
         result[prefetch] = (loss.detach(), grads)
     return result
+
+
+def _reshard_after_pass(model_dir: str) -> dict[str, object]:
+    """reshard_after_forward=False: gathered parameters after a no-grad forward, none after `reshard`; the
+    logits the same in a second forward (gathered) and after resharding."""
+    from torch.distributed.tensor import DTensor
+    from transformers import AutoModelForCausalLM
+
+    from rlpost.utils.fsdp import apply_fsdp2, reshard
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    apply_fsdp2(model, "cpu", fsdp_size=-1, reshard_after_forward=False, offload_policy=False, min_num_params=0)
+    ids = torch.randint(3, 200, (2, 12), generator=torch.Generator().manual_seed(2))
+
+    def gathered() -> int:
+        return sum(not isinstance(p, DTensor) for p in model.parameters())
+
+    out = {"before": gathered()}
+    with torch.no_grad():
+        logits = [model(input_ids=ids).logits]
+        out["after_forward"] = gathered()
+        logits.append(model(input_ids=ids).logits)
+        reshard(model)
+        out["after_reshard"] = gathered()
+        logits.append(model(input_ids=ids).logits)
+    reshard(model)
+    out["same_logits"] = all(torch.equal(logits[0], x) for x in logits[1:])
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -131,3 +161,9 @@ def test_forward_prefetch_keeps_loss_and_grads(results):
     assert grads_a.keys() == grads_b.keys()
     for name in grads_a:
         assert torch.equal(grads_a[name], grads_b[name]), name
+
+
+def test_reshard_frees_what_a_pass_left_gathered(results):
+    r = results["reshard"]
+    assert r["before"] == 0 and r["after_forward"] > 0 and r["after_reshard"] == 0
+    assert r["same_logits"]

@@ -59,3 +59,6 @@ def test_update_and_forward_bytes():
     assert ckpt["logits"] == 6 * 10 * 12 + 2 * 6 * 10 * 4
     fwd = forward_bytes(s, rows=2, tokens_per_row=6, logit_rows_per_row=3)
     assert fwd == {"gathered": 808, "activations": 12 * 156, "logits": 6 * 10 * 2 + 3 * 6 * 10 * 4}
+    # reshard_after_forward=false: the whole model stays gathered through a pass (bf16), grads still per unit
+    assert forward_bytes(s, rows=2, tokens_per_row=6, logit_rows_per_row=3, whole=True)["gathered"] == 2 * s.params
+    assert update_bytes(s, setup(gathered_pass=True), rows=2)["gathered"] == 2 * s.params + 2 * (84 + 2 * 160)

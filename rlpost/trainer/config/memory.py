@@ -41,7 +41,7 @@ def _setup(c: PPOTrainerConfig, fsdp, checkpointing: bool, entropy: bool, frozen
                       logit_rows_per_row=0 if value_head else rollout.response_length + 1,
                       checkpointing=checkpointing, param_offload=fsdp.param_offload,
                       optimizer_offload=fsdp.optimizer_offload, offload_policy=fsdp.offload_policy,
-                      entropy=entropy, frozen=frozen)
+                      entropy=entropy, frozen=frozen, gathered_pass=not fsdp.reshard_after_forward)
 
 
 def _halve(v: float) -> float | None:
@@ -106,7 +106,7 @@ class RunMemory:
         def fwd(name: str, shape: ModelShape, s: TrainSetup, dynamic: bool):
             def est(micro: float) -> PhaseEstimate:
                 setup, rows = _rows(s, int(micro), dynamic, int(micro))
-                parts = forward_bytes(shape, rows, setup.tokens_per_row, setup.logit_rows_per_row)
+                parts = forward_bytes(shape, rows, setup.tokens_per_row, setup.logit_rows_per_row, s.gathered_pass)
                 return self._phase(name, device_bytes, {**onloaded_bytes(shape, s, False), **parts})
             return est
 
