@@ -4,7 +4,8 @@ Nothing is loaded: parameter counts come from the architecture (dense decoder: e
 gated MLP, norms), and every phase adds what lives on one device while it runs:
 
     gen           resident training state + the rollout engine's budget (gpu_memory_utilization x device)
-    old_log_prob  resident state + one gathered FSDP unit set + no-grad activations + response logits
+    old_log_prob  resident state + one gathered FSDP unit set (the whole model with reshard_after_forward=false)
+                  + no-grad activations + response logits (+ float32 chunks off the Triton path)
     ref           the same with the reference's micro-batch
     update_actor  resident state + sharded fp32 grads + activations (checkpointed or not) + training logits
 
@@ -107,6 +108,7 @@ class TrainSetup:
     entropy: bool
     frozen: bool = False  # bf16 weights without an optimizer: the reference, or a LoRA actor's base
     gathered_pass: bool = False  # reshard_after_forward=false: every unit stays gathered through a pass
+    float32_chunks: bool = True  # the PyTorch log-prob path (CPU); False: the Triton kernels (CUDA)
 
 
 @dataclass
@@ -145,13 +147,14 @@ def gathered_bytes(shape: ModelShape, whole: bool = False) -> int:
 
 
 def forward_bytes(shape: ModelShape, rows: int, tokens_per_row: int, logit_rows_per_row: int,
-                  whole: bool = False) -> dict[str, int]:
+                  whole: bool = False, float32_chunks: bool = True) -> dict[str, int]:
     """No-grad forward of a micro-batch: gathered weights, one layer's activations, response logits
-    (bf16) and the float32 chunk temporaries of the log-prob loop."""
+    (bf16) and, on the PyTorch log-prob path, the float32 chunk temporaries of its loop."""
     tokens = rows * tokens_per_row
     logit_rows = rows * logit_rows_per_row
+    chunks = 3 * min(logit_rows, CHUNK_TOKENS) * shape.vocab * 4 if float32_chunks else 0
     return {"gathered": gathered_bytes(shape, whole), "activations": tokens * shape.act_bytes_per_token_layer,
-            "logits": logit_rows * shape.vocab * 2 + 3 * min(logit_rows, CHUNK_TOKENS) * shape.vocab * 4}
+            "logits": logit_rows * shape.vocab * 2 + chunks}
 
 
 def onloaded_bytes(shape: ModelShape, s: TrainSetup, with_optimizer: bool) -> dict[str, int]:
@@ -168,17 +171,18 @@ def onloaded_bytes(shape: ModelShape, s: TrainSetup, with_optimizer: bool) -> di
 def update_bytes(shape: ModelShape, s: TrainSetup, rows: int) -> dict[str, int]:
     """Training micro-batch: sharded fp32 grads, gathered weights (all of them with `gathered_pass`) and a
     unit set's bf16 grads, activations (all layers, or the checkpointed layer inputs plus one layer), logits
-    (bf16 + the saved float32 log-softmax (+ exp for entropy) + their bf16 grad) and the float32 chunk
-    temporaries of backward (the Triton path on CUDA keeps neither float32 part: an upper bound there)."""
+    (bf16 + their bf16 grad; on the PyTorch path also the saved float32 log-softmax (+ exp for entropy) and the
+    float32 chunk temporaries of backward)."""
     tokens = rows * s.tokens_per_row
     per_layer = tokens * shape.act_bytes_per_token_layer
     acts = (shape.layers * tokens * shape.hidden * 2 + per_layer) if s.checkpointing else shape.layers * per_layer
-    per_logit = 2 + 4 + 2 + (4 if s.entropy else 0)
+    per_logit = 2 + 2 + ((4 + (4 if s.entropy else 0)) if s.float32_chunks else 0)
     logit_rows = rows * s.logit_rows_per_row
+    chunks = 2 * min(logit_rows, CHUNK_TOKENS) * shape.vocab * 4 if s.float32_chunks else 0
     return {**onloaded_bytes(shape, s, with_optimizer=True),
             "grads": 0 if s.frozen else int(4 * shape.params / s.shards),
             "gathered": gathered_bytes(shape, s.gathered_pass) + gathered_bytes(shape), "activations": acts,
-            "logits": logit_rows * shape.vocab * per_logit + 2 * min(logit_rows, CHUNK_TOKENS) * shape.vocab * 4}
+            "logits": logit_rows * shape.vocab * per_logit + chunks}
 
 
 def fits(phases: list[PhaseEstimate], device_bytes: int) -> PhaseEstimate | None:

@@ -17,6 +17,7 @@ check them.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import Any
 
@@ -47,12 +48,13 @@ def _kernels() -> tuple[Any, Any] | None:
             inside = cols < vocab
             z = tl.load(base + cols, mask=inside, other=float("-inf")).to(tl.float32) * inv_temp
             m_new = tl.maximum(m, tl.max(z, axis=0))
-            scale = tl.exp(m - m_new)
-            t = tl.where(inside, z, m_new) - m_new
-            e = tl.where(inside, tl.exp(t), 0.0)
+            m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # a block of -inf logits so far: stay finite
+            scale = tl.exp(m - m_ref)
+            t = z - m_ref
+            e = tl.exp(t)  # 0 for -inf logits and masked lanes
             if WITH_ENTROPY:  # sum e (z - m) under the old m, moved to the new one: scale * (w - (m_new - m) * s)
-                shift = tl.where(m == float("-inf"), 0.0, m_new - m)
-                w = scale * (w - shift * s) + tl.sum(e * t, axis=0)
+                shift = tl.where(m == float("-inf"), 0.0, m_ref - m)
+                w = scale * (w - shift * s) + tl.sum(tl.where(e > 0, e * t, 0.0), axis=0)
             s = s * scale + tl.sum(e, axis=0)
             m = m_new
         log_s = tl.log(s)
@@ -82,8 +84,8 @@ def _kernels() -> tuple[Any, Any] | None:
             log_p = tl.where(inside, tl.load(base + cols, mask=inside, other=0.0).to(tl.float32) * inv_temp - lse, 0.0)
             p = tl.exp(log_p)
             g = -p * g_logp
-            if WITH_ENTROPY:
-                g -= p * (log_p + ent) * g_ent
+            if WITH_ENTROPY:  # p log p -> 0 where p == 0 (a -inf logit)
+                g -= tl.where(p > 0, p * (log_p + ent), 0.0) * g_ent
             g = tl.where(cols == label, g + g_logp, g) * inv_temp  # through z = logits / temperature
             tl.store(out + cols, g.to(grad_ptr.dtype.element_ty), mask=inside)
 
@@ -95,6 +97,12 @@ def available() -> bool:
     return _kernels() is not None
 
 
+def supports(logits: torch.Tensor) -> bool:
+    """True when `logp_entropy` runs these kernels for `logits`: a CUDA tensor on a GPU of compute capability
+    8.0 or newer (bf16 loads), with Triton importable. Labels must lie in [0, V): they are not checked."""
+    return logits.is_cuda and torch.cuda.get_device_capability(logits.device) >= (8, 0) and available()
+
+
 def _forward(logits: torch.Tensor, labels: torch.Tensor, inv_temp: float, with_entropy: bool
              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     fwd, _ = _kernels()  # type: ignore[misc]
@@ -102,8 +110,9 @@ def _forward(logits: torch.Tensor, labels: torch.Tensor, inv_temp: float, with_e
     logp, lse = (logits.new_empty(n, dtype=torch.float32) for _ in range(2))
     ent = logits.new_zeros(n, dtype=torch.float32)
     if n:
-        fwd[(n,)](logits, logits.stride(0), labels, logp, ent, lse, vocab, inv_temp,
-                  WITH_ENTROPY=with_entropy, BLOCK=_BLOCK)
+        with torch.cuda.device(logits.device) if logits.is_cuda else contextlib.nullcontext():
+            fwd[(n,)](logits, logits.stride(0), labels, logp, ent, lse, vocab, inv_temp,
+                      WITH_ENTROPY=with_entropy, BLOCK=_BLOCK)
     return logp, ent, lse
 
 
@@ -125,9 +134,10 @@ class _LogProbEntropy(torch.autograd.Function):
         grad = torch.empty_like(logits)
         n, vocab = logits.shape
         if n:
-            bwd[(n,)](logits, logits.stride(0), grad, grad.stride(0), labels, lse, ent,
-                      g_logp.float().contiguous(), g_ent.float().contiguous(), vocab, ctx.inv_temp,
-                      WITH_ENTROPY=ctx.with_entropy, BLOCK=_BLOCK)
+            with torch.cuda.device(logits.device) if logits.is_cuda else contextlib.nullcontext():
+                bwd[(n,)](logits, logits.stride(0), grad, grad.stride(0), labels, lse, ent,
+                          g_logp.float().contiguous(), g_ent.float().contiguous(), vocab, ctx.inv_temp,
+                          WITH_ENTROPY=ctx.with_entropy, BLOCK=_BLOCK)
         return grad, None, None, None
 
 

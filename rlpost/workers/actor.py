@@ -186,8 +186,9 @@ def token_logp_entropy(logits: torch.Tensor, labels: torch.Tensor, temperature: 
                        compile_fn: Any = eager, kernel: str = "auto") -> torch.Tensor:
     """Log-prob of `labels` (and entropy) under softmax(logits / temperature), maths in float32.
 
-    On CUDA with Triton (`kernel` "auto") one Triton pass per row (`rlpost.utils.triton_logprob`): no float32
-    (tokens, V) tensor is built, so `chunk`, `checkpoint` and `compile_fn` have nothing to act on. Otherwise
+    On CUDA (compute capability >= 8.0) with Triton (`kernel` "auto") one Triton pass per row
+    (`rlpost.utils.triton_logprob`): no float32 (tokens, V) tensor is built, so `chunk`, `checkpoint` and
+    `compile_fn` have nothing to act on. Otherwise
     (CPU, or `kernel` "torch") PyTorch maths in float32 chunks: only `chunk` rows of float32 logits exist at a
     time, plus what autograd saves per chunk: the chunk's log-softmax and, with entropy, its probabilities;
     with `checkpoint` only the chunk's float32 logits, the rest recomputed in backward.
@@ -201,7 +202,9 @@ def token_logp_entropy(logits: torch.Tensor, labels: torch.Tensor, temperature: 
     Returns:
         (n, 1) log-probs, or (n, 2) [log-prob, entropy] when `with_entropy`; float32.
     """
-    if kernel == "auto" and logits.is_cuda and triton_logprob.available():
+    if kernel not in ("auto", "torch"):
+        raise ValueError(f"kernel must be 'auto' or 'torch', got {kernel!r}")
+    if kernel == "auto" and triton_logprob.supports(logits):
         return triton_logprob.logp_entropy(logits, labels, temperature, with_entropy)
     grad = torch.is_grad_enabled() and logits.requires_grad
     body = compile_fn(_logp_entropy_grad if grad else _logp_entropy_nograd)
@@ -217,8 +220,8 @@ def token_logp_entropy(logits: torch.Tensor, labels: torch.Tensor, temperature: 
         else:
             both = body(z, index, with_entropy)
         parts.append(both if with_entropy else both[:, :1])
-    if not parts:  # still attached to the graph: a rank's backward must run even with no token (Ulysses)
-        return logits.new_zeros((0, 2 if with_entropy else 1), dtype=torch.float32) + logits.float().sum() * 0
+    # no rows: `split` still yields one empty chunk, so the result stays attached to the graph (a Ulysses
+    # rank's backward must run even with no token)
     return torch.cat(parts)
 
 

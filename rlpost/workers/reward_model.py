@@ -22,7 +22,7 @@ from rlpost import keys
 from rlpost.protocol import DataProto
 from rlpost.single_controller.base import Dispatch, register
 from rlpost.utils.distributed import init_distributed
-from rlpost.utils.fsdp import apply_fsdp2, compute_dtype, load_model_to, offload_model
+from rlpost.utils.fsdp import apply_fsdp2, compute_dtype, load_model_to, offload_model, reshard
 from rlpost.utils.model import import_external_libs, load_hf_config
 from rlpost.utils.packed_attention import PACKED_KWARG, packed_sequences, use_packed_attention
 from rlpost.utils.padding import unpad_input
@@ -306,6 +306,7 @@ class RewardModelWorker(ProfiledWorker):
         if fsdp_cfg.param_offload:
             load_model_to(self.module, self.device)
         scores = self._scores(inputs)
+        reshard(self.module)  # no gathered units past the phase (reshard_after_forward=false)
         if fsdp_cfg.param_offload:
             offload_model(self.module)
         r = data.batch[keys.RESPONSES].shape[1]

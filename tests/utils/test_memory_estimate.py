@@ -62,3 +62,6 @@ def test_update_and_forward_bytes():
     # reshard_after_forward=false: the whole model stays gathered through a pass (bf16), grads still per unit
     assert forward_bytes(s, rows=2, tokens_per_row=6, logit_rows_per_row=3, whole=True)["gathered"] == 2 * s.params
     assert update_bytes(s, setup(gathered_pass=True), rows=2)["gathered"] == 2 * s.params + 2 * (84 + 2 * 160)
+    # the Triton log-prob path (CUDA): bf16 logits (and their bf16 grad) only, no float32 chunks
+    assert forward_bytes(s, rows=2, tokens_per_row=6, logit_rows_per_row=3, float32_chunks=False)["logits"] == 6 * 10 * 2
+    assert update_bytes(s, setup(float32_chunks=False, entropy=True), rows=2)["logits"] == 6 * 10 * 4

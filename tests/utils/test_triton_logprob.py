@@ -25,8 +25,8 @@ SCRIPT = textwrap.dedent('''
     for dtype, tol_val, tol_grad in ((torch.float32, 1e-4, 1e-4), (torch.bfloat16, 1e-4, 2e-2)):
         for vocab in (300, 4096 + 37):
             offsets = torch.tensor([0.0, 500.0, -200.0, 0.0, 10.0])[:, None]
-            base = torch.randn(5, vocab) * 3 + offsets
-            logits = base.to(dtype)[:, ::1].requires_grad_()
+            base = torch.randn(5, vocab + 13) * 3 + offsets
+            logits = base.to(dtype)[:, :vocab].detach().requires_grad_()  # rows not contiguous with each other
             labels = torch.randint(0, vocab, (5,))
             for temperature in (1.0, 0.7):
                 for with_entropy in (True, False):
@@ -46,13 +46,23 @@ SCRIPT = textwrap.dedent('''
                     err = (logits.grad.double() - ref_in.grad).abs().max().item()
                     assert err < tol_grad * max(1.0, ref_in.grad.abs().max().item()), (dtype, vocab, err)
                     logits.grad = None
-    # a column slice of a wider tensor (rows not contiguous with each other), and no rows at all
-    wide = torch.randn(4, 700)
-    sliced = wide[:, :500]
-    labels = torch.randint(0, 500, (4,))
-    got = tlp.logp_entropy(sliced, labels, 1.0, True)
-    want = torch.log_softmax(sliced.double(), -1).gather(-1, labels[:, None]).squeeze(-1)
-    assert (got[:, 0].double() - want).abs().max() < 1e-5
+    # -inf logits (masked vocabulary entries), a whole first block of them included: finite values and
+    # gradients, zero gradient on the masked entries
+    masked = torch.randn(3, 4096 + 300) * 2
+    masked[:, 7:4200:3] = float("-inf")
+    masked[1, :4096] = float("-inf")
+    labels = torch.tensor([0, 4100, 5])
+    masked.requires_grad_()
+    got = tlp.logp_entropy(masked, labels, 1.0, True)
+    ref_in = masked.detach().double()
+    logp_all = torch.log_softmax(ref_in, -1)
+    p = logp_all.exp()
+    want_ent = -torch.where(p > 0, p * logp_all, torch.zeros_like(p)).sum(-1)
+    assert torch.isfinite(got).all()
+    assert (got[:, 0].double() - logp_all.gather(-1, labels[:, None]).squeeze(-1)).abs().max() < 1e-4
+    assert (got[:, 1].double() - want_ent).abs().max() < 1e-4
+    got.sum().backward()
+    assert torch.isfinite(masked.grad).all() and (masked.grad[torch.isinf(masked.detach())] == 0).all()
     empty = torch.zeros(0, 300, requires_grad=True)
     out = tlp.logp_entropy(empty, torch.zeros(0, dtype=torch.long), 1.0, True)
     out.sum().backward()

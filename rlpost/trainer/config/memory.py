@@ -41,7 +41,16 @@ def _setup(c: PPOTrainerConfig, fsdp, checkpointing: bool, entropy: bool, frozen
                       logit_rows_per_row=0 if value_head else rollout.response_length + 1,
                       checkpointing=checkpointing, param_offload=fsdp.param_offload,
                       optimizer_offload=fsdp.optimizer_offload, offload_policy=fsdp.offload_policy,
-                      entropy=entropy, frozen=frozen, gathered_pass=not fsdp.reshard_after_forward)
+                      entropy=entropy, frozen=frozen, gathered_pass=not fsdp.reshard_after_forward,
+                      float32_chunks=not _triton_log_probs(c))
+
+
+def _triton_log_probs(c: PPOTrainerConfig) -> bool:
+    """True when the workers' log-prob pass will run the Triton kernels (`rlpost.utils.triton_logprob`): a CUDA
+    run with Triton installed (found without importing it)."""
+    import importlib.util
+
+    return c.trainer.device == "cuda" and importlib.util.find_spec("triton") is not None
 
 
 def _halve(v: float) -> float | None:
@@ -106,7 +115,8 @@ class RunMemory:
         def fwd(name: str, shape: ModelShape, s: TrainSetup, dynamic: bool):
             def est(micro: float) -> PhaseEstimate:
                 setup, rows = _rows(s, int(micro), dynamic, int(micro))
-                parts = forward_bytes(shape, rows, setup.tokens_per_row, setup.logit_rows_per_row, s.gathered_pass)
+                parts = forward_bytes(shape, rows, setup.tokens_per_row, setup.logit_rows_per_row, s.gathered_pass,
+                                      s.float32_chunks)
                 return self._phase(name, device_bytes, {**onloaded_bytes(shape, s, False), **parts})
             return est
 
