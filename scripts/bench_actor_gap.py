@@ -52,27 +52,11 @@ def dense_rows(batch: Any, prompt_len: int, prompt_real: int) -> torch.Tensor:
 
 def bare_loops(model: Any, dense: torch.Tensor, prompt_real: int, micro: int) -> tuple[Any, Any]:
     """bench_limits' bare forward and training loop over all rows, as calls without their own warm-up or
-    timing (one AdamW, fused on a GPU, kept across calls; one optimiser step over all rows)."""
-    dev = model.device
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-6, fused=dev.type == "cuda")
-    adv = torch.randn(len(dense), device=dev)
-
-    @torch.no_grad()
-    def forward() -> None:
-        model.eval()
-        for i in range(0, len(dense), micro):
-            bench_limits.response_log_probs(model, dense[i:i + micro].to(dev, non_blocking=True), prompt_real)
-
-    def train() -> None:
-        model.train()
-        for i in range(0, len(dense), micro):
-            logp = bench_limits.response_log_probs(model, dense[i:i + micro].to(dev, non_blocking=True), prompt_real)
-            (-(logp * adv[i:i + micro, None]).mean() * micro / len(dense)).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
-    return forward, train
+    timing (one optimizer kept across calls; one optimizer step over all rows)."""
+    opt = bench_limits.adamw(model)
+    adv = torch.randn(len(dense), device=model.device)
+    return (lambda: bench_limits.forward_pass(model, dense, prompt_real, micro),
+            lambda: bench_limits.train_pass(model, opt, adv, dense, prompt_real, micro, len(dense)))
 
 
 def phase_fns(worker: Any, batch: Any, model: Any, dense: torch.Tensor, args: argparse.Namespace
@@ -81,16 +65,6 @@ def phase_fns(worker: Any, batch: Any, model: Any, dense: torch.Tensor, args: ar
     forward, train = bare_loops(model, dense, args.prompt_real, args.micro)
     return {"rlpost_old_log_prob": lambda: worker.compute_log_prob(batch), "bare_forward": forward,
             "rlpost_update": lambda: worker.update_actor(batch), "bare_train": train}
-
-
-def timed(fn: Any, cuda: bool) -> float:
-    if cuda:
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    fn()
-    if cuda:
-        torch.cuda.synchronize()
-    return time.perf_counter() - start
 
 
 def busy_seconds(intervals: list[tuple[float, float]]) -> float:
@@ -146,7 +120,7 @@ def measure(fns: dict[str, Any], reps: int, cuda: bool) -> dict[str, Any]:
     times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(reps):
         for name, fn in fns.items():
-            times[name].append(timed(fn, cuda))
+            times[name].append(bench_limits.timed(fn))
     out = {name: {"median_s": statistics.median(v), "min_s": min(v), "max_s": max(v), "all_s": v}
            for name, v in times.items()}
     out["ratios"] = {"old_log_prob": out["bare_forward"]["median_s"] / out["rlpost_old_log_prob"]["median_s"],

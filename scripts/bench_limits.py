@@ -99,6 +99,15 @@ def sync() -> None:
         torch.cuda.synchronize()
 
 
+def timed(fn: Any) -> float:
+    """Seconds of one `fn()`, the device synchronised before and after."""
+    sync()
+    start = time.perf_counter()
+    fn()
+    sync()
+    return time.perf_counter() - start
+
+
 def bare_engine(model_dir: Path, max_model_len: int, gpu_memory_utilization: float, enforce_eager: bool):
     """A vLLM engine with its defaults except length, memory share, CUDA graphs; sleep mode on."""
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -201,42 +210,46 @@ def response_log_probs(model: Any, ids: torch.Tensor, prompt_len: int) -> torch.
 
 
 @torch.no_grad()
-def bare_forward(model: Any, ids: torch.Tensor, prompt_len: int, micro: int) -> dict[str, float]:
-    """Log-probs of all response tokens of `ids` (B, P+R) in micro-batches of `micro` rows."""
+def forward_pass(model: Any, ids: torch.Tensor, prompt_len: int, micro: int) -> None:
+    """Response log-probs of all rows of `ids` (B, P+R) in micro-batches of `micro` rows (untimed)."""
     model.eval()
-    dev = model.device  # the GPU here; the CPU in benches' smoke tests
-    response_log_probs(model, ids[:micro].to(dev), prompt_len)  # warm-up
-    sync()
-    start = time.perf_counter()
     for i in range(0, len(ids), micro):
-        response_log_probs(model, ids[i:i + micro].to(dev, non_blocking=True), prompt_len)
-    sync()
-    seconds = time.perf_counter() - start
-    return {"s": seconds, "tokens": ids.numel(), "tokens_per_s": ids.numel() / seconds}
+        response_log_probs(model, ids[i:i + micro].to(model.device, non_blocking=True), prompt_len)
 
 
-def bare_train(model: Any, ids: torch.Tensor, prompt_len: int, micro: int, mini: int) -> dict[str, float]:
-    """fwd + bwd of a policy-gradient-shaped loss per micro-batch, fused AdamW step per mini-batch."""
+def train_pass(model: Any, opt: Any, adv: torch.Tensor, ids: torch.Tensor, prompt_len: int, micro: int,
+               mini: int) -> None:
+    """fwd + bwd of a policy-gradient-shaped loss per micro-batch, clipped `opt` step per mini-batch of `mini`
+    rows, over all rows of `ids` (untimed)."""
     model.train()
-    dev = model.device
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-6, fused=dev.type == "cuda")
-    adv = torch.randn(len(ids), device=dev)
-
-    def step(rows: slice) -> None:
-        for i in range(rows.start, rows.stop, micro):
-            logp = response_log_probs(model, ids[i:i + micro].to(dev, non_blocking=True), prompt_len)
-            (-(logp * adv[i:i + micro, None]).mean() * micro / (rows.stop - rows.start)).backward()
+    for lo in range(0, len(ids), mini):
+        hi = min(lo + mini, len(ids))
+        for i in range(lo, hi, micro):
+            logp = response_log_probs(model, ids[i:i + micro].to(model.device, non_blocking=True), prompt_len)
+            (-(logp * adv[i:i + micro, None]).mean() * micro / (hi - lo)).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    step(slice(0, micro))  # warm-up (allocates optimizer state)
-    sync()
-    start = time.perf_counter()
-    for lo in range(0, len(ids), mini):
-        step(slice(lo, min(lo + mini, len(ids))))
-    sync()
-    seconds = time.perf_counter() - start
+
+def adamw(model: Any) -> Any:
+    """The bare loops' optimizer: AdamW, fused on a GPU."""
+    return torch.optim.AdamW(model.parameters(), lr=1e-6, fused=model.device.type == "cuda")
+
+
+def bare_forward(model: Any, ids: torch.Tensor, prompt_len: int, micro: int) -> dict[str, float]:
+    """`forward_pass` over all rows after a one-micro-batch warm-up, timed."""
+    forward_pass(model, ids[:micro], prompt_len, micro)
+    seconds = timed(lambda: forward_pass(model, ids, prompt_len, micro))
+    return {"s": seconds, "tokens": ids.numel(), "tokens_per_s": ids.numel() / seconds}
+
+
+def bare_train(model: Any, ids: torch.Tensor, prompt_len: int, micro: int, mini: int) -> dict[str, float]:
+    """`train_pass` over all rows after a one-micro-batch step (allocates the optimizer state), timed."""
+    opt = adamw(model)
+    adv = torch.randn(len(ids), device=model.device)
+    train_pass(model, opt, adv, ids[:micro], prompt_len, micro, micro)
+    seconds = timed(lambda: train_pass(model, opt, adv, ids, prompt_len, micro, mini))
     return {"s": seconds, "tokens": ids.numel(), "tokens_per_s": ids.numel() / seconds}
 
 

@@ -46,14 +46,6 @@ def update_batch(rows: int, prompt_len: int, response_len: int) -> DataProto:
         keys.ADVANTAGES: torch.randn(rows, response_len, generator=g)})
 
 
-def timed(fn) -> float:
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    fn()
-    torch.cuda.synchronize()
-    return time.perf_counter() - start
-
-
 def bare_autocast_train(model_dir: Path, ids: torch.Tensor, args: argparse.Namespace) -> float:
     """bench_limits.bare_train with fp32 params and bf16 autocast (rlpost's precision, no FSDP)."""
     from transformers import AutoModelForCausalLM
@@ -115,10 +107,10 @@ def main() -> None:
         warm = update_batch(args.mini_prompts * args.n, args.prompt_len, args.response_len)
         batch = update_batch(rows, args.prompt_len, args.response_len)
         w.update_actor(warm)
-        res["rlpost_update_s"] = timed(lambda: w.update_actor(batch))
+        res["rlpost_update_s"] = bench_limits.timed(lambda: w.update_actor(batch))
         w.actor_module.set_reshard_after_forward(False)
         w.update_actor(warm)
-        res["rlpost_update_no_reshard_s"] = timed(lambda: w.update_actor(batch))
+        res["rlpost_update_no_reshard_s"] = bench_limits.timed(lambda: w.update_actor(batch))
         w.actor_module.set_reshard_after_forward(True)
         ids = batch.batch[keys.INPUT_IDS].pin_memory()
         from transformers import AutoModelForCausalLM

@@ -97,10 +97,28 @@ def available() -> bool:
     return _kernels() is not None
 
 
+@functools.lru_cache(maxsize=None)
+def _capable(device_index: int) -> bool:
+    """Compute capability 8.0 or newer (bf16 loads); asked once per GPU."""
+    return torch.cuda.get_device_capability(device_index) >= (8, 0)
+
+
 def supports(logits: torch.Tensor) -> bool:
     """True when `logp_entropy` runs these kernels for `logits`: a CUDA tensor on a GPU of compute capability
-    8.0 or newer (bf16 loads), with Triton importable. Labels must lie in [0, V): they are not checked."""
-    return logits.is_cuda and torch.cuda.get_device_capability(logits.device) >= (8, 0) and available()
+    8.0 or newer, with Triton importable. Labels must lie in [0, V): they are not checked."""
+    if not logits.is_cuda:
+        return False
+    index = logits.device.index if logits.device.index is not None else torch.cuda.current_device()
+    return _capable(index) and available()
+
+
+def expected(device_type: str) -> bool:
+    """Whether workers on `device_type` will take these kernels, asked from a process that must not start CUDA
+    (the driver's start-up memory estimate): a CUDA run with Triton installed, found without importing it. The
+    workers also need compute capability 8.0 (`supports`); GPUs below it have no bf16 and run fp16/fp32 models."""
+    import importlib.util
+
+    return device_type == "cuda" and importlib.util.find_spec("triton") is not None
 
 
 def _forward(logits: torch.Tensor, labels: torch.Tensor, inv_temp: float, with_entropy: bool

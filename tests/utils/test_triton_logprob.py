@@ -103,3 +103,15 @@ def test_kernels_compile_for_hopper_without_a_gpu(with_entropy):
                 pytest.skip(f"Triton cannot assemble for sm90 here: {exc}")
             raise
         assert compiled.asm["cubin"], kernel
+
+
+def test_the_estimate_and_the_workers_decide_alike_without_a_gpu():
+    """The start-up memory estimate asks `expected(device)` (no CUDA started); a worker asks `supports(logits)`.
+    Without a GPU: a CPU run takes the PyTorch chunks in both; a CUDA run is expected to take the kernels
+    when Triton is installed (it is, here)."""
+    import torch
+
+    from rlpost.utils import triton_logprob as tlp
+
+    assert not tlp.expected("cpu") and not tlp.supports(torch.zeros(2, 3))
+    assert tlp.expected("cuda")

@@ -35,6 +35,8 @@ class Knob:
 
 def _setup(c: PPOTrainerConfig, fsdp, checkpointing: bool, entropy: bool, frozen: bool,
            value_head: bool) -> TrainSetup:
+    from rlpost.utils import triton_logprob  # imports torch: the config package itself stays without it
+
     rollout = c.actor_rollout_ref.rollout
     shards = fsdp.fsdp_size if fsdp.fsdp_size > 0 else n_devices(c)
     return TrainSetup(shards=shards, tokens_per_row=rollout.prompt_length + rollout.response_length,
@@ -42,15 +44,7 @@ def _setup(c: PPOTrainerConfig, fsdp, checkpointing: bool, entropy: bool, frozen
                       checkpointing=checkpointing, param_offload=fsdp.param_offload,
                       optimizer_offload=fsdp.optimizer_offload, offload_policy=fsdp.offload_policy,
                       entropy=entropy, frozen=frozen, gathered_pass=not fsdp.reshard_after_forward,
-                      float32_chunks=not _triton_log_probs(c))
-
-
-def _triton_log_probs(c: PPOTrainerConfig) -> bool:
-    """True when the workers' log-prob pass will run the Triton kernels (`rlpost.utils.triton_logprob`): a CUDA
-    run with Triton installed (found without importing it)."""
-    import importlib.util
-
-    return c.trainer.device == "cuda" and importlib.util.find_spec("triton") is not None
+                      float32_chunks=not triton_logprob.expected(c.trainer.device))
 
 
 def _halve(v: float) -> float | None:
