@@ -113,7 +113,7 @@ def profiled(fn: Any, cuda: bool, top: int = 40) -> dict[str, Any]:
     }
 
 
-def measure(fns: dict[str, Any], reps: int, cuda: bool) -> dict[str, Any]:
+def measure(fns: dict[str, Any], reps: int) -> dict[str, Any]:
     """A warm-up round, then `reps` rounds of all phases in order; medians, ranges, every repetition."""
     for fn in fns.values():
         fn()
@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         res: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}, "env": bench_limits.env_info(),
                                "tokens": {"real": int(dense.numel()),
                                           "padded": int(batch.batch[keys.ATTENTION_MASK].numel())}}
-        res.update(measure(fns, args.reps, cuda))
+        res.update(measure(fns, args.reps))
         for name in PHASES:
             print(f"[gap] {name}: {res[name]['median_s']:.3f} s [{res[name]['min_s']:.3f}, {res[name]['max_s']:.3f}]",
                   flush=True)

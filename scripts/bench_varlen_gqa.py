@@ -32,11 +32,11 @@ from rlpost.utils.packed_attention import attend_packed, packed_sequences, varle
 SIDES = ("repeat", "native")
 
 
-def timed(fn: Callable[[], Any], reps: int, warmup: int = 3) -> list[float]:
-    """Milliseconds of each of `reps` calls of `fn` after `warmup` untimed ones."""
+def timed(fn: Callable[[], Any], reps: int, cuda: bool, warmup: int = 3) -> list[float]:
+    """Milliseconds of each of `reps` calls of `fn` after `warmup` untimed ones (CUDA events when `cuda`)."""
     out = []
     for i in range(warmup + reps):
-        if torch.cuda.is_available():
+        if cuda:
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record()
             fn()
@@ -82,8 +82,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for _ in range(args.rounds):
         for side in SIDES:
             with torch.no_grad():
-                times[side]["fwd"] += timed(lambda s=side: call(s), args.reps)
-            times[side]["fwd_bwd"] += timed(lambda s=side: call(s).backward(grad_out), args.reps)
+                times[side]["fwd"] += timed(lambda s=side: call(s), args.reps, dev.type == "cuda")
+            times[side]["fwd_bwd"] += timed(lambda s=side: call(s).backward(grad_out), args.reps, dev.type == "cuda")
         q.grad = k.grad = v.grad = None
     res: dict[str, Any] = {
         "env": {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

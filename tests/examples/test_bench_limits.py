@@ -25,17 +25,26 @@ def _model():
     return Qwen2ForCausalLM(cfg)
 
 
-def test_forward_pass_builds_no_graph_and_train_pass_steps_per_mini_batch():
+def test_forward_pass_builds_no_graph_and_train_pass_steps_per_mini_batch(monkeypatch):
     model = _model()
     ids = torch.randint(0, 100, (6, 10))
+    graphs = []
+    real = bench_limits.response_log_probs
+
+    def recording(*args):
+        out = real(*args)
+        graphs.append(out.grad_fn is not None)
+        return out
+
+    monkeypatch.setattr(bench_limits, "response_log_probs", recording)
     bench_limits.forward_pass(model, ids, prompt_len=4, micro=4)
-    assert all(p.grad is None for p in model.parameters())
+    assert graphs == [False, False]  # two micro-batches, no autograd graph
     steps = []
     opt = bench_limits.adamw(model)
     opt.register_step_post_hook(lambda *_: steps.append(1))
     before = [p.detach().clone() for p in model.parameters()]
     bench_limits.train_pass(model, opt, torch.randn(6), ids, prompt_len=4, micro=2, mini=4)
-    assert len(steps) == 2  # mini-batches of rows 0-3 and 4-5
+    assert len(steps) == 2 and graphs[2:] == [True] * 3  # mini-batches of rows 0-3 and 4-5; 3 micro-batches
     assert any(not torch.equal(a, p) for a, p in zip(before, model.parameters()))
     assert all(p.grad is None for p in model.parameters())  # zeroed after each step
 
