@@ -311,8 +311,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
-def device_slug() -> str:
-    name = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+def device_slug(name: str | None = None) -> str:
+    """File-name form of a device name (default: this process's GPU, or "cpu")."""
+    name = name or (torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu")
     return "".join(c if c.isalnum() else "_" for c in name.replace("NVIDIA ", "")).strip("_").lower()
 
 

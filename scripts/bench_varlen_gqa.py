@@ -26,6 +26,9 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.append(str(REPO))  # after PYTHONPATH: a snapshot of rlpost put there wins
+sys.path.append(str(REPO / "scripts"))
+
+import bench_limits  # noqa: E402  (torch only at import, like this script)
 
 from rlpost.utils.packed_attention import attend_packed, packed_sequences, varlen_available  # noqa: E402
 
@@ -116,7 +119,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     res = run(args)
-    slug = "".join(c if c.isalnum() else "_" for c in res["env"]["device"].replace("NVIDIA ", "")).lower()
+    slug = bench_limits.device_slug(res["env"]["device"])
     out = args.json_out or REPO / "benchmarks" / "results" / f"varlen_gqa_{slug}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=1))
