@@ -66,6 +66,8 @@ def run_one(arch: str, gpus: int, tp: int, prompts: int, args: argparse.Namespac
            "trainer.val_before_train=false", f"trainer.experiment_name={name}",
            f"trainer.default_local_dir={run_dir}", *args.override]
     env = {"MODEL_PATH": str(model_dir(arch)), "DATA_DIR": str(DATA), "N_GPUS": str(gpus)}
+    if arch == "7b":  # one FSDP unit per decoder layer: the example's one-unit wrapping is for the 0.5B model
+        env["FSDP_MIN_NUM_PARAMS"] = "0"
     run = launch(cmd, env, run_dir, args.log_dir / f"{name}.log", name, timeout_s=args.timeout)
     row: dict[str, Any] = {"arch": arch, "gpus": gpus, "tp": tp, "prompts": prompts, "n": args.n,
                            "response_len": args.response_len, "rc": run.rc, "wall_s": run.wall_s,

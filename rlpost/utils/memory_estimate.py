@@ -4,7 +4,8 @@ Nothing is loaded: parameter counts come from the architecture (dense decoder: e
 gated MLP, norms), and every phase adds what lives on one device while it runs:
 
     gen           resident training state + the rollout engine's budget (gpu_memory_utilization x device)
-    old_log_prob  resident state + one gathered FSDP unit set (the whole model with reshard_after_forward=false)
+    old_log_prob  resident state + one gathered FSDP unit set (the whole model with reshard_after_forward=false,
+                  or with a wrap_policy.min_num_params above its size)
                   + no-grad activations + response logits (+ float32 chunks off the Triton path)
     ref           the same with the reference's micro-batch
     update_actor  resident state + sharded fp32 grads + activations (checkpointed or not) + training logits
@@ -17,6 +18,7 @@ The caching allocator is emptied before the engine wakes, so the training peak i
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field
 
@@ -108,6 +110,7 @@ class TrainSetup:
     entropy: bool
     frozen: bool = False  # bf16 weights without an optimizer: the reference, or a LoRA actor's base
     gathered_pass: bool = False  # reshard_after_forward=false: every unit stays gathered through a pass
+    unit_params: int = 0  # fsdp_config.wrap_policy.min_num_params (0: one FSDP unit per decoder layer)
     float32_chunks: bool = True  # the PyTorch log-prob path (CPU); False: the Triton kernels (CUDA)
 
 
@@ -140,20 +143,29 @@ def resident_bytes(shape: ModelShape, s: TrainSetup) -> dict[str, int]:
     return out
 
 
-def gathered_bytes(shape: ModelShape, whole: bool = False) -> int:
-    """bf16 full copies during a forward: the root unit plus two layers (the next one is prefetched), or with
-    `whole` (reshard_after_forward=false) the whole model."""
-    return 2 * shape.params if whole else 2 * (shape.root_params + 2 * shape.layer_params)
+def gathered_bytes(shape: ModelShape, whole: bool = False, unit_params: int = 0) -> int:
+    """bf16 full copies during a forward: the root unit plus two units (the next one is prefetched), or with
+    `whole` (reshard_after_forward=false) the whole model.
+
+    A unit is one decoder layer, or with size-based wrapping (`unit_params` = wrap_policy.min_num_params
+    above a layer's size) the fewest whole layers that reach `unit_params`. No more than the whole model is
+    ever gathered: a `unit_params` above the model's size leaves the root as the only unit.
+    """
+    unit = shape.layer_params
+    if unit_params > unit:
+        unit *= math.ceil(unit_params / unit)
+    return 2 * shape.params if whole else 2 * min(shape.params, shape.root_params + 2 * unit)
 
 
 def forward_bytes(shape: ModelShape, rows: int, tokens_per_row: int, logit_rows_per_row: int,
-                  whole: bool = False, float32_chunks: bool = True) -> dict[str, int]:
+                  whole: bool = False, float32_chunks: bool = True, unit_params: int = 0) -> dict[str, int]:
     """No-grad forward of a micro-batch: gathered weights, one layer's activations, response logits
     (bf16) and, on the PyTorch log-prob path, the float32 chunk temporaries of its loop."""
     tokens = rows * tokens_per_row
     logit_rows = rows * logit_rows_per_row
     chunks = 3 * min(logit_rows, CHUNK_TOKENS) * shape.vocab * 4 if float32_chunks else 0
-    return {"gathered": gathered_bytes(shape, whole), "activations": tokens * shape.act_bytes_per_token_layer,
+    return {"gathered": gathered_bytes(shape, whole, unit_params),
+            "activations": tokens * shape.act_bytes_per_token_layer,
             "logits": logit_rows * shape.vocab * 2 + chunks}
 
 
@@ -181,7 +193,9 @@ def update_bytes(shape: ModelShape, s: TrainSetup, rows: int) -> dict[str, int]:
     chunks = 2 * min(logit_rows, CHUNK_TOKENS) * shape.vocab * 4 if s.float32_chunks else 0
     return {**onloaded_bytes(shape, s, with_optimizer=True),
             "grads": 0 if s.frozen else int(4 * shape.params / s.shards),
-            "gathered": gathered_bytes(shape, s.gathered_pass) + gathered_bytes(shape), "activations": acts,
+            "gathered": (gathered_bytes(shape, s.gathered_pass, s.unit_params)
+                         + gathered_bytes(shape, False, s.unit_params)),
+            "activations": acts,
             "logits": logit_rows * shape.vocab * per_logit + chunks}
 
 

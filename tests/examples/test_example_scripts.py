@@ -119,7 +119,7 @@ def test_tiny_cpu_script_dry_run(script, tmp_path):
 @pytest.mark.parametrize("n_gpus", [None, "8"])
 @pytest.mark.parametrize("script", GPU, ids=lambda p: p.parent.name)
 def test_gpu_script_dry_run(script, n_gpus, tmp_path):
-    env = {"HOME": str(tmp_path)} | ({"N_GPUS": n_gpus} if n_gpus else {})
+    env = {"HOME": str(tmp_path)} | ({"N_GPUS": n_gpus, "FSDP_MIN_NUM_PARAMS": "0"} if n_gpus else {})
     overrides = launch_args(script, env, tmp_path)
     assert REQUIRED <= keys_of(overrides) and len(keys_of(overrides)) == len(overrides)
     cfg, plan = dry_run(overrides)
@@ -127,6 +127,10 @@ def test_gpu_script_dry_run(script, n_gpus, tmp_path):
     assert cfg.actor_rollout_ref.model.path == f"{tmp_path}/models/Qwen2.5-0.5B-Instruct"
     assert cfg.trainer.device == "cuda" and cfg.trainer.n_gpus_per_node == int(n_gpus or 1)
     assert f"{int(n_gpus or 1)} GPUs (one worker process each)" in plan
+    # the 0.5B model as one FSDP unit unless FSDP_MIN_NUM_PARAMS asks for verl's per-layer units
+    arr = cfg.actor_rollout_ref
+    units = {arr.actor.fsdp_config.wrap_policy.min_num_params, arr.ref.fsdp_config.wrap_policy.min_num_params}
+    assert units == {0 if n_gpus else 10**9}
     _check_roles(script.parent.name, overrides, plan)
 
 

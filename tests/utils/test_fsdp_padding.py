@@ -53,6 +53,8 @@ def test_model_loading_and_wrapping_units(tiny_model_dir):
     assert [type(u).__name__ for u in units] == ["Qwen2DecoderLayer", "Qwen2DecoderLayer", "Qwen2ForCausalLM"]
     sized = units_to_wrap(model, min_num_params=10_000)
     assert model.get_input_embeddings() not in sized and sized[-1] is model
+    total = sum(p.numel() for p in model.parameters())
+    assert units_to_wrap(model, min_num_params=total + 1) == [model]  # the GPU examples' one-unit wrapping
 
 
 def test_nonfinite_grad_skips_step_and_loss_weights():

@@ -44,6 +44,7 @@ def _setup(c: PPOTrainerConfig, fsdp, checkpointing: bool, entropy: bool, frozen
                       checkpointing=checkpointing, param_offload=fsdp.param_offload,
                       optimizer_offload=fsdp.optimizer_offload, offload_policy=fsdp.offload_policy,
                       entropy=entropy, frozen=frozen, gathered_pass=not fsdp.reshard_after_forward,
+                      unit_params=fsdp.wrap_policy.min_num_params,
                       float32_chunks=not triton_logprob.expected(c.trainer.device))
 
 
@@ -110,7 +111,7 @@ class RunMemory:
             def est(micro: float) -> PhaseEstimate:
                 setup, rows = _rows(s, int(micro), dynamic, int(micro))
                 parts = forward_bytes(shape, rows, setup.tokens_per_row, setup.logit_rows_per_row, s.gathered_pass,
-                                      s.float32_chunks)
+                                      s.float32_chunks, s.unit_params)
                 return self._phase(name, device_bytes, {**onloaded_bytes(shape, s, False), **parts})
             return est
 

@@ -125,3 +125,22 @@ def test_separate_rollout_devices_keep_the_engine_off_the_trainer_devices(make_c
     lines = memory_lines(c, H100)
     assert not any("rollout engine" in line for line in lines), lines
     check_memory_fit(run_memory(c), H100, "test")  # 54 GiB update at micro 32: fits
+
+
+def test_one_fsdp_unit_counts_the_whole_model_as_gathered(make_cfg, tmp_path):
+    """wrap_policy.min_num_params above the model's size (the GPU examples' one-unit wrapping): every pass holds
+    the whole bf16 model, and the update also its whole bf16 gradient, where per-layer units hold three units."""
+    path = model_dir(tmp_path, "q05", QWEN_05B)
+
+    def gathered(**extra) -> dict[str, float]:
+        lines = memory_lines(grpo(make_cfg, path, 1, 32, 0.6, **extra), H100)[1:]
+        return {ln.split()[0]: float(re.search(r"gathered ([0-9.]+)", ln).group(1)) for ln in lines if "gathered" in ln}
+
+    whole = 0.494e9 * 2 / GIB
+    per_layer = gathered()
+    assert per_layer["old_log_prob"] < whole / 2
+    one_unit = gathered(**{f"{ARR}.actor.fsdp_config.wrap_policy.min_num_params": 10**9,
+                           f"{ARR}.ref.fsdp_config.wrap_policy.min_num_params": 10**9})
+    assert one_unit["old_log_prob"] == pytest.approx(whole, abs=0.01)
+    assert one_unit["ref"] == pytest.approx(whole, abs=0.01)
+    assert one_unit["update_actor"] == pytest.approx(2 * whole, abs=0.01)
