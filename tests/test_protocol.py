@@ -148,6 +148,30 @@ def test_pickle_sends_only_the_slice():
     assert back.batch[VALUES].shape == (10, 100) and back.batch.batch_size == torch.Size([10])
 
 
+def test_pickle_round_trips_every_dtype_and_views_out_of_band():
+    """CPU tensors travel as numpy arrays (bf16 as int16 bits), buffers out of band under protocol 5 as Ray
+    pickles; read-only buffers (Ray's shared memory) come back as writable tensors of their own."""
+    base = torch.randn(6, 8)
+    tensors = {"f32": base, "bf16": base.to(torch.bfloat16), "i64": torch.arange(48).view(6, 8),
+               "bool": base > 0, "f16": base.half(), "strided": base.t().contiguous().t(),
+               "grad": base.clone().requires_grad_(True), "f8": base.to(torch.float8_e4m3fn)}
+    part = DataProto.from_dict(tensors).slice(2, 5)
+    buffers = []
+    blob = pickle.dumps(part, protocol=5, buffer_callback=buffers.append)
+    assert sum(b.raw().nbytes for b in buffers) >= 3 * 8 * (4 + 2 + 8)  # f32, bf16 and i64 rows went out of band
+    assert len(blob) < 4096
+    back = pickle.loads(blob, buffers=[memoryview(bytes(b.raw())) for b in buffers])  # read-only, as from Ray
+    for key, t in part.batch.items():
+        got = back.batch[key]
+        assert got.dtype == t.dtype and got.shape == (3, 8), key
+        assert torch.equal(got.float(), t.detach().float()), key
+    sent = part.batch["f32"].clone()
+    back.batch["f32"].zero_()  # writable, and its own memory
+    assert torch.equal(part.batch["f32"], sent) and not back.batch["f32"].any()
+    again = pickle.loads(pickle.dumps(part))  # in-band (protocol 4, e.g. save_to_disk)
+    assert torch.equal(again.batch["bf16"].float(), part.batch["bf16"].float())
+
+
 def test_future_get_applies_collect_and_dispatch():
     fut = DataProtoFuture(collect_fn=DataProto.concat, futures=["a", "b"], dispatch_fn=len,
                           fetch_fn=lambda refs: [make(2) for _ in refs])
