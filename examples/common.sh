@@ -54,9 +54,9 @@ gsm8k_gpu_setup() {
     DATA_DIR=${DATA_DIR:-$HOME/data/gsm8k}
     N_GPUS=${N_GPUS:-1}
     # The 0.5B model as one FSDP unit (a wrap_policy.min_num_params above its size): one gather and one cast of
-    # the weights per pass instead of one per decoder layer; 18.55 s per 64x8 step against 21.05 s on one H100,
-    # 21.33 against 23.26 s on four (docs/benchmarks.md). It holds the whole bf16 model (and in the update its
-    # bf16 gradient) at once: FSDP_MIN_NUM_PARAMS=0 gives verl's one unit per decoder layer, for 7B and up.
+    # the weights per pass instead of one per decoder layer; 21.33 s per 64x8-per-GPU step against 23.26 s on four
+    # H100s (docs/benchmarks.md). It holds the whole bf16 model at once: FSDP_MIN_NUM_PARAMS=0 gives verl's one unit
+    # per decoder layer, for 7B and up.
     FSDP_MIN_NUM_PARAMS=${FSDP_MIN_NUM_PARAMS:-1000000000}
     COMMON=(
         data.train_files="$DATA_DIR/train.parquet"

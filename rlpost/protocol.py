@@ -57,16 +57,19 @@ def _compact(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-# dtypes numpy lacks travel as integers of the same width (torch itself cannot pickle CPU float8 tensors)
-_BITS = {torch.bfloat16: torch.int16, **{getattr(torch, name): torch.uint8 for name in (
-    "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz") if hasattr(torch, name)}}
+# dtypes numpy lacks (bf16, float8, ...) travel as integers of the same width
+_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 @dataclass(frozen=True, eq=False)
 class _WireTensor:
     """A CPU tensor pickled as a numpy array: under pickle protocol 5 (Ray) the array's buffer goes out of
     band, copied once into shared memory, where torch pickles a storage through `torch.save` (~3x slower for a
-    main_ppo batch). A view sends only its own bytes."""
+    main_ppo batch). A view sends only its own bytes.
+
+    Within one process, protocol 5 with the sender's own (writable) buffers would give tensors sharing the
+    sender's memory; Ray's buffers are read-only, and in-band pickles (protocol 4, `save_to_disk`) copy.
+    """
 
     array: np.ndarray
     dtype: torch.dtype
@@ -75,16 +78,19 @@ class _WireTensor:
         # Ray hands back read-only arrays over its shared memory: copy those, so the tensor owns writable memory
         array = self.array if self.array.flags.writeable else self.array.copy()
         t = torch.from_numpy(array)
-        return t.view(self.dtype) if self.dtype in _BITS else t
+        return t if t.dtype == self.dtype else t.view(self.dtype)
 
 
 def _to_wire(t: torch.Tensor) -> torch.Tensor | _WireTensor:
-    if t.device.type != "cpu" or t.requires_grad or t.is_conj() or t.is_neg():
+    # torch's own pickling: device tensors, autograd leaves, lazy conj/neg views, and broadcast (stride-0) views,
+    # whose storage is smaller than the tensor (numpy would send every element)
+    if t.device.type != "cpu" or t.requires_grad or t.is_conj() or t.is_neg() or 0 in t.stride():
         return _compact(t)
     try:
-        return _WireTensor((t.view(_BITS[t.dtype]) if t.dtype in _BITS else t).numpy(), t.dtype)
-    except TypeError:  # a dtype numpy has no type for, outside `_BITS`
-        return _compact(t)
+        return _WireTensor(t.numpy(), t.dtype)
+    except TypeError:  # a dtype numpy has no type for: its bits as an integer type of the same width
+        bits = _BITS.get(t.element_size())
+        return _WireTensor(t.view(bits).numpy(), t.dtype) if bits is not None else _compact(t)
 
 
 def _from_wire(value: torch.Tensor | _WireTensor) -> torch.Tensor:

@@ -1,5 +1,5 @@
 """The driver's cost of one `DP_COMPUTE_PROTO` call at main_ppo's sizes: a batch split over 1, 2 and 4 ranks and
-the log-probs gathered back, against the same call carrying no tensors.
+the log-probs gathered back, against the same call carrying no input tensors.
 
     python scripts/bench_dispatch.py                          # 64 x 8 rows per rank, 512 + 512 tokens, 5 reps
     python scripts/bench_dispatch.py --ranks 1 2 --rows-per-rank 16 --reps 2     # smoke test
@@ -9,7 +9,7 @@ serialisation, Ray's transfer, the workers' deserialisation and the gather: what
 weak-scaling run apart from the GPUs' own work. Three sides, alternated repetition by repetition:
   numpy  - DataProto's wire format (CPU tensors pickled as numpy arrays, buffers out of band);
   torch  - the format before it (tensors pickled by torch's storage reducer, views compacted), both ways;
-  empty  - the same call with a DataProto of no tensors (Ray's fixed cost of a call per rank).
+  empty  - the same call with a DataProto of no input tensors (Ray's cost of a call per rank, plus the answer).
 Writes `benchmarks/results/dispatch_<host>.json` (or --json-out). CPU only: Ray with a worker process per rank.
 """
 

@@ -148,28 +148,52 @@ def test_pickle_sends_only_the_slice():
     assert back.batch[VALUES].shape == (10, 100) and back.batch.batch_size == torch.Size([10])
 
 
-def test_pickle_round_trips_every_dtype_and_views_out_of_band():
-    """CPU tensors travel as numpy arrays (bf16 as int16 bits), buffers out of band under protocol 5 as Ray
-    pickles; read-only buffers (Ray's shared memory) come back as writable tensors of their own."""
-    base = torch.randn(6, 8)
-    tensors = {"f32": base, "bf16": base.to(torch.bfloat16), "i64": torch.arange(48).view(6, 8),
-               "bool": base > 0, "f16": base.half(), "strided": base.t().contiguous().t(),
-               "grad": base.clone().requires_grad_(True), "f8": base.to(torch.float8_e4m3fn)}
-    part = DataProto.from_dict(tensors).slice(2, 5)
+WIRE_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.int16,
+               torch.int32, torch.int64, torch.uint16, torch.uint32, torch.uint64, torch.bool, torch.complex64,
+               torch.float8_e4m3fn, torch.float8_e5m2]
+
+
+def _ray_like(data: DataProto) -> tuple[DataProto, int, int]:
+    """Pickle as Ray does (protocol 5, buffers out of band), hand the buffers back read-only as Ray's shared
+    memory does; returns the copy, the in-band size and the out-of-band size."""
     buffers = []
-    blob = pickle.dumps(part, protocol=5, buffer_callback=buffers.append)
-    assert sum(b.raw().nbytes for b in buffers) >= 3 * 8 * (4 + 2 + 8)  # f32, bf16 and i64 rows went out of band
-    assert len(blob) < 4096
-    back = pickle.loads(blob, buffers=[memoryview(bytes(b.raw())) for b in buffers])  # read-only, as from Ray
-    for key, t in part.batch.items():
-        got = back.batch[key]
-        assert got.dtype == t.dtype and got.shape == (3, 8), key
-        assert torch.equal(got.float(), t.detach().float()), key
-    sent = part.batch["f32"].clone()
-    back.batch["f32"].zero_()  # writable, and its own memory
-    assert torch.equal(part.batch["f32"], sent) and not back.batch["f32"].any()
-    again = pickle.loads(pickle.dumps(part))  # in-band (protocol 4, e.g. save_to_disk)
-    assert torch.equal(again.batch["bf16"].float(), part.batch["bf16"].float())
+    blob = pickle.dumps(data, protocol=5, buffer_callback=buffers.append)
+    back = pickle.loads(blob, buffers=[memoryview(bytes(b.raw())) for b in buffers])
+    return back, len(blob), sum(b.raw().nbytes for b in buffers)
+
+
+@pytest.mark.parametrize("dtype", WIRE_DTYPES, ids=str)
+def test_pickle_round_trips_every_dtype(dtype):
+    """CPU tensors travel as numpy arrays (bf16, float8, ... as integers of their width), buffers out of band;
+    the copy is bit for bit, writable and its own memory."""
+    bits = torch.randint(0, 256, (6, 8 * torch.empty(0, dtype=dtype).element_size()), dtype=torch.uint8)
+    t = bits.view(dtype) if dtype != torch.bool else bits > 127
+    part = DataProto.from_dict({"t": t}).slice(2, 5)
+    back, inband, outband = _ray_like(part)
+    got = back.batch["t"]
+    assert got.dtype == dtype and got.shape == (3, 8)
+    assert torch.equal(got.view(torch.uint8), part.batch["t"].view(torch.uint8))
+    assert outband == 3 * 8 * t.element_size() and inband < 2048  # only the slice's bytes, out of band
+    sent = part.batch["t"].clone()
+    got.view(torch.uint8).zero_()
+    assert torch.equal(part.batch["t"].view(torch.uint8), sent.view(torch.uint8))
+
+
+def test_pickle_round_trips_views_empty_grad_and_old_pickles():
+    base = torch.randn(6, 8)
+    tensors = {"columns": base[:, ::2], "transposed": torch.randn(8, 6).t(), "broadcast": torch.arange(4.0).expand(6, 4),
+               "empty": torch.zeros(6, 0), "grad": base.clone().requires_grad_(True)}
+    data = DataProto.from_dict(tensors)
+    back, inband, _ = _ray_like(data)
+    for key, t in data.batch.items():
+        assert back.batch[key].dtype == t.dtype and torch.equal(back.batch[key], t.detach()), key
+    assert back.batch["grad"].requires_grad  # autograd leaves keep torch's pickling
+    assert inband < 4096  # the broadcast view travels as its 4 values, not 6 x 4
+    # a pickle written before the numpy wire format (raw tensors in the state) still loads
+    old = DataProto.__new__(DataProto)
+    old.__setstate__({"batch": {VALUES: base}, "non_tensor_batch": {}, "meta_info": {"k": 1}})
+    again = pickle.loads(pickle.dumps(old))  # in-band (protocol 4, e.g. save_to_disk)
+    assert torch.equal(again.batch[VALUES], base) and again.meta_info == {"k": 1}
 
 
 def test_future_get_applies_collect_and_dispatch():

@@ -73,7 +73,9 @@ def units_to_wrap(model: torch.nn.Module, min_num_params: int = 0) -> list[torch
     """
     skip = set()
     if getattr(getattr(model, "config", None), "tie_word_embeddings", False):
-        skip = {id(model.get_input_embeddings()), id(model.get_output_embeddings())}
+        tied = {id(model.get_input_embeddings()), id(model.get_output_embeddings())}
+        # nor a module holding one of them (the decoder stack's parent holds the input embeddings)
+        skip = {id(m) for m in model.modules() if any(id(sub) in tied for sub in m.modules())}
     if min_num_params > 0:
         units = _size_wrapped(model, min_num_params, skip)
     else:

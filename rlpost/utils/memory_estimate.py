@@ -5,7 +5,7 @@ gated MLP, norms), and every phase adds what lives on one device while it runs:
 
     gen           resident training state + the rollout engine's budget (gpu_memory_utilization x device)
     old_log_prob  resident state + one gathered FSDP unit set (the whole model with reshard_after_forward=false,
-                  or with a wrap_policy.min_num_params above its size)
+                  or with a wrap_policy.min_num_params above one layer's size)
                   + no-grad activations + response logits (+ float32 chunks off the Triton path)
     ref           the same with the reference's micro-batch
     update_actor  resident state + sharded fp32 grads + activations (checkpointed or not) + training logits
@@ -18,7 +18,6 @@ The caching allocator is emptied before the engine wakes, so the training peak i
 from __future__ import annotations
 
 import json
-import math
 import os
 from dataclasses import dataclass, field
 
@@ -144,17 +143,16 @@ def resident_bytes(shape: ModelShape, s: TrainSetup) -> dict[str, int]:
 
 
 def gathered_bytes(shape: ModelShape, whole: bool = False, unit_params: int = 0) -> int:
-    """bf16 full copies during a forward: the root unit plus two units (the next one is prefetched), or with
-    `whole` (reshard_after_forward=false) the whole model.
+    """bf16 full copies during a forward: the root unit plus two decoder layers (the next one is prefetched), or
+    with `whole` (reshard_after_forward=false) the whole model.
 
-    A unit is one decoder layer, or with size-based wrapping (`unit_params` = wrap_policy.min_num_params
-    above a layer's size) the fewest whole layers that reach `unit_params`. No more than the whole model is
-    ever gathered: a `unit_params` above the model's size leaves the root as the only unit.
+    Size-based wrapping (`unit_params` = wrap_policy.min_num_params) with a threshold above one layer's size
+    wraps no layer on its own: their counts add up in their parent, so the whole decoder stack (or the root
+    alone) is one unit, and the whole model is gathered at once (`rlpost.utils.fsdp.units_to_wrap`).
     """
-    unit = shape.layer_params
-    if unit_params > unit:
-        unit *= math.ceil(unit_params / unit)
-    return 2 * shape.params if whole else 2 * min(shape.params, shape.root_params + 2 * unit)
+    if whole or unit_params > shape.layer_params:
+        return 2 * shape.params
+    return 2 * (shape.root_params + 2 * shape.layer_params)
 
 
 def forward_bytes(shape: ModelShape, rows: int, tokens_per_row: int, logit_rows_per_row: int,

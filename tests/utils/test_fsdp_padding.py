@@ -55,6 +55,12 @@ def test_model_loading_and_wrapping_units(tiny_model_dir):
     assert model.get_input_embeddings() not in sized and sized[-1] is model
     total = sum(p.numel() for p in model.parameters())
     assert units_to_wrap(model, min_num_params=total + 1) == [model]  # the GPU examples' one-unit wrapping
+    # above one layer's size no layer is wrapped alone: the whole decoder stack is one unit (the memory estimate's
+    # premise), and its parent, which holds the tied input embeddings, never is
+    layers = model.model.layers
+    stack = sum(p.numel() for p in layers.parameters())
+    assert units_to_wrap(model, min_num_params=sum(p.numel() for p in layers[0].parameters()) + 1) == [layers, model]
+    assert units_to_wrap(model, min_num_params=stack + 1) == [model]
 
 
 def test_nonfinite_grad_skips_step_and_loss_weights():

@@ -67,7 +67,7 @@ def test_update_and_forward_bytes():
     assert update_bytes(s, setup(float32_chunks=False, entropy=True), rows=2)["logits"] == 6 * 10 * 4
 
 
-def test_size_based_wrapping_gathers_bigger_units_up_to_the_whole_model():
+def test_size_based_wrapping_above_a_layer_gathers_the_whole_model():
     s = ModelShape.from_config_json({**TINY, "num_hidden_layers": 6})  # root 84 + 6 layers of 160 = 1044
     per_layer = 2 * (84 + 2 * 160)
 
@@ -75,8 +75,8 @@ def test_size_based_wrapping_gathers_bigger_units_up_to_the_whole_model():
         return forward_bytes(s, rows=1, tokens_per_row=6, logit_rows_per_row=3, unit_params=unit)["gathered"]
 
     assert fwd(0) == per_layer
-    assert fwd(100) == per_layer  # units below a layer's size: still at most a layer at a time
-    assert fwd(161) == 2 * (84 + 2 * 320)  # two layers reach 161 parameters: units of two layers
-    assert fwd(10**9) == 2 * s.params  # no unit below the root reaches it: the root is the only unit
-    # the update holds the gathered units and their bf16 grads: the whole model twice with the root alone
-    assert update_bytes(s, setup(unit_params=10**9), rows=1)["gathered"] == 2 * 2 * s.params
+    assert fwd(100) == per_layer  # units below a layer's size: at most a layer at a time
+    # above it no layer is wrapped alone: the decoder stack (or the root) is one unit (tests/utils/test_fsdp_padding.py)
+    assert fwd(161) == fwd(10**9) == 2 * s.params
+    # the update holds the gathered model and its bf16 grads
+    assert update_bytes(s, setup(unit_params=161), rows=1)["gathered"] == 2 * 2 * s.params
