@@ -16,7 +16,6 @@ Writes `benchmarks/results/dispatch_<host>.json` (or --json-out). CPU only: Ray 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import platform
@@ -29,6 +28,9 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.append(str(REPO))  # after PYTHONPATH: a snapshot of rlpost put there wins
+sys.path.append(str(REPO / "scripts"))
+
+import bench_limits  # noqa: E402
 
 from rlpost import protocol  # noqa: E402
 from rlpost.protocol import DataProto  # noqa: E402
@@ -97,8 +99,7 @@ def main() -> None:
                     start = time.perf_counter()
                     out = wg.compute_log_prob(empty if side == "empty" else full)
                     elapsed = time.perf_counter() - start
-                    expect = args.rows_per_rank * ranks
-                    assert tuple(out.batch["old_log_probs"].shape) == (expect, args.response_len), side
+                    assert tuple(out.batch["old_log_probs"].shape) == (rows, args.response_len), side
                     if rep:
                         times[side].append(elapsed)
             set_wire("numpy")
@@ -113,8 +114,7 @@ def main() -> None:
     finally:
         finish_ray()
     out_path = args.json_out or REPO / "benchmarks" / "results" / f"dispatch_{platform.node() or 'host'}.json"
-    env = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "cpus": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version()}
+    env = {**bench_limits.env_info(), "cpus": os.cpu_count(), "python": platform.python_version()}
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(json.dumps({"env": env, "args": {k: str(v) for k, v in vars(args).items()},
                                     "results": results}, indent=1))

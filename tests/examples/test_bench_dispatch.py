@@ -21,7 +21,7 @@ def test_bench_times_each_wire_format_at_each_rank_count(tmp_path):
                     "--rows-per-rank", "8", "--prompt-len", "16", "--response-len", "8", "--reps", "2",
                     "--json-out", str(out)], check=True, timeout=220)
     res = json.loads(out.read_text())
-    assert [r["ranks"] for r in res["results"]] == [1, 2]
+    assert [r["ranks"] for r in res["results"]] == [1, 2] and res["env"]["cpus"] and "rlpost_commit" in res["env"]
     for row in res["results"]:
         # int64 prompts 16, responses 8, input_ids/attention_mask/position_ids 24 each, response_mask 8; float scores 8
         assert row["rows"] == 8 * row["ranks"]
