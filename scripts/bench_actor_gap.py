@@ -36,6 +36,7 @@ sys.path.append(str(REPO / "scripts"))
 
 import bench_kernels  # noqa: E402
 import bench_limits  # noqa: E402
+from trace_summary import union_length  # noqa: E402
 
 from rlpost import keys  # noqa: E402
 
@@ -69,13 +70,7 @@ def phase_fns(worker: Any, batch: Any, model: Any, dense: torch.Tensor, args: ar
 
 def busy_seconds(intervals: list[tuple[float, float]]) -> float:
     """Length of the union of (start, end) intervals (microseconds in, seconds out)."""
-    total, end = 0.0, float("-inf")
-    for lo, hi in sorted(intervals):
-        if hi <= end:
-            continue
-        total += hi - max(lo, end)
-        end = hi
-    return total / 1e6
+    return union_length(intervals) / 1e6
 
 
 def profiled(fn: Any, cuda: bool, top: int = 40) -> dict[str, Any]:

@@ -38,9 +38,9 @@ def model_dir(arch: str) -> Path:
     return path
 
 
-def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Medians and ranges of the steps after the first (warm-up)."""
-    steady = rows[1:]
+def summarize(rows: list[dict[str, Any]], profiled_step: int | None = None) -> dict[str, Any]:
+    """Medians and ranges of the steps after the first (warm-up), less the profiled one."""
+    steady = [r for i, r in enumerate(rows[1:], start=2) if i != profiled_step]
     def med(key: str) -> float:
         return statistics.median(r[key] for r in steady if key in r)
     steps = [r["timing_s/step"] for r in steady]
@@ -54,6 +54,32 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def profile_overrides(step: int | None, run_dir: Path) -> list[str]:
+    """A torch trace of every rank of the actor (with its rollout) and the reference at `step`."""
+    if not step:
+        return []
+    return ["global_profiler.tool=torch", f"global_profiler.steps=[{step}]",
+            f"global_profiler.save_path={run_dir / 'profile'}",
+            *(f"actor_rollout_ref.{role}.profiler.{key}" for role in ("actor", "ref")
+              for key in ("enable=true", "all_ranks=true"))]
+
+
+def summarize_traces(folder: Path, step: int, label: Path) -> list[dict[str, Any]] | None:
+    """scripts/trace_summary.py over the ranks' traces of `step`; its table is printed and written beside the
+    run's log (`<label>.trace.txt`)."""
+    import trace_summary
+
+    paths = sorted(folder.glob(f"step{step}_*_rank*.json"))
+    if not paths:
+        return None
+    ranks = sorted((trace_summary.summarize_trace(p) for p in paths), key=lambda r: r["rank"])
+    trace_summary.add_waits(ranks)
+    table = trace_summary.format_table(ranks)
+    Path(f"{label}.trace.txt").write_text(table + "\n")
+    print(table, flush=True)
+    return ranks
+
+
 def run_one(arch: str, gpus: int, tp: int, prompts: int, args: argparse.Namespace) -> dict[str, Any]:
     name = f"scale_{arch}_{gpus}gpu_tp{tp}_{prompts}x{args.n}"
     run_dir = Path(f"/tmp/{name}")
@@ -64,7 +90,7 @@ def run_one(arch: str, gpus: int, tp: int, prompts: int, args: argparse.Namespac
            f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp}", f"actor_rollout_ref.rollout.n={args.n}",
            f"trainer.total_training_steps={args.steps}", "trainer.test_freq=-1", "trainer.save_freq=-1",
            "trainer.val_before_train=false", f"trainer.experiment_name={name}",
-           f"trainer.default_local_dir={run_dir}", *args.override]
+           f"trainer.default_local_dir={run_dir}", *profile_overrides(args.profile_step, run_dir), *args.override]
     env = {"MODEL_PATH": str(model_dir(arch)), "DATA_DIR": str(DATA), "N_GPUS": str(gpus)}
     if arch == "7b":  # one FSDP unit per decoder layer: the example's one-unit wrapping is for the 0.5B model
         env["FSDP_MIN_NUM_PARAMS"] = "0"
@@ -73,7 +99,9 @@ def run_one(arch: str, gpus: int, tp: int, prompts: int, args: argparse.Namespac
                            "response_len": args.response_len, "rc": run.rc, "wall_s": run.wall_s,
                            "timed_out": run.timed_out, "startup_s": run.startup_s}
     if len(run.rows) >= 2:
-        row.update(summarize(run.rows))
+        row.update(summarize(run.rows, args.profile_step))
+    if args.profile_step:
+        row["trace_summary"] = summarize_traces(run_dir / "profile", args.profile_step, args.log_dir / f"{name}")
     if run.rc or len(run.rows) < 2:
         row["error"] = f"rc={run.rc}, {len(run.rows)} steps logged: see {args.log_dir / (name + '.log')}"
     return row
@@ -103,6 +131,8 @@ def main() -> None:
     ap.add_argument("--response-len", type=int, default=512)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--timeout", type=int, default=540, help="seconds per run")
+    ap.add_argument("--profile-step", type=int, default=None,
+                    help="trace this step on every rank (left out of the medians) and summarize where its time went")
     ap.add_argument("--override", nargs="*", default=[], help="extra Hydra overrides for every run")
     ap.add_argument("--json-out", type=Path, default=None)
     ap.add_argument("--log-dir", type=Path, default=REPO / "benchmarks" / "results")

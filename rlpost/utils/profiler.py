@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import os
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
@@ -32,6 +32,7 @@ from rlpost.keys import META_METRICS
 
 TOOLS = ("torch", "torch_memory", "nsys")
 PEAK_PREFIX = "perf/max_memory_allocated_gb/"
+PHASE_RANGE = "phase/"  # the torch trace's name of a phase's range
 
 
 @contextmanager
@@ -153,8 +154,12 @@ class _Session:
         capture = _Capture(discrete[0], self._path(discrete[0], name)) if discrete and self.capture is None else None
         if nsys:
             torch.cuda.nvtx.range_push(name)
+        # a range the torch trace shows (and scripts/trace_summary.py splits by) as `phase/<name>`
+        labelled = torch.profiler.record_function(PHASE_RANGE + name) if any(o.tool == "torch" for o in active) \
+            else nullcontext()
         try:
-            yield
+            with labelled:
+                yield
         finally:
             if nsys:
                 torch.cuda.nvtx.range_pop()

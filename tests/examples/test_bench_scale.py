@@ -57,3 +57,26 @@ def test_launch_sees_each_metrics_line_and_kills_a_run_past_its_time(tmp_path):
     run = launch(slow, {}, tmp_path / "s", tmp_path / "b.log", "t", timeout_s=4, stop_ray=False)
     assert run.timed_out and run.rc != 0 and run.rows == [{"step": 1}]
     assert run.wall_s < 15  # the background `sleep` of the killed group does not hold the launcher
+
+
+def test_a_profiled_step_is_left_out_of_the_medians():
+    out = bench_scale.summarize(_rows([30.0, 10.0, 40.0, 12.0, 11.0], gen=4.0, peak=50.0), profiled_step=3)
+    assert out["steps_measured"] == 3 and out["s_per_step"] == 11.0 and out["s_per_step_range"] == [10.0, 12.0]
+
+
+def test_profile_overrides_compose_and_pass_the_start_up_rules(tmp_path):
+    from hydra import compose, initialize_config_dir
+
+    from rlpost.trainer.config import CONFIG_DIR, typed_config, validate_config
+    from rlpost.trainer.ppo.profiling import role_options
+
+    assert bench_scale.profile_overrides(None, tmp_path) == []
+    overrides = bench_scale.profile_overrides(4, tmp_path)
+    with initialize_config_dir(str(CONFIG_DIR), version_base=None):
+        cfg = compose("ppo_trainer", overrides=[*overrides, "trainer.device=cpu", "trainer.n_gpus_per_node=4",
+                                                  "actor_rollout_ref.rollout.tensor_model_parallel_size=1"])
+    validate_config(cfg)
+    c = typed_config(cfg)
+    for role in ("actor", "ref", "rollout"):
+        opts = role_options(c, role)
+        assert (opts.tool, opts.ranks, opts.save_path) == ("torch", None, str(tmp_path / "profile"))
