@@ -60,36 +60,30 @@ def test_torch_memory_snapshot_and_cuda_trace(tmp_path):
     SESSION.written.clear()
 
 
-def test_trace_summary_splits_a_phase_into_compute_and_comm(tmp_path):
-    """scripts/trace_summary.py on a CUDA trace: the matmuls count as compute, the NCCL all-reduce as comm."""
+
+def test_trace_summary_counts_a_phase_s_kernels_as_compute(tmp_path):
+    """scripts/trace_summary.py on a CUDA trace: the phase's matmuls are compute, the GPU is busy for part of
+    the host range. (NCCL kernels, the comm column, need 2 ranks: a 1-rank all-reduce launches none; the
+    4-GPU `bench_scale --profile-step` run of docs/benchmarks.md shows them per rank.)"""
     import sys
     from pathlib import Path
-
-    import torch.distributed as dist
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
     import trace_summary
 
-    own_group = not dist.is_initialized()
-    if own_group:
-        dist.init_process_group("nccl", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
     a = torch.randn(2048, 2048, device="cuda")
 
     @phase("update_actor")
     def step() -> None:
         for _ in range(20):
             (a @ a).sum()
-        dist.all_reduce(torch.ones(2**22, device="cuda"))
         torch.cuda.synchronize()
 
-    step()  # warm-up: the first NCCL call sets up the communicator
+    step()
     SESSION.start(3, options(tmp_path, "torch"), rank=0)
     step()
     SESSION.stop("actor")
     SESSION.written.clear()
-    if own_group:
-        dist.destroy_process_group()
     row = trace_summary.summarize_trace(tmp_path / "step3_actor_rank0.json")["phases"]["update_actor"]
-    assert row["compute_ms"] > 0 and row["comm_ms"] > 0 and row["kernels"] >= 21
-    assert row["busy_ms"] <= row["wall_ms"] and row["idle_ms"] >= 0
-    assert any("gemm" in k.lower() or "nvjet" in k.lower() or "cutlass" in k.lower() for k in row["top_ms"])
+    assert row["compute_ms"] > 0 and row["comm_ms"] == 0 and row["kernels"] >= 40 and row["top_ms"]
+    assert 0 < row["busy_ms"] <= row["wall_ms"] and row["idle_ms"] >= 0
