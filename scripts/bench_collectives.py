@@ -3,10 +3,11 @@ the 0.5B model issues, on 2..N GPUs (issue 18 §7: what grows with the GPU count
 
     python3 scripts/bench_collectives.py --world-sizes 2 4 --json-out benchmarks/results/collectives.json
 
-Sizes (`--params`, default Qwen2.5-0.5B's 494M): the whole model as one FSDP unit (bf16 all-gather of every
-parameter; fp32 reduce-scatter of every gradient) and one decoder layer of it (`--layers`, default 24). Each is
-timed `--reps` times after a warm-up; medians and ranges in ms, and the bus bandwidth
-size x (world - 1) / world / time. `--backend gloo --device cpu` runs the same on CPU (tests).
+Sizes: the whole model as one FSDP unit (`--params`, default Qwen2.5-0.5B's 494M: the bf16 all-gather of every
+parameter, the fp32 reduce-scatter of every gradient) and one decoder layer of it (`--layer-params`, default 14.9M).
+Each call is timed `--reps` times after two warm-ups, all ranks starting behind a barrier; a repetition's time is
+the slowest rank's. Medians and ranges in ms, and the bus bandwidth size x (world - 1) / world / time.
+`--backend gloo --device cpu` runs the same on CPU (tests).
 """
 
 from __future__ import annotations
@@ -25,19 +26,19 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 
-def _sizes(params: int, layers: int) -> list[tuple[str, str, int, torch.dtype]]:
+def _sizes(params: int, layer_params: int) -> list[tuple[str, str, int, torch.dtype]]:
     """(name, op, elements of the unsharded tensor, dtype)."""
-    per_layer = params // (layers + 2)  # embeddings count about as much as two layers of a small model
     return [("model all-gather bf16", "all_gather", params, torch.bfloat16),
             ("model reduce-scatter fp32", "reduce_scatter", params, torch.float32),
-            ("layer all-gather bf16", "all_gather", per_layer, torch.bfloat16),
-            ("layer reduce-scatter fp32", "reduce_scatter", per_layer, torch.float32)]
+            ("layer all-gather bf16", "all_gather", layer_params, torch.bfloat16),
+            ("layer reduce-scatter fp32", "reduce_scatter", layer_params, torch.float32)]
 
 
 def _timed_calls(op: str, full: torch.Tensor, shard: torch.Tensor, reps: int, cuda: bool) -> list[float]:
-    """Milliseconds of `reps` calls of `op` after one warm-up, each started together behind a barrier."""
+    """Milliseconds of `reps` calls of `op` after two warm-ups, each started together behind a barrier; each
+    repetition's time is the slowest rank's."""
     times = []
-    for i in range(reps + 1):
+    for i in range(reps + 2):
         dist.barrier()
         start = time.perf_counter()
         if op == "all_gather":
@@ -46,20 +47,22 @@ def _timed_calls(op: str, full: torch.Tensor, shard: torch.Tensor, reps: int, cu
             dist.reduce_scatter_tensor(shard, full)
         if cuda:
             torch.cuda.synchronize()
-        if i:
+        if i >= 2:
             times.append((time.perf_counter() - start) * 1e3)
-    return times
+    slowest = torch.tensor(times, dtype=torch.float64, device=full.device)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    return slowest.tolist()
 
 
 def _worker(rank: int, world: int, args: argparse.Namespace, port: int, out: str) -> None:
-    warnings.filterwarnings("ignore", category=FutureWarning)  # 2.13 renamed the two calls; 2.11 lacks the names
+    warnings.filterwarnings("ignore", category=FutureWarning)  # newer torch deprecates the two calls' names
     cuda = args.device == "cuda"
     dev = torch.device("cuda", rank) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(dev)
     dist.init_process_group(args.backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     rows = []
-    for name, op, numel, dtype in _sizes(args.params, args.layers):
+    for name, op, numel, dtype in _sizes(args.params, args.layer_params):
         numel -= numel % world
         full = torch.ones(numel, dtype=dtype, device=dev)
         shard = torch.ones(numel // world, dtype=dtype, device=dev)
@@ -78,12 +81,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--world-sizes", type=int, nargs="+", default=[2, 4])
     ap.add_argument("--params", type=int, default=494_032_768)
-    ap.add_argument("--layers", type=int, default=24)
+    ap.add_argument("--layer-params", type=int, default=14_912_384, help="one decoder layer (Qwen2.5-0.5B's)")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--backend", default="nccl")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--json-out", type=Path, default=None)
     args = ap.parse_args()
+    if args.reps < 1:
+        ap.error("--reps must be at least 1")
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from bench_limits import env_info
 

@@ -10,7 +10,8 @@ ignore_eos, n=8) on a random-weight model of the chosen architecture (`bench_lim
 times-ten data; one optimizer step per training step (the mini-batch is the whole batch), so with
 `--prompts-per-gpu` every GPU does the same work at every GPU count. Step 1 warms up; medians (and the range) of
 the later steps are reported per phase, with the peak memory per phase, and, for weak scaling, the efficiency
-t(1 GPU) / t(N GPUs) of the step and of each phase (what grows with the GPU count).
+t(1 GPU) / t(N GPUs) of the step and of each phase (what grows with the GPU count). `--profile-step S` traces
+step S on every rank (left out of the medians) and prints `scripts/trace_summary.py`'s table of it.
 Writes `benchmarks/results/scale_<arch>_<gpu>.json`.
 """
 
@@ -24,6 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bench_limits import env_info
 from main_ppo_runs import REPO, gpu_name, launch
 
 DATA = Path("/tmp/d")
@@ -39,8 +41,11 @@ def model_dir(arch: str) -> Path:
 
 
 def summarize(rows: list[dict[str, Any]], profiled_step: int | None = None) -> dict[str, Any]:
-    """Medians and ranges of the steps after the first (warm-up), less the profiled one."""
-    steady = [r for i, r in enumerate(rows[1:], start=2) if i != profiled_step]
+    """Medians and ranges of the steps after the first (warm-up), less the profiled one; `{"steps_measured": 0}`
+    when none is left."""
+    steady = [r for i, r in enumerate(rows, start=1) if r.get("step", i) not in (1, profiled_step)]
+    if not steady:
+        return {"steps_measured": 0}
     def med(key: str) -> float:
         return statistics.median(r[key] for r in steady if key in r)
     steps = [r["timing_s/step"] for r in steady]
@@ -102,7 +107,7 @@ def run_one(arch: str, gpus: int, tp: int, prompts: int, args: argparse.Namespac
         row.update(summarize(run.rows, args.profile_step))
     if args.profile_step:
         row["trace_summary"] = summarize_traces(run_dir / "profile", args.profile_step, args.log_dir / f"{name}")
-    if run.rc or len(run.rows) < 2:
+    if run.rc or "s_per_step" not in row:
         row["error"] = f"rc={run.rc}, {len(run.rows)} steps logged: see {args.log_dir / (name + '.log')}"
     return row
 
@@ -142,6 +147,7 @@ def main() -> None:
         subprocess.run([sys.executable, "examples/data_preprocess/times_ten.py", "--local_dir", str(DATA)],
                        cwd=REPO, check=True)
     gpu = gpu_name()
+    env = env_info()
     out = args.json_out or REPO / "benchmarks" / "results" / f"scale_{args.arch}_{gpu.replace(' ', '_').lower()}.json"
     results = []
     for gpus in args.gpus:
@@ -152,7 +158,8 @@ def main() -> None:
             results.append(run_one(args.arch, gpus, tp, prompts, args))
             print(json.dumps(results[-1]), flush=True)
             efficiency(results)  # written after every run: a later run cut short loses nothing before it
-            out.write_text(json.dumps({"gpu": gpu, "command": " ".join(sys.argv), "results": results}, indent=1))
+            out.write_text(json.dumps({"gpu": gpu, "env": env, "command": " ".join(sys.argv), "results": results},
+                                      indent=1))
     for r in results:
         if "error" not in r:
             eff = f", weak-scaling efficiency {r['weak_efficiency']:.2f}" if "weak_efficiency" in r else ""

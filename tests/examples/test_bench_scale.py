@@ -80,3 +80,10 @@ def test_profile_overrides_compose_and_pass_the_start_up_rules(tmp_path):
     for role in ("actor", "ref", "rollout"):
         opts = role_options(c, role)
         assert (opts.tool, opts.ranks, opts.save_path) == ("torch", None, str(tmp_path / "profile"))
+
+
+def test_summary_by_step_number_and_with_no_step_left():
+    rows = _rows([30.0, 10.0, 40.0, 12.0], gen=4.0, peak=50.0)
+    del rows[1]  # step 2's row is missing: step 3 (profiled) and 4 remain
+    assert bench_scale.summarize(rows, profiled_step=3)["s_per_step"] == 12.0
+    assert bench_scale.summarize(_rows([30.0, 40.0], gen=4.0, peak=50.0), profiled_step=2) == {"steps_measured": 0}
