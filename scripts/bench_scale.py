@@ -77,8 +77,7 @@ def summarize_traces(folder: Path, step: int, label: Path) -> list[dict[str, Any
     paths = sorted(folder.glob(f"step{step}_*_rank*.json"))
     if not paths:
         return None
-    ranks = sorted((trace_summary.summarize_trace(p) for p in paths), key=lambda r: r["rank"])
-    trace_summary.add_waits(ranks)
+    ranks = trace_summary.summarize_files(paths)
     table = trace_summary.format_table(ranks)
     Path(f"{label}.trace.txt").write_text(table + "\n")
     print(table, flush=True)

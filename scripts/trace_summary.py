@@ -26,10 +26,13 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
-PHASE = "phase/"
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # after PYTHONPATH: a snapshot of rlpost put there wins
+from rlpost.utils.profiler import PHASE_RANGE as PHASE  # noqa: E402  (the worker's name of a phase's range)
+
 COMM = re.compile(r"^nccl", re.IGNORECASE)  # ncclDevKernel_AllGather_..., ncclKernel_...
 COPY_CATS = ("gpu_memcpy", "gpu_memset")
 
@@ -141,14 +144,20 @@ def format_table(ranks: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def summarize_files(paths: list[Path], top: int = 5) -> list[dict[str, Any]]:
+    """Every rank's summary (`summarize_trace`), in rank order, with the waits across them (`add_waits`)."""
+    ranks = sorted((summarize_trace(p, top) for p in paths), key=lambda r: r["rank"])
+    add_waits(ranks)
+    return ranks
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("traces", nargs="+", type=Path, help="the ranks' .json traces of one step")
     ap.add_argument("--top", type=int, default=5, help="longest kernels / operators listed per phase")
     ap.add_argument("--json-out", type=Path, default=None)
     args = ap.parse_args()
-    ranks = sorted((summarize_trace(p, args.top) for p in args.traces), key=lambda r: r["rank"])
-    add_waits(ranks)
+    ranks = summarize_files(args.traces, args.top)
     print(format_table(ranks))
     for r in ranks[:1]:
         for name, row in r["phases"].items():
