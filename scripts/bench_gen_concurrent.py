@@ -1,0 +1,184 @@
+"""The bare weak-scaling limit of one host: each phase alone on one GPU, then on every GPU at once.
+
+    python3 scripts/bench_gen_concurrent.py --gpus 4 --prompts 64 --n 8 --reps 5 --model-dir /tmp/m_0.5b
+
+One process per GPU, each with its own bare vLLM engine (`bench_limits.bare_engine`) and, with `--phases gen
+train`, its own plain training loop (`bench_limits.train_pass`, no FSDP, no communication). Each repetition runs a
+phase twice, in alternating order: "solo" (rank 0 works, the others wait at a barrier) and "all" (every rank works
+at once, the time being the slowest rank's). Nothing is shared between the processes but the host: its cores,
+memory bandwidth and PCIe. So `solo / all` is the best weak-scaling efficiency any framework can reach for that
+phase on this host, the bare limit beside `bench_scale.py`'s efficiency through `main_ppo`.
+Writes a JSON with every time, the medians, ranges and the efficiency per phase.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+
+MODES = ("solo", "all")
+
+
+def order(rep: int) -> tuple[str, str]:
+    """The two modes of repetition `rep`, alternating which goes first."""
+    return MODES if rep % 2 == 0 else MODES[::-1]
+
+
+def summarize(times: dict[str, dict[str, list[list[float]]]]) -> dict[str, Any]:
+    """Medians, ranges and efficiency per phase.
+
+    Args:
+        times: phase -> mode -> one list per repetition of the working ranks' seconds (solo: rank 0 only).
+
+    Returns:
+        phase -> {solo_s, solo_range, all_s (median of the slowest rank), all_range, all_rank_median_s
+        (median over repetitions of the median rank), efficiency (solo_s / all_s)}.
+    """
+    out = {}
+    for phase, by_mode in times.items():
+        solo = [max(r) for r in by_mode["solo"]]
+        slowest = [max(r) for r in by_mode["all"]]
+        middle = [statistics.median(r) for r in by_mode["all"]]
+        out[phase] = {
+            "solo_s": statistics.median(solo), "solo_range": [min(solo), max(solo)],
+            "all_s": statistics.median(slowest), "all_range": [min(slowest), max(slowest)],
+            "all_rank_median_s": statistics.median(middle),
+            "efficiency": statistics.median(solo) / statistics.median(slowest),
+        }
+    return out
+
+
+def _worker(rank: int, args: argparse.Namespace, barrier: Any, results: Any) -> None:
+    """One GPU's process: build the engine (and model), run every repetition, put (rank, times) on `results`."""
+    import torch
+
+    import bench_limits as bl
+
+    cuda = torch.cuda.is_available()
+    max_len = args.prompt_len + args.response_len
+    vocab = json.loads((args.model_dir / "config.json").read_text())["vocab_size"]
+    prompts = bl.random_prompts(args.prompts, args.prompt_len, seed=rank, high=min(vocab, 150000))
+    times: dict[str, dict[str, list[float]]] = {}
+
+    def run_phase(phase: str, work: Any) -> None:
+        times[phase] = {m: [] for m in MODES}
+        for rep in range(args.reps):
+            for mode in order(rep):
+                barrier.wait()
+                if mode == "all" or rank == 0:
+                    times[phase][mode].append(bl.timed(work))
+                barrier.wait()
+
+    llm = None
+    if "gen" in args.phases:
+        from vllm import SamplingParams
+
+        llm, _ = bl.bare_engine(args.model_dir, max_len, args.gpu_memory_utilization, args.enforce_eager)
+
+        params = SamplingParams(n=args.n, temperature=1.0, max_tokens=args.response_len, ignore_eos=True,
+                                detokenize=False)
+        requests = [{"prompt_token_ids": row.tolist()} for row in prompts]
+        llm.generate(requests[:4], params, use_tqdm=False)  # warm-up
+        run_phase("gen", lambda: llm.generate(requests, params, use_tqdm=False))
+    if "train" in args.phases:
+        from transformers import AutoModelForCausalLM
+
+        if cuda and llm is not None:
+            llm.sleep(level=1)  # frees the KV cache and offloads the engine's weights
+        dtype = torch.bfloat16 if cuda else torch.float32
+        model = AutoModelForCausalLM.from_pretrained(str(args.model_dir), dtype=dtype, attn_implementation="sdpa")
+        model = model.to("cuda" if cuda else "cpu")
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        rows = args.prompts * args.n
+        ids = torch.randint(10, min(vocab, 150000), (rows, max_len), generator=torch.Generator().manual_seed(rank))
+        ids = ids.pin_memory() if cuda else ids
+        opt = bl.adamw(model)
+        adv = torch.randn(rows, device=model.device)
+        bl.train_pass(model, opt, adv, ids[:args.micro], args.prompt_len, args.micro, args.micro)  # warm-up
+        run_phase("train", lambda: bl.train_pass(model, opt, adv, ids, args.prompt_len, args.micro, rows))
+    results.put((rank, times))
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Start one process per GPU, collect their times, summarize."""
+    ctx = mp.get_context("spawn")
+    barrier, results = ctx.Barrier(args.gpus), ctx.Queue()
+    procs = []
+    saved = os.environ.get("CUDA_VISIBLE_DEVICES")
+    for rank in range(args.gpus):
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(rank)  # a spawned child inherits the environment at start
+        proc = ctx.Process(target=_worker, args=(rank, args, barrier, results), daemon=False)
+        proc.start()
+        procs.append(proc)
+    if saved is None:
+        os.environ.pop("CUDA_VISIBLE_DEVICES")
+    else:
+        os.environ["CUDA_VISIBLE_DEVICES"] = saved
+    per_rank: dict[int, Any] = {}
+    deadline = time.monotonic() + args.timeout
+    while len(per_rank) < args.gpus:
+        if time.monotonic() > deadline or any(p.exitcode not in (None, 0) for p in procs):
+            for p in procs:
+                p.kill()
+            codes = [p.exitcode for p in procs]
+            raise SystemExit(f"bench_gen_concurrent: a worker failed or the run passed --timeout "
+                             f"{args.timeout} s (exit codes {codes})")
+        try:
+            rank, times = results.get(timeout=1.0)
+        except Exception:  # noqa: BLE001 - queue.Empty: poll again
+            continue
+        per_rank[rank] = times
+    for p in procs:
+        p.join()
+    # phase -> mode -> per repetition the working ranks' seconds
+    joined = {phase: {"solo": [[t] for t in per_rank[0][phase]["solo"]],
+                      "all": [[per_rank[r][phase]["all"][i] for r in range(args.gpus)] for i in range(args.reps)]}
+              for phase in per_rank[0]}
+    return {"times": joined, "summary": summarize(joined)}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gpus", type=int, default=4, help="processes, one GPU each (CPU: engines on the CPU)")
+    ap.add_argument("--model-dir", type=Path, required=True, help="a model saved by bench_limits.build_model")
+    ap.add_argument("--phases", nargs="+", choices=["gen", "train"], default=["gen", "train"])
+    ap.add_argument("--prompts", type=int, default=64, help="prompts per GPU")
+    ap.add_argument("--n", type=int, default=8)
+    ap.add_argument("--prompt-len", type=int, default=32)
+    ap.add_argument("--response-len", type=int, default=512)
+    ap.add_argument("--micro", type=int, default=32, help="rows per training micro-batch")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--gpu-memory-utilization", type=float, default=0.5)
+    ap.add_argument("--enforce-eager", action="store_true")
+    ap.add_argument("--timeout", type=float, default=540.0, help="seconds before the workers are killed")
+    ap.add_argument("--json-out", type=Path, default=None)
+    return ap.parse_args(argv)
+
+
+def main() -> None:
+    args = parse_args()
+    import bench_limits as bl
+
+    res = {"env": bl.env_info(), "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+           **run(args)}
+    for phase, s in res["summary"].items():
+        print(f"[concurrent] {phase}: solo {s['solo_s']:.3f} s {s['solo_range']}, all {args.gpus} at once "
+              f"{s['all_s']:.3f} s {s['all_range']} (median rank {s['all_rank_median_s']:.3f} s): "
+              f"efficiency {s['efficiency']:.3f}", flush=True)
+    if args.json_out:
+        args.json_out.parent.mkdir(parents=True, exist_ok=True)
+        args.json_out.write_text(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()
