@@ -2,7 +2,8 @@
 
     python3 scripts/bench_gen_concurrent.py --gpus 4 --prompts 64 --n 8 --reps 5 --model-dir /tmp/m_0.5b
 
-One process per GPU, each with its own bare vLLM engine (`bench_limits.bare_engine`) and, with `--phases gen
+One process per GPU, each with its own bare vLLM engine (`bench_limits.bare_engine` with the GPU example's
+scheduler limits, one request per sample as the rollout sends them) and, with `--phases gen
 train`, its own plain training loop (`bench_limits.train_pass`, no FSDP, no communication). Each repetition runs a
 phase twice, in alternating order: "solo" (rank 0 works, the others wait at a barrier) and "all" (every rank works
 at once, the time being the slowest rank's). Nothing is shared between the processes but the host: its cores,
@@ -83,11 +84,13 @@ def _worker(rank: int, args: argparse.Namespace, barrier: Any, results: Any) -> 
     if "gen" in args.phases:
         from vllm import SamplingParams
 
-        llm, _ = bl.bare_engine(args.model_dir, max_len, args.gpu_memory_utilization, args.enforce_eager)
+        llm, _ = bl.bare_engine(args.model_dir, max_len, args.gpu_memory_utilization, args.enforce_eager,
+                                max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens)
 
-        params = SamplingParams(n=args.n, temperature=1.0, max_tokens=args.response_len, ignore_eos=True,
+        # as the rollout sends them: each of the n samples of a prompt is its own request (n=1)
+        params = SamplingParams(n=1, temperature=1.0, max_tokens=args.response_len, ignore_eos=True,
                                 detokenize=False)
-        requests = [{"prompt_token_ids": row.tolist()} for row in prompts]
+        requests = [{"prompt_token_ids": row.tolist()} for row in prompts for _ in range(args.n)]
         llm.generate(requests[:4], params, use_tqdm=False)  # warm-up
         run_phase("gen", lambda: llm.generate(requests, params, use_tqdm=False))
     if "train" in args.phases:
@@ -160,6 +163,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.5)
     ap.add_argument("--enforce-eager", action="store_true")
+    ap.add_argument("--max-num-seqs", type=int, default=1024, help="rollout.max_num_seqs (verl's default)")
+    ap.add_argument("--max-num-batched-tokens", type=int, default=16384,
+                    help="rollout.max_num_batched_tokens (the GPU example's)")
     ap.add_argument("--timeout", type=float, default=540.0, help="seconds before the workers are killed")
     ap.add_argument("--json-out", type=Path, default=None)
     return ap.parse_args(argv)

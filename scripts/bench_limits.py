@@ -108,15 +108,17 @@ def timed(fn: Any) -> float:
     return time.perf_counter() - start
 
 
-def bare_engine(model_dir: Path, max_model_len: int, gpu_memory_utilization: float, enforce_eager: bool):
-    """A vLLM engine with its defaults except length, memory share, CUDA graphs; sleep mode on."""
+def bare_engine(model_dir: Path, max_model_len: int, gpu_memory_utilization: float, enforce_eager: bool,
+                **engine_kwargs: Any):
+    """A vLLM engine with its defaults except length, memory share, CUDA graphs and `engine_kwargs`; sleep mode
+    on."""
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     from vllm import LLM
 
     start = time.perf_counter()
     llm = LLM(model=str(model_dir), dtype="bfloat16", max_model_len=max_model_len, seed=0,
               gpu_memory_utilization=gpu_memory_utilization, enforce_eager=enforce_eager,
-              enable_sleep_mode=torch.cuda.is_available())
+              enable_sleep_mode=torch.cuda.is_available(), **engine_kwargs)
     return llm, time.perf_counter() - start
 
 
