@@ -22,7 +22,6 @@ import multiprocessing as mp
 import os
 import queue
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -219,10 +218,7 @@ def main() -> None:
         import torch
 
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
-    if not (args.model_dir / "config.json").exists():  # in a child: the parent never touches a GPU
-        subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(REPO / 'scripts')!r}); "
-                        f"import bench_limits; bench_limits.build_model({str(args.model_dir)!r}, arch={args.arch!r})"],
-                       check=True)
+    bl.ensure_model(args.model_dir, args.arch)  # in a child: this process never touches a GPU
     out = run(args)
     res = {"env": bl.env_info(), "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
            **out}

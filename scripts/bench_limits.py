@@ -65,6 +65,16 @@ def build_model(out_dir: str | Path, seed: int = 0, arch: str = "0.5b") -> Path:
     return out
 
 
+def ensure_model(out_dir: str | Path, arch: str = "0.5b") -> Path:
+    """`build_model` into out_dir unless a model is there already, in a child process: the caller (a benchmark
+    that starts GPU workers itself) holds no CUDA context afterwards."""
+    out = Path(out_dir)
+    if not (out / "config.json").exists():
+        subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(REPO / 'scripts')!r}); "
+                        f"import bench_limits; bench_limits.build_model({str(out)!r}, arch={arch!r})"], check=True)
+    return out
+
+
 def random_prompts(n_prompts: int, prompt_len: int, seed: int = 0, low: int = 10, high: int = 150000
                    ) -> torch.Tensor:
     """(n_prompts, prompt_len) random token ids (never pad/eos of the small tokenizer)."""

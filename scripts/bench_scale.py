@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench_limits import env_info
+from bench_limits import ensure_model, env_info
 from main_ppo_runs import REPO, gpu_name, launch
 
 DATA = Path("/tmp/d")
@@ -33,11 +33,7 @@ DATA = Path("/tmp/d")
 
 def model_dir(arch: str) -> Path:
     """The random-weight model of `arch`, built once per host."""
-    path = Path(f"/tmp/m_{arch}")
-    if not (path / "config.json").exists():
-        subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, 'scripts'); import bench_limits; "
-                        f"bench_limits.build_model({str(path)!r}, arch={arch!r})"], cwd=REPO, check=True)
-    return path
+    return ensure_model(f"/tmp/m_{arch}", arch)
 
 
 def summarize(rows: list[dict[str, Any]], profiled_step: int | None = None) -> dict[str, Any]:
