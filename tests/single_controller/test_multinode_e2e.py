@@ -1,8 +1,9 @@
 """Two Ray nodes on one machine (`ray start --head` + `ray start --address=...`, one CPU each), the trainer
-attached through RAY_ADDRESS: GRPO with trainer.nnodes=2 x n_gpus_per_node=1 puts one rank on each node,
+attached through RAY_ADDRESS: RLOO (its end-to-end run) with trainer.nnodes=2 x n_gpus_per_node=1 puts one rank on each node,
 rendezvous across them, 2 steps. Every process the test starts is ended by its process group afterwards."""
 
 import json
+import math
 import os
 import shutil
 import signal
@@ -62,7 +63,7 @@ def _stop(procs: list[subprocess.Popen]) -> None:
         proc.wait(30)
 
 
-def test_grpo_on_two_nodes(tmp_path, tiny_model_dir):
+def test_rloo_on_two_nodes(tmp_path, tiny_model_dir):
     subprocess.run([sys.executable, "examples/data_preprocess/arith.py", "--local_dir", str(tmp_path / "data"),
                     "--train_size", "8", "--test_size", "2"], check=True, capture_output=True, cwd=REPO)
     address = f"127.0.0.1:{free_port()}"
@@ -77,7 +78,7 @@ def test_grpo_on_two_nodes(tmp_path, tiny_model_dir):
         cmd = [sys.executable, "-m", "rlpost.trainer.main_ppo",
                f"data.train_files={tmp_path / 'data' / 'train.parquet'}", "data.val_files=null",
                "data.train_batch_size=2", "data.max_prompt_length=32", "data.max_response_length=6",
-               f"actor_rollout_ref.model.path={tiny_model_dir}", "algorithm.adv_estimator=grpo",
+               f"actor_rollout_ref.model.path={tiny_model_dir}", "algorithm.adv_estimator=rloo",
                "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.rollout.name=hf",
                "actor_rollout_ref.rollout.tensor_model_parallel_size=1", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
@@ -90,6 +91,7 @@ def test_grpo_on_two_nodes(tmp_path, tiny_model_dir):
         assert proc.returncode == 0, proc.stderr[-3000:]
         rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
         assert [r["step"] for r in rows] == [1, 2]
+        assert all(math.isfinite(r["critic/advantages/mean"]) for r in rows)  # RLOO's leave-one-out baseline
         # one shard per rank: the two ranks (one per node) formed one FSDP group of 2
         shards = sorted(p.name for p in (run_dir / "global_step_2" / "actor").glob("model_world_size_2_rank_*.pt"))
         assert shards == ["model_world_size_2_rank_0.pt", "model_world_size_2_rank_1.pt"]

@@ -90,14 +90,6 @@ def test_grpo_with_kl_loss_engine_knobs_and_a_torch_profile(workspace):
     assert not [k for r in rows for k in r if k.startswith("perf/max_memory_allocated_gb/")]
 
 
-def test_ppo_gae_with_critic(workspace):
-    rows = run_main_ppo(workspace, "gae", "algorithm.adv_estimator=gae", f"critic.model.path={workspace['model']}",
-                        "critic.ppo_mini_batch_size=2", "critic.ppo_micro_batch_size_per_gpu=2",
-                        "critic.forward_micro_batch_size_per_gpu=4", "critic.optim.lr=1e-4")
-    check_metrics(rows, ("critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean", "critic/grad_norm",
-                         "critic/lr", "critic/values/mean", "timing_s/values", "timing_s/update_critic"))
-
-
 def reward_model_dir(ws) -> str:
     """A sequence-classification RM (random score head) on the tiny model's backbone, made once per module."""
     import torch
@@ -118,16 +110,20 @@ def check_rm_scores(rows: list[dict]) -> None:
     assert any(abs(s - round(s)) > 1e-6 for s in scores), scores
 
 
-def test_rloo_with_hf_rollout_and_reward_model(workspace):
-    """RLOO, the HF generate() rollout, and reward_model.enable=true: a sequence-classification RM scores every
-    response in the loop; its continuous scores replace the rule scorer's 0/1 ones. (One run for the three
-    features: each run costs a Ray start, two workers and their models.)"""
-    # reinforce_plus_plus runs through main_ppo in test_resume_e2e.py, which checks the same metrics
-    rows = run_main_ppo(workspace, "hf_rm", "algorithm.adv_estimator=rloo", "actor_rollout_ref.rollout.name=hf",
-                        "reward_model.enable=true",
+def test_ppo_gae_with_critic_hf_rollout_and_reward_model(workspace):
+    """PPO (GAE) with the critic on its plain path (no LoRA, no sequence parallelism: those run below), the HF
+    generate() rollout, and reward_model.enable=true: a sequence-classification RM scores every response in the
+    loop; its continuous scores replace the rule scorer's 0/1 ones. (One run for the three features: each run
+    costs a Ray start, two workers and their models. RLOO runs end to end in test_multinode_e2e.py,
+    reinforce_plus_plus in test_resume_e2e.py.)"""
+    rows = run_main_ppo(workspace, "gae_hf_rm", "algorithm.adv_estimator=gae", "actor_rollout_ref.rollout.name=hf",
+                        f"critic.model.path={workspace['model']}", "critic.ppo_mini_batch_size=2",
+                        "critic.ppo_micro_batch_size_per_gpu=2", "critic.forward_micro_batch_size_per_gpu=4",
+                        "critic.optim.lr=1e-4", "reward_model.enable=true",
                         f"reward_model.model.path={reward_model_dir(workspace)}",
                         "reward_model.micro_batch_size_per_gpu=4")
-    check_metrics(rows)
+    check_metrics(rows, ("critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean", "critic/grad_norm",
+                         "critic/lr", "critic/values/mean", "timing_s/values", "timing_s/update_critic"))
     check_rm_scores(rows)
 
 
