@@ -31,5 +31,7 @@ def closest_key(key: str, candidates: "list[str] | tuple[str, ...]") -> "str | N
     close = difflib.get_close_matches(leaf, list(siblings), n=1, cutoff=0.6)
     if close:
         return siblings[close[0]]
-    close = difflib.get_close_matches(key, list(candidates), n=1, cutoff=0.85)
+    # the siblings were not close: another parent's key only (the shared prefix would make any sibling look alike)
+    others = [c for c in candidates if c.rpartition(".")[0] != parent]
+    close = difflib.get_close_matches(key, others, n=1, cutoff=0.85)
     return close[0] if close else None

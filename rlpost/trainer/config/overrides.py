@@ -29,8 +29,9 @@ def check_override_keys(overrides: list[str]) -> None:
         key = arg.split("=", 1)[0].strip()
         if _known(defaults, key):
             continue
-        close = closest_key(key, _all_keys(defaults))
         value = arg.split("=", 1)[1]
+        # a scalar or list value is a leaf's: suggesting a group ('reward_model.model' for 'model_path') is wrong
+        close = closest_key(key, _all_keys(defaults, groups=value.lstrip().startswith("{")))
         hint = (f"did you mean '{close}'? use {close}={value}" if close
                 else "check the spelling against `--cfg job`")
         raise ConfigError(f"unknown key '{key}' (command line: {arg}): it is not a config key; {hint}.")
@@ -55,14 +56,16 @@ def _free_form(node: DictConfig) -> bool:
                                                "tool_config", "global_tool_config", "apply_chat_template_kwargs"}
 
 
-def _all_keys(node: DictConfig, prefix: str = "") -> list[str]:
+def _all_keys(node: DictConfig, prefix: str = "", groups: bool = True) -> list[str]:
+    """Every dotted key under `node`; the groups' own keys too unless `groups` is false."""
     keys = []
     for name in node:
         key = f"{prefix}{name}"
-        keys.append(key)
         child = node._get_node(name)
+        if groups or not isinstance(child, DictConfig) or _free_form(child):
+            keys.append(key)
         if isinstance(child, DictConfig):
-            keys.extend(_all_keys(child, key + "."))
+            keys.extend(_all_keys(child, key + ".", groups))
     return keys
 
 

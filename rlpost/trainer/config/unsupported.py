@@ -125,6 +125,9 @@ NOTICES: dict[str, str] = {
     "trainer.use_legacy_worker_impl": "rlpost has one worker implementation, used for every value",
     "trainer.controller_nsight_options": "the controller is the process you launch: run it under `nsys profile` "
                                          "with these options yourself to trace it",
+    "global_profiler.global_tool_config.nsys.controller_nsight_options": "the controller is the process you launch: "
+                                                                         "run it under `nsys profile` with these "
+                                                                         "options yourself to trace it",
     "reward_model.use_reward_loop": "rule-based scores come from the reward manager (in-process, or worker "
                                     "processes once a sample takes over 0.5 s) and a discriminative "
                                     "reward_model.model from rlpost's reward-model worker (an FSDP forward on the "

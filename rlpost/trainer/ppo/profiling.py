@@ -26,6 +26,8 @@ def role_options(c: PPOTrainerConfig, role: str) -> ProfileOptions | None:
     ranks = None if prof.all_ranks else tuple(prof.ranks or [0])
     # the rollout's profiler has no `discrete` key: it is captured with the actor's process
     discrete = bool(prof.discrete) if hasattr(prof, "discrete") else False
+    if (prof.tool or tool) == "nsys" and _nsys(c).get("discrete"):  # verl's global switch for every role
+        discrete = hasattr(prof, "discrete")
     return ProfileOptions(role=role, tool=prof.tool or tool, ranks=ranks,
                           save_path=str(prof.save_path or c.global_profiler.save_path), discrete=discrete,
                           contents=tuple(prof.tool_config["torch"]["contents"]),
@@ -38,8 +40,23 @@ def nsight_runtime_env(c: PPOTrainerConfig, options: dict[str, Any]) -> dict[str
     when the tool is nsys; the options' own runtime_env entries are kept."""
     if profile_tool(c) != "nsys":
         return options
-    nsight = {k: str(v) for k, v in c.trainer.worker_nsight_options.items() if v is not None}
+    nsight = {k: str(v) for k, v in worker_nsight_options(c).items() if v is not None}
     return {**options, "runtime_env": {**(options.get("runtime_env") or {}), "nsight": nsight}}
+
+
+def worker_nsight_options(c: PPOTrainerConfig) -> dict[str, Any]:
+    """The workers' nsys options: `trainer.worker_nsight_options`, where each entry of verl's newer
+    `global_profiler.global_tool_config.nsys.worker_nsight_options` set away from its default wins."""
+    from rlpost.trainer.config.defaults import default_of
+
+    default = default_of("global_profiler.global_tool_config.nsys.worker_nsight_options") or {}
+    newer = _nsys(c).get("worker_nsight_options") or {}
+    return {**dict(c.trainer.worker_nsight_options),
+            **{k: v for k, v in newer.items() if k not in default or v != default[k]}}
+
+
+def _nsys(c: PPOTrainerConfig) -> dict[str, Any]:
+    return dict(c.global_profiler.global_tool_config.get("nsys") or {})
 
 
 def check_profiler_tools(c: PPOTrainerConfig) -> None:

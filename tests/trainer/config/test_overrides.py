@@ -21,12 +21,27 @@ def test_typo_names_the_nearest_key():
     ("data.train_bach_size", "data.train_batch_size"),          # a sibling's misspelling
     (f"{ARR}.actr.optim.lr", f"{ARR}.actor.optim.lr"),          # a misspelt group
     ("data.foo", None),                                        # nothing like it: no guess at 'data' or 'data.shuffle'
+    ("reward_model.model_path", "reward_model.model.path"),   # verl's newer spelling: the leaf, not the group
+    (f"{ARR}.ref.sync_ref_model", None),                       # no sibling is close: no guess at 'ref.model'
 ])
 def test_closest_key_prefers_siblings_and_never_guesses_wildly(key, expected):
     from rlpost.trainer.config.convert import _leaf_keys
     from rlpost.trainer.config.errors import closest_key
 
     assert closest_key(key, _leaf_keys()) == expected
+
+
+@pytest.mark.parametrize("arg, hint", [
+    ("reward_model.model_path=/m", "did you mean 'reward_model.model.path'? use reward_model.model.path=/m."),
+    ("reward_model.sandbox_fusion_url=http://x",
+     "did you mean 'reward_model.sandbox_fusion.url'? use reward_model.sandbox_fusion.url=http://x."),
+    (f"{ARR}.ref.sync_ref_model=True", "check the spelling against `--cfg job`."),
+])
+def test_a_scalar_value_is_never_advised_onto_a_group(arg, hint):
+    """`reward_model.model_path=/m` once got "use reward_model.model=/m": a group set to a string."""
+    with pytest.raises(ConfigError) as err:
+        check_override_keys([arg])
+    assert str(err.value).endswith(hint), err.value
 
 
 @pytest.mark.timeout(60)

@@ -48,3 +48,21 @@ def test_resolved_options_and_legacy_profile_steps(small_cfg, monkeypatch):
     monkeypatch.setattr("shutil.which", lambda name: None)
     with pytest.raises(ValueError, match="`nsys` is not on PATH.*global_profiler.tool=torch"):
         check_profiler_tools(c)
+
+
+def test_verl_newer_nsys_keys_under_global_tool_config(small_cfg):
+    """verl's `global_profiler.global_tool_config.nsys.*`: `discrete` makes every profiled role capture per phase;
+    an entry of its worker options set away from the default wins over `trainer.worker_nsight_options`."""
+    nsys = "global_profiler.global_tool_config.nsys"
+    c = typed_config(small_cfg({"global_profiler.tool": "nsys", "global_profiler.steps": [1], f"{ACTOR}.enable": True,
+                                "actor_rollout_ref.ref.profiler.enable": True, "trainer.device": "cuda",
+                                f"{nsys}.discrete": True, f"{nsys}.worker_nsight_options.trace": "cuda,nvtx",
+                                "trainer.worker_nsight_options.kill": "sigkill"}))
+    assert role_options(c, "actor").discrete and role_options(c, "ref").discrete
+    assert not role_options(c, "rollout").discrete  # captured with the actor's process, as before
+    env = nsight_runtime_env(c, {})["runtime_env"]["nsight"]
+    assert (env["trace"], env["kill"], env["capture-range"]) == ("cuda,nvtx", "sigkill", "cudaProfilerApi")
+    # without the global switch only a role's own profiler.discrete counts
+    c = typed_config(small_cfg({"global_profiler.tool": "nsys", "global_profiler.steps": [1], f"{ACTOR}.enable": True,
+                                "trainer.device": "cuda"}))
+    assert not role_options(c, "actor").discrete
