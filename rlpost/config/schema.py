@@ -98,6 +98,15 @@ class CriticModelConfig(BaseConfig):
 
 
 @dataclass(frozen=True)
+class CriticFsdpRefConfig(BaseConfig):
+    """`critic.fsdp`: verl's newer engine-level spelling of three `critic.model.fsdp_config` switches."""
+
+    param_offload: bool
+    optimizer_offload: bool
+    offload_policy: bool
+
+
+@dataclass(frozen=True)
 class CriticConfig(BaseConfig):
     """`critic`."""
 
@@ -123,6 +132,7 @@ class CriticConfig(BaseConfig):
     checkpoint: CheckpointConfig
     profiler: ProfilerConfig
     forward_micro_batch_size: int | None
+    fsdp: CriticFsdpRefConfig
 
 
 @dataclass(frozen=True)
@@ -184,6 +194,34 @@ class OverlongBufferConfig(BaseConfig):
 
 
 @dataclass(frozen=True)
+class RewardEngineConfig(BaseConfig):
+    """`reward_model.inference`: verl's reward-loop engine settings (not used by rlpost's FSDP reward model; the
+    keys rlpost has under `reward_model.rollout` are copied onto them)."""
+
+    name: str | None
+    prompt_length: int
+    response_length: int
+    tensor_model_parallel_size: int
+    gpu_memory_utilization: float
+    max_model_len: int | None
+    engine_kwargs: dict[str, Any]
+    dtype: str
+    enforce_eager: bool
+    cudagraph_capture_sizes: list[int] | None
+    free_cache_engine: bool
+    data_parallel_size: int
+    expert_parallel_size: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    load_format: str
+    limit_images: Any
+    enable_chunked_prefill: bool
+    enable_prefix_caching: bool
+    disable_log_stats: bool
+    skip_tokenizer_init: bool
+
+
+@dataclass(frozen=True)
 class RewardModelConfig(BaseConfig):
     """`reward_model`."""
 
@@ -208,6 +246,8 @@ class RewardModelConfig(BaseConfig):
     sandbox_fusion: SandboxFusionConfig
     profiler: ProfilerConfig
     rollout: RewardRolloutConfig
+    model_path: str | None
+    inference: RewardEngineConfig
 
 
 @dataclass(frozen=True)
@@ -358,6 +398,77 @@ class RayKwargsConfig(BaseConfig):
 
 
 @dataclass(frozen=True)
+class RewardLoopRolloutConfig(RewardEngineConfig):
+    """`reward.reward_model.rollout`: the same engine settings in verl's newer group, and a few more."""
+
+    pipeline_model_parallel_size: int
+    layered_summon: bool
+    scheduling_policy: str
+    full_determinism: bool
+    seed: int
+    multi_stage_wake_up: bool
+    ignore_eos: bool
+    temperature: float
+    top_k: int
+    top_p: float
+    do_sample: bool
+    n: int
+    quantization: str | None
+    quantization_config_file: str | None
+    mtp: Any
+
+
+@dataclass(frozen=True)
+class RewardFunctionRefConfig(BaseConfig):
+    """`reward.custom_reward_function`: verl's newer spelling of `custom_reward_function` (copied onto it)."""
+
+    path: str | None
+    name: str
+
+
+@dataclass(frozen=True)
+class RewardManagerModuleConfig(BaseConfig):
+    """`reward.reward_manager.module`: a manager class in a file of the user's (not supported yet)."""
+
+    path: str | None
+    name: str
+
+
+@dataclass(frozen=True)
+class RewardManagerRefConfig(BaseConfig):
+    """`reward.reward_manager`; `name` is copied onto `reward_model.reward_manager`."""
+
+    source: str
+    name: str
+    module: RewardManagerModuleConfig
+
+
+@dataclass(frozen=True)
+class RewardModelRefConfig(BaseConfig):
+    """`reward.reward_model`: verl's newer spelling of the reward-model keys (copied onto `reward_model.*`)."""
+
+    enable: bool
+    enable_resource_pool: bool
+    n_gpus_per_node: int
+    nnodes: int
+    model_path: str | None
+    rollout: RewardLoopRolloutConfig
+
+
+@dataclass(frozen=True)
+class RewardConfig(BaseConfig):
+    """`reward`: verl's newer reward group; what rlpost reads is copied onto `reward_model` and
+    `custom_reward_function`."""
+
+    num_workers: int
+    custom_reward_function: RewardFunctionRefConfig
+    compute_score_kwargs: dict[str, Any]
+    reward_manager: RewardManagerRefConfig
+    reward_model: RewardModelRefConfig
+    sandbox_fusion: SandboxFusionConfig
+
+
+@dataclass(frozen=True)
 class PPOTrainerConfig(BaseConfig):
     """The whole composed `ppo_trainer` config."""
 
@@ -371,3 +482,4 @@ class PPOTrainerConfig(BaseConfig):
     ray_init: RayInitConfig
     global_profiler: GlobalProfilerConfig
     ray_kwargs: RayKwargsConfig
+    reward: RewardConfig

@@ -40,6 +40,25 @@ SYNONYMS: tuple[tuple[str, str], ...] = (
     (f"{ARR}.actor.use_fused_kernels", f"{ARR}.model.use_fused_kernels"),
     (f"{ARR}.actor.optim.clip_grad", f"{ARR}.actor.grad_clip"),
     ("critic.optim.clip_grad", "critic.grad_clip"),
+    # verl's newer `reward` group (rlpost reads the reward_model / custom_reward_function spellings)
+    ("reward.num_workers", "reward_model.num_workers"),
+    ("reward.custom_reward_function.path", "custom_reward_function.path"),
+    ("reward.custom_reward_function.name", "custom_reward_function.name"),
+    ("reward.reward_manager.name", "reward_model.reward_manager"),
+    *((f"reward.reward_model.{key}", f"reward_model.{key}")
+      for key in ("enable", "enable_resource_pool", "n_gpus_per_node", "nnodes")),
+    ("reward.reward_model.model_path", "reward_model.model.path"),
+    ("reward_model.model_path", "reward_model.model.path"),  # verl's transitional spelling
+    *((f"reward_model.inference.{key}", f"reward_model.rollout.{key}")
+      for key in ("name", "prompt_length", "response_length", "tensor_model_parallel_size",
+                  "gpu_memory_utilization", "max_model_len")),
+    *((f"reward.reward_model.rollout.{key}", f"reward_model.rollout.{key}")
+      for key in ("name", "prompt_length", "response_length", "tensor_model_parallel_size",
+                  "gpu_memory_utilization", "max_model_len")),
+    *((f"reward.sandbox_fusion.{key}", f"reward_model.sandbox_fusion.{key}")
+      for key in ("url", "max_concurrent", "memory_limit_mb")),
+    *((f"critic.fsdp.{key}", f"critic.model.fsdp_config.{key}")
+      for key in ("param_offload", "optimizer_offload", "offload_policy")),
     ("ray_kwargs.ray_init.num_cpus", "ray_init.num_cpus"),
     ("ray_kwargs.timeline_json_file", "ray_init.timeline_json_file"),
     (f"{ARR}.rollout.checkpoint_engine.update_weights_bucket_megabytes",

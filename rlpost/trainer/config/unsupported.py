@@ -45,6 +45,8 @@ AREAS: tuple[tuple[str, str], ...] = (
     (f"{ARR}.rollout.agent.custom_async_server", "the custom async server"),
     (f"{ARR}.rollout.over_sample_rate", "async rollout"),
     ("reward_model.enable_resource_pool", "separate rollout devices"),
+    ("reward.compute_score_kwargs", "keyword arguments of the built-in scorers"),
+    ("reward.reward_manager", "a reward-manager class of your own"),
     ("lora", "LoRA"),
     ("rollout_correction", "this rollout-correction option"),
     ("quantization", "quantized rollout"),
@@ -96,6 +98,9 @@ NOT_SUPPORTED_YET: dict[str, Refusal] = {
     "reward_model.strategy": never("megatron"),
     "reward_model.enable_resource_pool": only(False),
     "reward_model.sandbox_fusion.url": only(None),
+    "reward.compute_score_kwargs": only({}),
+    "reward.reward_manager.source": only("register"),
+    "reward.reward_manager.module.path": only(None),
     "trainer.logger": never("vemlp_wandb"),
     "trainer.default_hdfs_dir": only(None),
     "trainer.esi_redundant_time": only(0),
@@ -133,6 +138,12 @@ NOTICES: dict[str, str] = {
                                     "reward_model.model from rlpost's reward-model worker (an FSDP forward on the "
                                     "trainer's devices), the same scores as verl's reward loop; "
                                     "reward_model.rollout.* and reward_model.num_workers are not used",
+    "reward.reward_model.rollout": "verl's reward-loop engine serves the reward model; rlpost's reward model is "
+                                   "an FSDP forward on the trainer's devices (the same scores), so these engine "
+                                   "settings are not used",
+    "reward_model.inference": "verl's reward-loop engine serves the reward model; rlpost's reward model is an "
+                              "FSDP forward on the trainer's devices (the same scores), so these engine settings "
+                              "are not used",
     "reward_model.model.use_fused_kernels": "the fused kernel replaces a language-model head's log-softmax; the "
                                             "reward model's head is one linear layer to a score, nothing to fuse",
     f"{ARR}.model.fused_kernel_options.impl_backend": "the fused log-prob is one PyTorch implementation (chunked "
@@ -157,8 +168,10 @@ def notices(cfg: DictConfig) -> list[str]:
 
     out = []
     for key, meaning in NOTICES.items():
-        value = _plain(OmegaConf.select(cfg, key, default=None))
-        if value != default_of(key):
+        value, default = _plain(OmegaConf.select(cfg, key, default=None)), default_of(key)
+        if value != default:
+            if isinstance(value, dict) and isinstance(default, dict):  # a group: only the entries set
+                value = {k: v for k, v in value.items() if default.get(k) != v}
             out.append(f"{key}={_show(value)} accepted: {meaning}.")
     return out
 

@@ -21,7 +21,7 @@ def test_typo_names_the_nearest_key():
     ("data.train_bach_size", "data.train_batch_size"),          # a sibling's misspelling
     (f"{ARR}.actr.optim.lr", f"{ARR}.actor.optim.lr"),          # a misspelt group
     ("data.foo", None),                                        # nothing like it: no guess at 'data' or 'data.shuffle'
-    ("reward_model.model_path", "reward_model.model.path"),   # verl's newer spelling: the leaf, not the group
+    (f"{ARR}.model_path", f"{ARR}.model.path"),                # the leaf, not the group
     (f"{ARR}.ref.sync_ref_model", None),                       # no sibling is close: no guess at 'ref.model'
 ])
 def test_closest_key_prefers_siblings_and_never_guesses_wildly(key, expected):
@@ -32,7 +32,7 @@ def test_closest_key_prefers_siblings_and_never_guesses_wildly(key, expected):
 
 
 @pytest.mark.parametrize("arg, hint", [
-    ("reward_model.model_path=/m", "did you mean 'reward_model.model.path'? use reward_model.model.path=/m."),
+    (f"{ARR}.model_path=/m", f"did you mean '{ARR}.model.path'? use {ARR}.model.path=/m."),
     ("reward_model.sandbox_fusion_url=http://x",
      "did you mean 'reward_model.sandbox_fusion.url'? use reward_model.sandbox_fusion.url=http://x."),
     (f"{ARR}.ref.sync_ref_model=True", "check the spelling against `--cfg job`."),

@@ -121,6 +121,8 @@ def _refused_value(key: str, refusal) -> object:
         return {"path": "/x"} if key.endswith(("override_optimizer_config", "ref.model")) else "some_value"
     if isinstance(first, str):
         return "something_else"
+    if isinstance(first, dict):
+        return {"method": "flexible"}
     return first + 1
 
 

@@ -27,12 +27,6 @@ REFUSED = {
     "sglang_multiturn_qwen2_5_3b_gsm8k": "actor_rollout_ref.rollout.tensor_model_parallel_size",  # multi-turn, TP 2
     "ppo_deepseek7b_llm_sandbox_fusion": "reward_model.sandbox_fusion.url",
 }
-# Scripts of verl's newer reward-loop spelling (`reward_model.model_path`, `reward_model.inference.*`), which
-# rlpost does not know yet: refused as unknown, with the key rlpost reads instead.
-UNKNOWN_KEY = {
-    "ppo_qwen2_7b_rm_seq_balance": ("reward_model.model_path", "reward_model.model.path"),
-    "ppo_qwen2_7b_rm_seq_balance_nsys": ("reward_model.model_path", "reward_model.model.path"),
-}
 # Scripts refused by a value rule, with the start of the message (checked after the feature checks: the
 # Qwen3 script's use_liger=true passed its start-up check before its batch sizes were refused).
 BREAKS_A_RULE = {
@@ -67,11 +61,6 @@ def test_verl_script_dry_run(name, compose_fn, capsys):
         assert (status, err.count("\n")) == (2, 1), err
         assert err.startswith(f"config error: not supported yet: {REFUSED[name]}="), err
         return
-    if name in UNKNOWN_KEY:
-        key, instead = UNKNOWN_KEY[name]
-        assert (status, err.count("\n")) == (2, 1), err
-        assert err.startswith(f"config error: unknown key '{key}'") and f"did you mean '{instead}'?" in err, err
-        return
     if name in BREAKS_A_RULE:
         assert (status, err.count("\n")) == (2, 1), err
         assert err.startswith(f"config error: {BREAKS_A_RULE[name]}"), err
@@ -87,7 +76,7 @@ def test_verl_script_dry_run(name, compose_fn, capsys):
 
 
 def test_expectations_name_scripts_of_the_corpus():
-    assert set(REFUSED) | set(BREAKS_A_RULE) | set(UNKNOWN_KEY) <= set(SCRIPTS)
+    assert set(REFUSED) | set(BREAKS_A_RULE) <= set(SCRIPTS)
     assert all({"trainer.n_gpus_per_node", "trainer.nnodes"} <= values(ol).keys() for ol in SCRIPTS.values())
 
 

@@ -112,6 +112,16 @@ def test_moved_multi_turn_paths_are_checked_under_their_new_name(small_cfg):
     (f"{ARR}.actor.use_remove_padding", True, f"{ARR}.model.use_remove_padding"),
     (f"{ARR}.rollout.checkpoint_engine.update_weights_bucket_megabytes", 2048,  # verl's newer spelling
      f"{ARR}.rollout.update_weights_bucket_megabytes"),
+    # verl's newer `reward` group and the transitional reward_model spellings
+    ("reward.reward_model.enable", True, "reward_model.enable"),
+    ("reward.reward_model.model_path", "/models/rm", "reward_model.model.path"),
+    ("reward_model.model_path", "/models/rm", "reward_model.model.path"),
+    ("reward.reward_manager.name", "prime", "reward_model.reward_manager"),
+    ("reward.custom_reward_function.path", "/code/reward.py", "custom_reward_function.path"),
+    ("reward.custom_reward_function.name", "my_score", "custom_reward_function.name"),
+    ("reward.num_workers", 4, "reward_model.num_workers"),
+    ("reward.sandbox_fusion.max_concurrent", 8, "reward_model.sandbox_fusion.max_concurrent"),
+    ("critic.fsdp.param_offload", True, "critic.model.fsdp_config.param_offload"),  # verl's engine-level spelling
 ])
 def test_synonyms_set_the_key(small_cfg, synonym, value, key):
     with warnings.catch_warnings():
@@ -143,3 +153,23 @@ def test_hydra_target_markers_are_accepted(small_cfg):
     cfg = small_cfg({f"{ARR}.actor._target_": "verl.workers.config.FSDPActorConfig",
                      "algorithm._target_": "verl.trainer.config.AlgoConfig"})
     assert typed_config(cfg).actor_rollout_ref.actor.strategy == "fsdp2"
+
+
+def test_reward_loop_engine_keys_are_noticed_and_custom_managers_refused(small_cfg):
+    """verl's reward-loop engine settings have nothing to set in rlpost's FSDP reward model (one notice naming what
+    was set); a manager class of the user's own, or built-in scorer kwargs, are refused as not built."""
+    with pytest.warns(ConfigWarning) as caught:
+        typed = typed_config(small_cfg({"reward.reward_model.rollout.name": "vllm",
+                                        "reward.reward_model.rollout.max_num_seqs": 8,
+                                        "reward_model.inference.gpu_memory_utilization": 0.8}))
+    assert typed.reward_model.rollout.name == "vllm" and typed.reward_model.rollout.gpu_memory_utilization == 0.8
+    lines = [str(w.message) for w in caught]
+    assert any(m.startswith("reward.reward_model.rollout={") and "'max_num_seqs': 8" in m and " accepted: " in m
+               for m in lines), lines
+    assert any(m.startswith("reward_model.inference={") for m in lines), lines
+    for key, value in (("reward.reward_manager.source", "importlib"), ("reward.reward_manager.module.path", "/m.py"),
+                       ("reward.compute_score_kwargs", {"method": "flexible"})):
+        with pytest.raises(ConfigError, match=f"not supported yet: {key}="):
+            typed_config(small_cfg({key: value}))
+    with pytest.raises(ConfigError, match="two spellings of one setting and disagree"):
+        typed_config(small_cfg({"reward.reward_model.model_path": "/a", "reward_model.model.path": "/b"}))

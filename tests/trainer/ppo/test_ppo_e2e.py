@@ -112,15 +112,16 @@ def check_rm_scores(rows: list[dict]) -> None:
 
 def test_ppo_gae_with_critic_hf_rollout_and_reward_model(workspace):
     """PPO (GAE) with the critic on its plain path (no LoRA, no sequence parallelism: those run below), the HF
-    generate() rollout, and reward_model.enable=true: a sequence-classification RM scores every response in the
-    loop; its continuous scores replace the rule scorer's 0/1 ones. (One run for the three features: each run
+    generate() rollout, and a sequence-classification RM, turned on with verl's newer spelling
+    (reward.reward_model.enable, reward.reward_model.model_path), scores every response in the loop; its
+    continuous scores replace the rule scorer's 0/1 ones. (One run for the three features: each run
     costs a Ray start, two workers and their models. RLOO runs end to end in test_multinode_e2e.py,
     reinforce_plus_plus in test_resume_e2e.py.)"""
     rows = run_main_ppo(workspace, "gae_hf_rm", "algorithm.adv_estimator=gae", "actor_rollout_ref.rollout.name=hf",
                         f"critic.model.path={workspace['model']}", "critic.ppo_mini_batch_size=2",
                         "critic.ppo_micro_batch_size_per_gpu=2", "critic.forward_micro_batch_size_per_gpu=4",
-                        "critic.optim.lr=1e-4", "reward_model.enable=true",
-                        f"reward_model.model.path={reward_model_dir(workspace)}",
+                        "critic.optim.lr=1e-4", "reward.reward_model.enable=true",
+                        f"reward.reward_model.model_path={reward_model_dir(workspace)}",
                         "reward_model.micro_batch_size_per_gpu=4")
     check_metrics(rows, ("critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean", "critic/grad_norm",
                          "critic/lr", "critic/values/mean", "timing_s/values", "timing_s/update_critic"))
