@@ -419,16 +419,9 @@ class RewardLoopRolloutConfig(RewardEngineConfig):
 
 
 @dataclass(frozen=True)
-class RewardFunctionRefConfig(BaseConfig):
-    """`reward.custom_reward_function`: verl's newer spelling of `custom_reward_function` (copied onto it)."""
-
-    path: str | None
-    name: str
-
-
-@dataclass(frozen=True)
-class RewardManagerModuleConfig(BaseConfig):
-    """`reward.reward_manager.module`: a manager class in a file of the user's (not supported yet)."""
+class FileObjectConfig(BaseConfig):
+    """A Python object in a file: `reward.custom_reward_function` (copied onto `custom_reward_function`) and
+    `reward.reward_manager.module` (a manager class of the user's: not supported yet)."""
 
     path: str | None
     name: str
@@ -440,7 +433,7 @@ class RewardManagerRefConfig(BaseConfig):
 
     source: str
     name: str
-    module: RewardManagerModuleConfig
+    module: FileObjectConfig
 
 
 @dataclass(frozen=True)
@@ -461,7 +454,7 @@ class RewardConfig(BaseConfig):
     `custom_reward_function`."""
 
     num_workers: int
-    custom_reward_function: RewardFunctionRefConfig
+    custom_reward_function: FileObjectConfig
     compute_score_kwargs: dict[str, Any]
     reward_manager: RewardManagerRefConfig
     reward_model: RewardModelRefConfig
