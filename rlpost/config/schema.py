@@ -195,8 +195,8 @@ class OverlongBufferConfig(BaseConfig):
 
 @dataclass(frozen=True)
 class RewardEngineConfig(BaseConfig):
-    """`reward_model.inference`: verl's reward-loop engine settings (not used by rlpost's FSDP reward model; the
-    keys rlpost has under `reward_model.rollout` are copied onto them)."""
+    """`reward_model.inference`: verl's reward-loop engine settings (not used by rlpost's FSDP reward model). The
+    keys rlpost has under `reward_model.rollout` follow those, and a value set here is copied onto them."""
 
     name: str | None
     prompt_length: int

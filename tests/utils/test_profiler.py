@@ -50,6 +50,24 @@ def test_discrete_captures_each_phase_and_ranks_filter(tmp_path):
     assert drain_phase_peaks() == {}  # CPU: no device peaks
 
 
+@phase("generate_sequences")
+def generate() -> torch.Tensor:
+    return (torch.ones(32, 32) @ torch.ones(32, 32)).sum()
+
+
+def test_discrete_actor_and_rollout_capture_each_phase_of_their_process(tmp_path):
+    """The rollout runs in the actor's process; with both discrete, each phase is its own capture (a rollout
+    without `discrete` would hold one step capture, and no phase could have its own)."""
+    SESSION.start(1, options(tmp_path, "actor", discrete=True), rank=0)
+    SESSION.start(1, options(tmp_path, "rollout", discrete=True), rank=0)
+    generate()
+    work()
+    SESSION.stop("rollout")
+    SESSION.stop("actor")
+    assert written() == [str(tmp_path / "step1_generate_sequences_rank0.json"),
+                         str(tmp_path / "step1_update_actor_rank0.json")]
+
+
 GIB = 2**30
 
 

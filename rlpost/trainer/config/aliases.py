@@ -125,7 +125,12 @@ def _moved(cfg: DictConfig, old: str, new: str) -> None:
 def _synonym(cfg: DictConfig, synonym: str, key: str) -> None:
     parent, _, name = synonym.rpartition(".")
     node = OmegaConf.select(cfg, parent, default=None)
-    if not isinstance(node, DictConfig) or name not in node or OmegaConf.is_interpolation(node, name):
+    if not isinstance(node, DictConfig) or name not in node:
+        return
+    # unset while it still interpolates its key; a value of the user's may itself be an interpolation
+    # (`reward.reward_model.model_path=${actor_rollout_ref.model.path}`): that one is copied, resolved
+    if OmegaConf.is_interpolation(node, name) and _raw(node, name) == _raw(
+            OmegaConf.select(package_defaults(), parent, default=None), name):
         return
     value = node[name]
     key_parent, _, key_name = key.rpartition(".")
@@ -137,6 +142,13 @@ def _synonym(cfg: DictConfig, synonym: str, key: str) -> None:
                               f"disagree; set one of them, e.g. {key}={current!r}.")
     OmegaConf.update(cfg, key, value, merge=False)
     node[name] = "${" + key + "}"
+
+
+def _raw(node: object, name: str) -> object:
+    """The value of `node.name` as written (an interpolation unresolved), or None."""
+    if not isinstance(node, DictConfig) or name not in node:
+        return None
+    return node._get_node(name)._value()  # OmegaConf has no public accessor of the written value
 
 
 def _sanity_check_flag(cfg: DictConfig) -> None:

@@ -138,6 +138,9 @@ NOTICES: dict[str, str] = {
                                     "reward_model.model from rlpost's reward-model worker (an FSDP forward on the "
                                     "trainer's devices), the same scores as verl's reward loop; "
                                     "reward_model.rollout.* and reward_model.num_workers are not used",
+    "reward_model.rollout": "verl's reward-loop engine serves the reward model; rlpost's reward model is an FSDP "
+                            "forward on the trainer's devices (the same scores), so these engine settings are not "
+                            "used",
     "reward.reward_model.rollout": "verl's reward-loop engine serves the reward model; rlpost's reward model is "
                                    "an FSDP forward on the trainer's devices (the same scores), so these engine "
                                    "settings are not used",
@@ -164,14 +167,19 @@ def check_not_supported(cfg: DictConfig) -> None:
 
 def notices(cfg: DictConfig) -> list[str]:
     """One line per accepted key set away from its default whose value has no effect in rlpost."""
-    from rlpost.trainer.config.defaults import default_of
+    from rlpost.trainer.config.defaults import default_of, package_defaults
 
     out = []
     for key, meaning in NOTICES.items():
         value, default = _plain(OmegaConf.select(cfg, key, default=None)), default_of(key)
         if value != default:
-            if isinstance(value, dict) and isinstance(default, dict):  # a group: only the entries set
-                value = {k: v for k, v in value.items() if default.get(k) != v}
+            if isinstance(value, dict) and isinstance(default, dict):
+                # a group: the entries set, less those that still follow another key (its own notice names it)
+                node, written = OmegaConf.select(cfg, key), OmegaConf.select(package_defaults(), key)
+                value = {k: v for k, v in value.items() if default.get(k) != v
+                         and not (OmegaConf.is_interpolation(node, k) and OmegaConf.is_interpolation(written, k))}
+                if not value:
+                    continue
             out.append(f"{key}={_show(value)} accepted: {meaning}.")
     return out
 

@@ -24,10 +24,12 @@ def role_options(c: PPOTrainerConfig, role: str) -> ProfileOptions | None:
     if tool is None or not prof.enable:
         return None
     ranks = None if prof.all_ranks else tuple(prof.ranks or [0])
-    # the rollout's profiler has no `discrete` key: it is captured with the actor's process
-    discrete = bool(prof.discrete) if hasattr(prof, "discrete") else False
-    if (prof.tool or tool) == "nsys" and _nsys(c).get("discrete"):  # verl's global switch for every role
-        discrete = hasattr(prof, "discrete")
+    # the rollout's profiler has no `discrete` key: it runs in the actor's process and follows the actor's switch
+    # (a step capture of its own would hold every phase of that process in one capture)
+    switch = role_profilers(c)["actor"] if role == "rollout" else prof
+    discrete = bool(switch.discrete)
+    if (switch.tool or tool) == "nsys" and _nsys(c).get("discrete"):  # verl's global switch for every role
+        discrete = True
     return ProfileOptions(role=role, tool=prof.tool or tool, ranks=ranks,
                           save_path=str(prof.save_path or c.global_profiler.save_path), discrete=discrete,
                           contents=tuple(prof.tool_config["torch"]["contents"]),

@@ -59,10 +59,13 @@ def test_verl_newer_nsys_keys_under_global_tool_config(small_cfg):
                                 f"{nsys}.discrete": True, f"{nsys}.worker_nsight_options.trace": "cuda,nvtx",
                                 "trainer.worker_nsight_options.kill": "sigkill"}))
     assert role_options(c, "actor").discrete and role_options(c, "ref").discrete
-    assert not role_options(c, "rollout").discrete  # captured with the actor's process, as before
+    assert role_options(c, "rollout").discrete  # in the actor's process: it follows the actor
     env = nsight_runtime_env(c, {})["runtime_env"]["nsight"]
     assert (env["trace"], env["kill"], env["capture-range"]) == ("cuda,nvtx", "sigkill", "cudaProfilerApi")
     # without the global switch only a role's own profiler.discrete counts
     c = typed_config(small_cfg({"global_profiler.tool": "nsys", "global_profiler.steps": [1], f"{ACTOR}.enable": True,
                                 "trainer.device": "cuda"}))
-    assert not role_options(c, "actor").discrete
+    assert not role_options(c, "actor").discrete and not role_options(c, "rollout").discrete
+    c = typed_config(small_cfg({"global_profiler.tool": "torch", "global_profiler.steps": [1], f"{ACTOR}.enable": True,
+                                f"{ACTOR}.discrete": True}))
+    assert role_options(c, "actor").discrete and role_options(c, "rollout").discrete

@@ -166,10 +166,18 @@ def test_reward_loop_engine_keys_are_noticed_and_custom_managers_refused(small_c
     lines = [str(w.message) for w in caught]
     assert any(m.startswith("reward.reward_model.rollout={") and "'max_num_seqs': 8" in m and " accepted: " in m
                for m in lines), lines
-    assert any(m.startswith("reward_model.inference={") for m in lines), lines
+    # the keys rlpost has under reward_model.rollout are noticed there, whichever spelling set them
+    assert any(m.startswith("reward_model.rollout={'name': 'vllm', 'gpu_memory_utilization': 0.8}") for m in lines), lines
     for key, value in (("reward.reward_manager.source", "importlib"), ("reward.reward_manager.module.path", "/m.py"),
                        ("reward.compute_score_kwargs", {"method": "flexible"})):
         with pytest.raises(ConfigError, match=f"not supported yet: {key}="):
             typed_config(small_cfg({key: value}))
     with pytest.raises(ConfigError, match="two spellings of one setting and disagree"):
         typed_config(small_cfg({"reward.reward_model.model_path": "/a", "reward_model.model.path": "/b"}))
+
+
+def test_a_synonym_set_to_an_interpolation_of_the_users_is_copied_resolved(small_cfg):
+    """verl's own dp_critic.yaml writes `critic.fsdp.param_offload: ${...actor...param_offload}`: not a default."""
+    typed = typed_config(small_cfg({"reward.reward_model.model_path": "${actor_rollout_ref.model.path}",
+                                    "actor_rollout_ref.model.path": "/models/policy"}))
+    assert typed.reward_model.model.path == "/models/policy"
