@@ -29,6 +29,10 @@ MOVED: tuple[tuple[str, str], ...] = (
     (f"{ARR}.rollout.interaction_config_file", f"{ARR}.rollout.multi_turn.interaction_config_path"),
 )
 
+# The reward-loop engine keys rlpost has under reward_model.rollout (verl spells the group two other ways too).
+REWARD_ENGINE_KEYS = ("name", "prompt_length", "response_length", "tensor_model_parallel_size",
+                      "gpu_memory_utilization", "max_model_len")
+
 # (synonym, key): two spellings of one setting, both current in verl; the synonym defaults to an
 # interpolation of the key, and a value set on it is copied onto the key without a warning (both set to
 # different values is an error).
@@ -49,12 +53,8 @@ SYNONYMS: tuple[tuple[str, str], ...] = (
       for key in ("enable", "enable_resource_pool", "n_gpus_per_node", "nnodes")),
     ("reward.reward_model.model_path", "reward_model.model.path"),
     ("reward_model.model_path", "reward_model.model.path"),  # verl's transitional spelling
-    *((f"reward_model.inference.{key}", f"reward_model.rollout.{key}")
-      for key in ("name", "prompt_length", "response_length", "tensor_model_parallel_size",
-                  "gpu_memory_utilization", "max_model_len")),
-    *((f"reward.reward_model.rollout.{key}", f"reward_model.rollout.{key}")
-      for key in ("name", "prompt_length", "response_length", "tensor_model_parallel_size",
-                  "gpu_memory_utilization", "max_model_len")),
+    *((f"{spelling}.{key}", f"reward_model.rollout.{key}")
+      for spelling in ("reward_model.inference", "reward.reward_model.rollout") for key in REWARD_ENGINE_KEYS),
     *((f"reward.sandbox_fusion.{key}", f"reward_model.sandbox_fusion.{key}")
       for key in ("url", "max_concurrent", "memory_limit_mb")),
     *((f"critic.fsdp.{key}", f"critic.model.fsdp_config.{key}")
