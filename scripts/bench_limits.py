@@ -269,7 +269,8 @@ def measure(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
     """All limits for each prompt count in args.prompts; engine first, then (engine asleep) training."""
     from transformers import AutoModelForCausalLM
 
-    res: dict[str, Any] = {"env": env_info(), "model": {"arch": "Qwen2.5-0.5B (random weights)", **QWEN05},
+    res: dict[str, Any] = {"env": env_info(), "model": {"arch": f"Qwen2.5-{args.arch.upper()} (random weights)",
+                                                        **ARCHS[args.arch]},
                            "args": vars(args).copy(), "per_batch": {}}
     res["args"].pop("json_out", None)
     max_len = args.prompt_len + args.response_len
@@ -316,6 +317,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--grad-ckpt", type=int, default=1, help="gradient checkpointing in the train loop")
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.5)
     ap.add_argument("--enforce-eager", action="store_true")
+    ap.add_argument("--arch", choices=sorted(ARCHS), default="0.5b",
+                    help="the random-weight model's architecture (7b: run one GPU's share of a multi-GPU batch)")
     ap.add_argument("--model-dir", type=Path, default=None, help="reuse a model built by build_model")
     ap.add_argument("--save-model", type=Path, default=None, metavar="DIR",
                     help="only save the random-weight model + tokenizer into DIR and exit")
@@ -332,10 +335,10 @@ def device_slug(name: str | None = None) -> str:
 def main() -> None:
     args = parse_args()
     if args.save_model is not None:
-        print(f"[limits] model saved to {build_model(args.save_model)}")
+        print(f"[limits] model saved to {build_model(args.save_model, arch=args.arch)}")
         return
     with tempfile.TemporaryDirectory() as tmp:
-        model_dir = args.model_dir or build_model(Path(tmp) / "qwen05_random")
+        model_dir = args.model_dir or build_model(Path(tmp) / f"qwen_{args.arch}_random", arch=args.arch)
         res = measure(args, model_dir)
     out = args.json_out or REPO / "benchmarks" / "results" / f"limits_{device_slug()}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
