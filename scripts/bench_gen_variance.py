@@ -9,10 +9,13 @@ variants run round-robin, the first one moving each round, so a drift of the hos
 
 - `default`: 1 CPU thread for torch, as Ray gives a `main_ppo` worker;
 - `gc_off`: the same with Python's garbage collector frozen and off during the call;
-- `threads_all`: torch's CPU threads set to every core.
+- `threads_all`: torch's CPU threads set to every core;
+- `pin_local`: every thread of the process kept on the cores of the GPU's own NUMA node (`rlpost.utils.numa`);
+- `pin_remote`: the same on another node's cores (when the host has one).
 
-Per repetition it records:
-- wall seconds and the process's CPU seconds (user + system, every thread);
+`--engine-kwargs '{"async_scheduling": true}'` passes engine arguments on. Per repetition it records:
+- wall seconds and the process's CPU seconds (user + system, every thread); the core (and its node) the main
+  thread last ran on;
 - the host's busy and steal shares of all cores (`/proc/stat`);
 - the engine's scheduler steps: count, median / p90 / max milliseconds, and the seconds spent in steps longer than
   3x the median (stalls);
@@ -40,7 +43,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
-VARIANTS = ("default", "gc_off", "threads_all")
+VARIANTS = ("default", "gc_off", "threads_all", "pin_local", "pin_remote")
 # /proc/stat's first line: cpu user nice system idle iowait irq softirq steal ...
 _STAT_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 SMI_FIELDS = ("clocks.sm", "clocks.mem", "utilization.gpu", "power.draw", "temperature.gpu",
@@ -120,7 +123,8 @@ def schedule(reps: int, variants: tuple[str, ...]) -> list[str]:
 def correlations(records: list[dict[str, Any]]) -> dict[str, float | None]:
     """Pearson's r of wall seconds with every other numeric field, over all repetitions."""
     wall = [r["wall_s"] for r in records]
-    keys = [k for k, v in records[0].items() if isinstance(v, (int, float)) and k not in ("wall_s", "rep")]
+    keys = [k for k, v in records[0].items()
+            if isinstance(v, (int, float)) and k not in ("wall_s", "rep", "cpu_last", "node_last")]
     return {k: pearson(wall, [float(r.get(k, 0.0)) for r in records]) for k in keys}
 
 
@@ -162,6 +166,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     import bench_limits as bl
+    from rlpost.utils import numa
 
     cuda = torch.cuda.is_available()
     bl.ensure_model(args.model_dir, args.arch)
@@ -169,7 +174,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     llm, engine_start_s = bl.bare_engine(args.model_dir, args.prompt_len + args.response_len,
                                          args.gpu_memory_utilization, enforce_eager=not cuda,
                                          max_num_seqs=args.max_num_seqs,
-                                         max_num_batched_tokens=args.max_num_batched_tokens)
+                                         max_num_batched_tokens=args.max_num_batched_tokens, **args.engine_kwargs)
     from vllm import SamplingParams
 
     prompts = bl.random_prompts(args.prompts, args.prompt_len, high=min(vocab, 150000))
@@ -188,6 +193,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     engine.step = timed_step  # the instance attribute shadows the class's method for LLM._run_engine
     all_threads = os.cpu_count() or 1
+    everywhere = os.sched_getaffinity(0)
+    nodes = numa.node_cpus()
+    node_of = {c: n for n, cpus in nodes.items() for c in cpus}
+    local = numa.gpu_local_cpus(0) if cuda else set()
+    remote = next((cpus for cpus in nodes.values() if not cpus & local), set()) if local else set()
+    pins = {"pin_local": local, "pin_remote": remote}
+    missing = [v for v in args.variants if v in pins and not pins[v]]
+    if missing:
+        raise SystemExit(f"bench_gen_variance: no cores for {missing} on this host (nodes {sorted(nodes)}, "
+                         f"GPU-local cores {sorted(local)[:4]}...); leave them out of --variants")
+    sched = getattr(getattr(llm.llm_engine, "vllm_config", None), "scheduler_config", None)
     sampler = GpuSampler(os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]) if cuda else None
     torch.set_num_threads(1)
     llm.generate(requests, params, use_tqdm=False)  # warm-up at full size
@@ -195,6 +211,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         for rep, variant in enumerate(schedule(args.reps, args.variants)):
             torch.set_num_threads(all_threads if variant == "threads_all" else 1)
+            numa.set_process_affinity(pins.get(variant, everywhere))
             if variant == "gc_off":
                 gc.collect()
                 gc.freeze()
@@ -217,8 +234,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             tokens = sum(len(c.token_ids) for o in outs for c in o.outputs)
             assert tokens == len(requests) * args.response_len, tokens
             cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
+            core = numa.current_cpu()
             rec = {"rep": rep, "variant": variant, "wall_s": wall, "process_cpu_s": cpu,
-                   "process_cpu_share": cpu / wall,
+                   "process_cpu_share": cpu / wall, "cpu_last": core, "node_last": node_of.get(core, -1),
                    "load1": os.getloadavg()[0], **host_shares(stat0, stat1), **step_stats(step_times),
                    **(window_stats(sampler.samples, t0, t1) if sampler else {})}
             records.append(rec)
@@ -232,6 +250,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         by_variant[v] = {"median_s": statistics.median(walls), "range_s": [min(walls), max(walls)], "reps": len(walls)}
     return {"env": bl.env_info(), "args": {k: str(v) for k, v in vars(args).items()},
             "engine_start_s": engine_start_s, "cpu_count": os.cpu_count(), "by_variant": by_variant,
+            "numa_nodes": {n: len(c) for n, c in nodes.items()}, "gpu_local_cpus": sorted(local),
+            "async_scheduling": getattr(sched, "async_scheduling", None),
             "correlation_with_wall": correlations(records), "records": records}
 
 
@@ -244,7 +264,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--prompt-len", type=int, default=32)
     ap.add_argument("--response-len", type=int, default=512)
     ap.add_argument("--reps", type=int, default=10, help="rounds; each runs every variant once")
-    ap.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
+    ap.add_argument("--variants", nargs="+", choices=VARIANTS, default=["default", "pin_local", "pin_remote"])
+    ap.add_argument("--engine-kwargs", type=json.loads, default={}, help="JSON object of extra engine arguments")
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.6)
     ap.add_argument("--max-num-seqs", type=int, default=1024)
     ap.add_argument("--max-num-batched-tokens", type=int, default=16384)
