@@ -11,7 +11,9 @@ variants run round-robin, the first one moving each round, so a drift of the hos
 - `gc_off`: the same with Python's garbage collector frozen and off during the call;
 - `threads_all`: torch's CPU threads set to every core;
 - `pin_local`: every thread of the process kept on the cores of the GPU's own NUMA node (`rlpost.utils.numa`);
-- `pin_remote`: the same on another node's cores (when the host has one).
+- `pin_remote`: the same on another node's cores (when the host has one);
+- `sleep2`: before the (timed) call, the cycle `main_ppo`'s rollout runs before every generation when an actor
+  shares its process: a level-2 sleep, the weights woken and loaded again in place, the KV cache woken.
 
 `--engine-kwargs '{"async_scheduling": true}'` passes engine arguments on. Per repetition it records:
 - wall seconds and the process's CPU seconds (user + system, every thread); the core (and its node) the main
@@ -43,7 +45,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
-VARIANTS = ("default", "gc_off", "threads_all", "pin_local", "pin_remote")
+VARIANTS = ("default", "gc_off", "threads_all", "pin_local", "pin_remote", "sleep2")
 # /proc/stat's first line: cpu user nice system idle iowait irq softirq steal ...
 _STAT_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 SMI_FIELDS = ("clocks.sm", "clocks.mem", "utilization.gpu", "power.draw", "temperature.gpu",
@@ -169,6 +171,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from rlpost.utils import numa
 
     cuda = torch.cuda.is_available()
+    if "sleep2" in args.variants and not cuda:
+        raise SystemExit("bench_gen_variance: sleep2 needs a GPU (vLLM's sleep mode); leave it out of --variants")
     bl.ensure_model(args.model_dir, args.arch)
     vocab = json.loads((args.model_dir / "config.json").read_text())["vocab_size"]
     llm, engine_start_s = bl.bare_engine(args.model_dir, args.prompt_len + args.response_len,
@@ -203,6 +207,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if missing:
         raise SystemExit(f"bench_gen_variance: no cores for {missing} on this host (nodes {sorted(nodes)}, "
                          f"GPU-local cores {sorted(local)[:4]}...); leave them out of --variants")
+    weights = bl.weights_on_gpu(args.model_dir) if cuda and "sleep2" in args.variants else {}
+
+    def sleep_cycle() -> None:
+        """rlpost's cycle: sleep level 2, wake the weights, load them in place, wake the KV cache."""
+        llm.sleep(level=2)
+        llm.wake_up(tags=["weights"])
+
+        def _load(worker: Any) -> None:
+            with torch.no_grad():
+                worker.model_runner.model.load_weights(iter(weights.items()))
+
+        llm.collective_rpc(_load)
+        llm.wake_up(tags=["kv_cache"])
+
     sched = getattr(getattr(llm.llm_engine, "vllm_config", None), "scheduler_config", None)
     sampler = GpuSampler(os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]) if cuda else None
     torch.set_num_threads(1)
@@ -212,6 +230,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for rep, variant in enumerate(schedule(args.reps, args.variants)):
             torch.set_num_threads(all_threads if variant == "threads_all" else 1)
             numa.set_process_affinity(pins.get(variant, everywhere))
+            if variant == "sleep2":
+                sleep_cycle()
             if variant == "gc_off":
                 gc.collect()
                 gc.freeze()
