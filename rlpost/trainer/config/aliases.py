@@ -83,15 +83,17 @@ GLOBAL_MICRO_BATCH: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def apply_aliases(cfg: DictConfig) -> None:
-    """Map every deprecated key set in `cfg` onto its new key (in place), warning once per key."""
+def apply_aliases(cfg: DictConfig) -> dict[str, str]:
+    """Map every deprecated key set in `cfg` onto its new key (in place), warning once per key.
+
+    Returns {rlpost's key: the synonym the user set} for every synonym copied, so later messages about the
+    key can name the spelling the user wrote."""
     _multi_turn_flag(cfg)
     for parent, old, new in RENAMED:
         _renamed(cfg, parent, old, new)
     for old, new in MOVED:
         _moved(cfg, old, new)
-    for synonym, key in SYNONYMS:
-        _synonym(cfg, synonym, key)
+    spelled = {key: synonym for synonym, key in SYNONYMS if _synonym(cfg, synonym, key)}
     for parent, old, new in GLOBAL_MICRO_BATCH:
         _global_micro_batch(cfg, parent, old, new)
     _sanity_check_flag(cfg)
@@ -100,6 +102,7 @@ def apply_aliases(cfg: DictConfig) -> None:
     _remove_previous_ckpt(cfg)
     if OmegaConf.select(cfg, "data.val_batch_size", default=None) is not None:
         warn("data.val_batch_size is deprecated; leave it null to validate on the whole set at once.")
+    return spelled
 
 
 def _renamed(cfg: DictConfig, parent: str, old: str, new: str) -> None:
@@ -122,16 +125,17 @@ def _moved(cfg: DictConfig, old: str, new: str) -> None:
     OmegaConf.update(cfg, old, None, merge=False)
 
 
-def _synonym(cfg: DictConfig, synonym: str, key: str) -> None:
+def _synonym(cfg: DictConfig, synonym: str, key: str) -> bool:
+    """Copy the synonym's value onto `key` when the user set it; True when it was copied."""
     parent, _, name = synonym.rpartition(".")
     node = OmegaConf.select(cfg, parent, default=None)
     if not isinstance(node, DictConfig) or name not in node:
-        return
+        return False
     # unset while it still interpolates its key; a value of the user's may itself be an interpolation
     # (`reward.reward_model.model_path=${actor_rollout_ref.model.path}`): that one is copied, resolved
     if OmegaConf.is_interpolation(node, name) and _raw(node, name) == _raw(
             OmegaConf.select(package_defaults(), parent, default=None), name):
-        return
+        return False
     value = node[name]
     key_parent, _, key_name = key.rpartition(".")
     holder = OmegaConf.select(cfg, key_parent, default=None)
@@ -142,6 +146,7 @@ def _synonym(cfg: DictConfig, synonym: str, key: str) -> None:
                               f"disagree; set one of them, e.g. {key}={current!r}.")
     OmegaConf.update(cfg, key, value, merge=False)
     node[name] = "${" + key + "}"
+    return True
 
 
 def _raw(node: object, name: str) -> object:

@@ -48,6 +48,7 @@ def check_profiling(c: PPOTrainerConfig) -> None:
             raise ConfigError(f"not supported yet: {key}=npu (Ascend NPU profiling is not built); use {key}=torch.")
         if tool is not None and tool not in TOOLS:
             fail(f"{key}={tool}", f"must be one of {', '.join(TOOLS)} or null", f"{key}=torch")
+    _nsight_options_agree(c)
     steps, tool = profile_steps(c), profile_tool(c)
     for step in steps:
         if not isinstance(step, int) or step < 1:
@@ -76,3 +77,21 @@ def check_profiling(c: PPOTrainerConfig) -> None:
     elif not enabled:
         warn(f"global_profiler.steps={steps}: no role has profiler.enable=true, so nothing is profiled; set e.g. "
              f"{ARR}.actor.profiler.enable=true")
+
+
+def _nsight_options_agree(c: PPOTrainerConfig) -> None:
+    """An entry set away from its default in both `trainer.worker_nsight_options` and verl's newer
+    `global_profiler.global_tool_config.nsys.worker_nsight_options` must have one value (the newer one is used)."""
+    from rlpost.trainer.config.defaults import default_of
+
+    old_key, new_key = "trainer.worker_nsight_options", "global_profiler.global_tool_config.nsys.worker_nsight_options"
+    newer = dict((c.global_profiler.global_tool_config.get("nsys") or {}).get("worker_nsight_options") or {})
+    older = dict(c.trainer.worker_nsight_options or {})
+    new_default, old_default = default_of(new_key) or {}, default_of(old_key) or {}
+    for name, value in newer.items():
+        set_new = name not in new_default or value != new_default[name]
+        set_old = name in older and (name not in old_default or older[name] != old_default[name])
+        if set_new and set_old and older[name] != value:
+            fail(f"{new_key}.{name}={value}, {old_key}.{name}={older[name]}",
+                 "two spellings of one nsys option disagree; set one of them", f"{new_key}.{name}={value}")
+

@@ -4,6 +4,7 @@ A key set to a refused value fails at start-up with "not supported yet: <key>=<v
 build a feature, delete its row here (and its "Not supported yet" note in the YAML comment).
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +47,7 @@ AREAS: tuple[tuple[str, str], ...] = (
     (f"{ARR}.rollout.over_sample_rate", "async rollout"),
     ("reward_model.enable_resource_pool", "separate rollout devices"),
     ("reward.compute_score_kwargs", "keyword arguments of the built-in scorers"),
+    ("reward_model.sandbox_fusion", "scoring code in a sandbox-fusion service"),
     ("reward.reward_manager", "a reward-manager class of your own"),
     ("lora", "LoRA"),
     ("rollout_correction", "this rollout-correction option"),
@@ -154,15 +156,19 @@ NOTICES: dict[str, str] = {
 }
 
 
-def check_not_supported(cfg: DictConfig) -> None:
-    """Raise `ConfigError` for the first key of the table set to a value whose feature is not built."""
+def check_not_supported(cfg: DictConfig, spelled: Mapping[str, str] | None = None) -> None:
+    """Raise `ConfigError` for the first key of the table set to a value whose feature is not built.
+
+    `spelled` maps a key to the synonym the user set it through (`apply_aliases`); the message names that
+    spelling, the one to change."""
     from rlpost.trainer.config.defaults import default_of
 
     for key, refusal in NOT_SUPPORTED_YET.items():
         value = _plain(OmegaConf.select(cfg, key, default=None))
         if refusal.refuses(value):
-            fix = _fix(key, refusal, value, default_of(key))
-            raise ConfigError(f"not supported yet: {key}={_show(value)} ({_area(key)} is not built); use {fix}.")
+            shown = (spelled or {}).get(key, key)
+            fix = _fix(shown, refusal, value, default_of(key))
+            raise ConfigError(f"not supported yet: {shown}={_show(value)} ({_area(key)} is not built); use {fix}.")
 
 
 def notices(cfg: DictConfig) -> list[str]:

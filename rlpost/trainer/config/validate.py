@@ -45,9 +45,9 @@ def typed_config(cfg: DictConfig) -> PPOTrainerConfig:
     """Apply the aliases to `cfg` (in place), run every check, and return the typed dataclasses."""
     if not isinstance(cfg, DictConfig):
         raise ConfigError(f"expected a composed DictConfig, got {type(cfg).__name__}; compose ppo_trainer first.")
-    apply_aliases(cfg)
+    spelled = apply_aliases(cfg)
     typed = to_typed(cfg)
-    check_not_supported(cfg)
+    check_not_supported(cfg, spelled)
     for line in notices(cfg):
         warn(line)
     check_enums(typed)

@@ -69,3 +69,13 @@ def test_verl_newer_nsys_keys_under_global_tool_config(small_cfg):
     c = typed_config(small_cfg({"global_profiler.tool": "torch", "global_profiler.steps": [1], f"{ACTOR}.enable": True,
                                 f"{ACTOR}.discrete": True}))
     assert role_options(c, "actor").discrete and role_options(c, "rollout").discrete
+    # both spellings of one worker option set to different values: one message naming both
+    with pytest.raises(ConfigError, match=rf"{nsys}.worker_nsight_options.trace=cuda,nvtx, "
+                                          r"trainer.worker_nsight_options.trace=cuda: two spellings"):
+        typed_config(small_cfg({f"{nsys}.worker_nsight_options.trace": "cuda,nvtx",
+                                "trainer.worker_nsight_options.trace": "cuda"}))
+    c = typed_config(small_cfg({"global_profiler.tool": "nsys", "global_profiler.steps": [1], f"{ACTOR}.enable": True,
+                                f"{nsys}.worker_nsight_options.trace": "cuda,nvtx",
+                                "trainer.worker_nsight_options.trace": "cuda,nvtx", "trainer.device": "cuda"}))
+    assert nsight_runtime_env(c, {})["runtime_env"]["nsight"]["trace"] == "cuda,nvtx"  # the same value twice: fine
+

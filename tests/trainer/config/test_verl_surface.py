@@ -176,6 +176,18 @@ def test_reward_loop_engine_keys_are_noticed_and_custom_managers_refused(small_c
         typed_config(small_cfg({"reward.reward_model.model_path": "/a", "reward_model.model.path": "/b"}))
 
 
+def test_a_refusal_names_the_spelling_the_user_set(small_cfg):
+    """`reward.sandbox_fusion.url` is verl's newest spelling of `reward_model.sandbox_fusion.url` (not built): the
+    message and its fix name the key the user wrote, not the one it was copied onto."""
+    with pytest.raises(ConfigError) as err:
+        typed_config(small_cfg({"reward.sandbox_fusion.url": "http://sandbox:8080/run_code"}))
+    assert str(err.value).startswith("not supported yet: reward.sandbox_fusion.url=http://sandbox:8080/run_code (")
+    assert str(err.value).endswith("use reward.sandbox_fusion.url=null.")
+    with pytest.raises(ConfigError, match="^not supported yet: reward_model.sandbox_fusion.url=http://x .*"
+                                          "use reward_model.sandbox_fusion.url=null"):
+        typed_config(small_cfg({"reward_model.sandbox_fusion.url": "http://x"}))
+
+
 def test_a_synonym_set_to_an_interpolation_of_the_users_is_copied_resolved(small_cfg):
     """verl's own dp_critic.yaml writes `critic.fsdp.param_offload: ${...actor...param_offload}`: not a default."""
     typed = typed_config(small_cfg({"reward.reward_model.model_path": "${actor_rollout_ref.model.path}",
