@@ -46,9 +46,6 @@ META_PAD_TOKEN_ID = "pad_token_id"
 META_DO_SAMPLE = "do_sample"
 META_VALIDATE = "validate"  # True: the rollout uses rollout.val_kwargs.*
 META_METRICS = "metrics"  # dict[str, float | list[float]] returned by update methods
-# metrics of a generation: CPU-seconds per second of the engine call, the rollout process's and the calling thread's
-GEN_ENGINE_CPU_SHARE = "perf/gen_engine_cpu_share"
-GEN_ENGINE_THREAD_CPU_SHARE = "perf/gen_engine_thread_cpu_share"
 META_TEMPERATURE = "temperature"
 META_GLOBAL_STEP = "global_step"
 META_GLOBAL_TOKEN_NUM = "global_token_num"  # list[int]: tokens per row, for throughput metrics

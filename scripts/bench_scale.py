@@ -50,9 +50,6 @@ def summarize(rows: list[dict[str, Any]], profiled_step: int | None = None) -> d
         "s_per_step": statistics.median(steps), "s_per_step_range": [min(steps), max(steps)],
         "phases_s": {k.removeprefix("timing_s/"): med(k) for k in steady[0] if k.startswith("timing_s/")},
         "tokens_per_s_per_gpu": med("perf/throughput"),
-        # CPU-seconds per second of the rollout workers' engine call (process / engine thread; mean over ranks)
-        **{k.removeprefix("perf/"): med(k) for k in ("perf/gen_engine_cpu_share", "perf/gen_engine_thread_cpu_share")
-           if k in steady[0]},
         "peak_allocated_gb": {k.removeprefix("perf/max_memory_allocated_gb").lstrip("/") or "step": max(
             r[k] for r in steady if k in r) for k in steady[0] if k.startswith("perf/max_memory_allocated_gb")},
     }

@@ -303,8 +303,7 @@ class ActorRolloutRefWorker(_FSDPRole):
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Sample responses. Reads `input_ids`, `attention_mask`, `position_ids` (B, P); writes `prompts`,
         `responses`, `input_ids`, `attention_mask`, `position_ids`, `response_mask` (+ `rollout_log_probs`);
-        meta_info metrics `timing_s/generate_sequences`, its parts `timing_s/gen_{wake,engine,sleep}`, and
-        `perf/gen_engine_{cpu,thread_cpu}_share` (CPU-seconds per second of the engine part).
+        meta_info metrics `timing_s/generate_sequences` and its parts `timing_s/gen_{wake,engine,sleep}`.
         With multi_turn.enable every row runs its agent loop instead (`rlpost.workers.agent_rollout`: reads
         `raw_prompt`, `agent_name`, `tools_kwargs`, `interaction_kwargs`; `response_mask` is 0 on tool and
         user tokens; adds `__num_turns__`, `agent_metrics`, `tool_rewards`, `turn_scores`)."""
@@ -315,21 +314,16 @@ class ActorRolloutRefWorker(_FSDPRole):
             self._sync_weights()
         _free_cached_blocks(self.device)
         self.rollout.wake_up()
-        woke, cpu, thread_cpu = time.perf_counter(), time.process_time(), time.thread_time()
+        woke = time.perf_counter()
         if self.agent_rollout is not None:
             out = self.agent_rollout.generate_sequences(self.rollout, prompts)
         else:
             out = self._generate_with_tp_peers(prompts)
         generated = time.perf_counter()
-        engine_cpu = {keys.GEN_ENGINE_CPU_SHARE: time.process_time() - cpu,
-                      keys.GEN_ENGINE_THREAD_CPU_SHARE: time.thread_time() - thread_cpu}
         if self.config.rollout.free_cache_engine:
             self.rollout.sleep()
         metrics = dict(out.meta_info.get(keys.META_METRICS, {}))
         metrics.update({"timing_s/gen_wake": woke - start, "timing_s/gen_engine": generated - woke})
-        # CPU-seconds per second of the engine call: this process's (all threads) and the calling thread's.
-        # A thread share near 1 means the generation was bound by this thread's CPU work, not by the device.
-        metrics.update({k: v / max(generated - woke, 1e-9) for k, v in engine_cpu.items()})
         _timed(metrics, "gen_sleep", generated)
         _timed(metrics, "generate_sequences", start)
         out.meta_info[keys.META_METRICS] = metrics

@@ -29,12 +29,6 @@ def test_summary_leaves_out_the_warm_up_step_and_keeps_the_range():
     assert out["s_per_step"] == 11.0 and out["s_per_step_range"] == [10.0, 12.0]
     assert out["phases_s"] == {"step": 11.0, "gen": 4.0}
     assert out["peak_allocated_gb"] == {"step": 50.0, "update_actor": 49.0}
-    assert "gen_engine_cpu_share" not in out  # not in these rows
-    rows = _rows([30.0, 10.0, 12.0], gen=4.0, peak=50.0)
-    for row, share in zip(rows, (2.0, 1.0, 0.8)):
-        row.update({"perf/gen_engine_cpu_share": share + 0.1, "perf/gen_engine_thread_cpu_share": share})
-    out = bench_scale.summarize(rows)
-    assert out["gen_engine_thread_cpu_share"] == pytest.approx(0.9) and out["gen_engine_cpu_share"] == pytest.approx(1.0)
 
 
 def test_weak_scaling_efficiency_is_one_gpu_time_over_n_gpu_time_at_the_same_load_per_gpu():

@@ -99,8 +99,7 @@ def compute_timing_metrics(batch: Any, timing_raw: dict[str, float]) -> dict[str
 
 
 def compute_throughout_metrics(batch: Any, timing_raw: dict[str, float], n_gpus: int) -> dict[str, float]:
-    """perf/total_num_tokens, perf/time_per_step (= timing_raw["step"]), perf/throughput, and the rollout
-    workers' `GEN_CPU_SHARES` (mean over ranks) when the generation put them in meta_info.
+    """perf/total_num_tokens, perf/time_per_step (= timing_raw["step"]), perf/throughput.
 
     throughput = tokens / time_per_step / n_gpus (tokens per second per device). Tokens come from
     meta_info["global_token_num"] (per-row counts) when set, else from `attention_mask`.
@@ -115,7 +114,6 @@ def compute_throughout_metrics(batch: Any, timing_raw: dict[str, float], n_gpus:
         "perf/total_num_tokens": total,
         "perf/time_per_step": step,
         "perf/throughput": total / (step * max(n_gpus, 1)),
-        **{k: float(np.mean(meta[k])) for k in GEN_CPU_SHARES if k in meta},
     }
 
 
@@ -178,7 +176,6 @@ def reduce_metrics(metrics: dict[str, Any]) -> dict[str, float]:
 
 
 GEN_PARTS = ("gen_wake", "gen_engine", "gen_sleep")  # the rollout worker's own parts of `gen`
-GEN_CPU_SHARES = (keys.GEN_ENGINE_CPU_SHARE, keys.GEN_ENGINE_THREAD_CPU_SHARE)
 
 
 def add_gen_parts(timing: dict[str, float], worker_metrics: dict[str, Any]) -> None:

@@ -89,10 +89,6 @@ def test_throughput_metrics():
     assert m == pytest.approx({"perf/total_num_tokens": 16.0, "perf/time_per_step": 2.0, "perf/throughput": 4.0})
     m = mu.compute_throughout_metrics(_batch(), {"step": 2.0}, n_gpus=1)  # falls back to attention_mask: 8
     assert m["perf/total_num_tokens"] == 8.0 and m["perf/throughput"] == pytest.approx(4.0)
-    assert keys.GEN_ENGINE_CPU_SHARE not in m  # no generation reported them
-    shares = {keys.GEN_ENGINE_CPU_SHARE: [1.2, 1.0], keys.GEN_ENGINE_THREAD_CPU_SHARE: 0.9}  # two ranks, one rank
-    m = mu.compute_throughout_metrics(_batch(shares), {"step": 2.0}, n_gpus=2)
-    assert m[keys.GEN_ENGINE_CPU_SHARE] == pytest.approx(1.1) and m[keys.GEN_ENGINE_THREAD_CPU_SHARE] == 0.9
 
 
 def test_process_validation_metrics():
