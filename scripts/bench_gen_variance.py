@@ -11,13 +11,14 @@ variants run round-robin, the first one moving each round, so a drift of the hos
 - `gc_off`: the same with Python's garbage collector frozen and off during the call;
 - `threads_all`: torch's CPU threads set to every core;
 - `pin_local`: every thread of the process kept on the cores of the GPU's own NUMA node (`rlpost.utils.numa`);
-- `pin_remote`: the same on another node's cores (when the host has one);
+- `pin_remote`: the same on another node's cores (both refused, before the engine starts, on a host of one node);
 - `sleep2`: before the (timed) call, the cycle `main_ppo`'s rollout runs before every generation when an actor
   shares its process: a level-2 sleep, the weights woken and loaded again in place, the KV cache woken.
 
 `--engine-kwargs '{"async_scheduling": true}'` passes engine arguments on. Per repetition it records:
-- wall seconds and the process's CPU seconds (user + system, every thread); the core (and its node) the main
-  thread last ran on;
+- wall seconds, and CPU-seconds per second of the process (every thread) and of the main thread; a thread that
+  waits for the GPU spins under CUDA's default scheduling, so a share near 1 does not by itself say the work was
+  CPU-bound (the GPU's utilization below does); the core (and its node) the main thread last ran on;
 - the host's busy and steal shares of all cores (`/proc/stat`);
 - the engine's scheduler steps: count, median / p90 / max milliseconds, and the seconds spent in steps longer than
   3x the median (stalls);
@@ -123,11 +124,15 @@ def schedule(reps: int, variants: tuple[str, ...]) -> list[str]:
 
 
 def correlations(records: list[dict[str, Any]]) -> dict[str, float | None]:
-    """Pearson's r of wall seconds with every other numeric field, over all repetitions."""
-    wall = [r["wall_s"] for r in records]
-    keys = [k for k, v in records[0].items()
-            if isinstance(v, (int, float)) and k not in ("wall_s", "rep", "cpu_last", "node_last")]
-    return {k: pearson(wall, [float(r.get(k, 0.0)) for r in records]) for k in keys}
+    """Pearson's r of wall seconds with every other numeric field, over the repetitions that have it (a window with
+    no GPU sample has no clock). Labels and counts that follow the wall time by construction are left out."""
+    skip = ("wall_s", "rep", "cpu_last", "node_last", "gpu_samples")
+    keys = sorted({k for r in records for k, v in r.items() if isinstance(v, (int, float)) and k not in skip})
+    out = {}
+    for k in keys:
+        having = [r for r in records if isinstance(r.get(k), (int, float))]
+        out[k] = pearson([r["wall_s"] for r in having], [float(r[k]) for r in having])
+    return out
 
 
 class GpuSampler:
@@ -173,6 +178,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     cuda = torch.cuda.is_available()
     if "sleep2" in args.variants and not cuda:
         raise SystemExit("bench_gen_variance: sleep2 needs a GPU (vLLM's sleep mode); leave it out of --variants")
+    all_threads = os.cpu_count() or 1
+    everywhere = os.sched_getaffinity(0)
+    nodes = numa.node_cpus()
+    node_of = {c: n for n, cpus in nodes.items() for c in cpus}
+    local = numa.gpu_local_cpus(0) if cuda else set()
+    remote = next((cpus for cpus in nodes.values() if not cpus & local), set()) if local else set()
+    pins = {"pin_local": local, "pin_remote": remote}
+    # a pin that is empty, or that is every core the process may use anyway, would time the default twice
+    useless = [v for v in args.variants if v in pins and (not pins[v] or pins[v] >= everywhere)]
+    if useless:
+        raise SystemExit(f"bench_gen_variance: {useless} would not change where the process runs on this host "
+                         f"(NUMA nodes {sorted(nodes)}, {len(local)} GPU-local cores of {len(everywhere)} allowed); "
+                         f"leave them out of --variants")
     bl.ensure_model(args.model_dir, args.arch)
     vocab = json.loads((args.model_dir / "config.json").read_text())["vocab_size"]
     llm, engine_start_s = bl.bare_engine(args.model_dir, args.prompt_len + args.response_len,
@@ -196,17 +214,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         return out
 
     engine.step = timed_step  # the instance attribute shadows the class's method for LLM._run_engine
-    all_threads = os.cpu_count() or 1
-    everywhere = os.sched_getaffinity(0)
-    nodes = numa.node_cpus()
-    node_of = {c: n for n, cpus in nodes.items() for c in cpus}
-    local = numa.gpu_local_cpus(0) if cuda else set()
-    remote = next((cpus for cpus in nodes.values() if not cpus & local), set()) if local else set()
-    pins = {"pin_local": local, "pin_remote": remote}
-    missing = [v for v in args.variants if v in pins and not pins[v]]
-    if missing:
-        raise SystemExit(f"bench_gen_variance: no cores for {missing} on this host (nodes {sorted(nodes)}, "
-                         f"GPU-local cores {sorted(local)[:4]}...); leave them out of --variants")
     weights = bl.weights_on_gpu(args.model_dir) if cuda and "sleep2" in args.variants else {}
 
     def sleep_cycle() -> None:
@@ -232,13 +239,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             numa.set_process_affinity(pins.get(variant, everywhere))
             if variant == "sleep2":
                 sleep_cycle()
+            gc.collect()  # every variant starts from a collected heap
             if variant == "gc_off":
-                gc.collect()
                 gc.freeze()
                 gc.disable()
             step_times.clear()
             stat0 = parse_proc_stat(Path("/proc/stat").read_text())
-            ru0 = resource.getrusage(resource.RUSAGE_SELF)
+            ru0, th0 = resource.getrusage(resource.RUSAGE_SELF), time.thread_time()
             t0 = time.time()
             bl.sync()
             start = time.perf_counter()
@@ -246,7 +253,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             bl.sync()
             wall = time.perf_counter() - start
             t1 = time.time()
-            ru1 = resource.getrusage(resource.RUSAGE_SELF)
+            th1, ru1 = time.thread_time(), resource.getrusage(resource.RUSAGE_SELF)
             stat1 = parse_proc_stat(Path("/proc/stat").read_text())
             if variant == "gc_off":
                 gc.enable()
@@ -256,7 +263,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
             core = numa.current_cpu()
             rec = {"rep": rep, "variant": variant, "wall_s": wall, "process_cpu_s": cpu,
-                   "process_cpu_share": cpu / wall, "cpu_last": core, "node_last": node_of.get(core, -1),
+                   "process_cpu_share": cpu / wall, "thread_cpu_share": (th1 - th0) / wall,
+                   "cpu_last": core, "node_last": node_of.get(core, -1),
                    "load1": os.getloadavg()[0], **host_shares(stat0, stat1), **step_stats(step_times),
                    **(window_stats(sampler.samples, t0, t1) if sampler else {})}
             records.append(rec)
@@ -284,7 +292,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--prompt-len", type=int, default=32)
     ap.add_argument("--response-len", type=int, default=512)
     ap.add_argument("--reps", type=int, default=10, help="rounds; each runs every variant once")
-    ap.add_argument("--variants", nargs="+", choices=VARIANTS, default=["default", "pin_local", "pin_remote"])
+    ap.add_argument("--variants", nargs="+", choices=VARIANTS, default=["default", "gc_off", "threads_all"])
     ap.add_argument("--engine-kwargs", type=json.loads, default={}, help="JSON object of extra engine arguments")
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.6)
     ap.add_argument("--max-num-seqs", type=int, default=1024)

@@ -326,6 +326,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
+def check_arch(model_dir: Path, arch: str) -> None:
+    """Stop when the model in `model_dir` is not of `arch` (the results name the architecture given)."""
+    config = json.loads((Path(model_dir) / "config.json").read_text())
+    wrong = {k: (config.get(k), v) for k, v in ARCHS[arch].items()
+             if k in ("hidden_size", "num_hidden_layers", "intermediate_size") and config.get(k) != v}
+    if wrong:
+        raise SystemExit(f"bench_limits: {model_dir} is not the {arch} architecture ({wrong}: found, expected); "
+                         f"pass the matching --arch or another --model-dir")
+
+
 def device_slug(name: str | None = None) -> str:
     """File-name form of a device name (default: this process's GPU, or "cpu")."""
     name = name or (torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu")
@@ -337,10 +347,13 @@ def main() -> None:
     if args.save_model is not None:
         print(f"[limits] model saved to {build_model(args.save_model, arch=args.arch)}")
         return
+    if args.model_dir is not None:
+        check_arch(args.model_dir, args.arch)
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = args.model_dir or build_model(Path(tmp) / f"qwen_{args.arch}_random", arch=args.arch)
         res = measure(args, model_dir)
-    out = args.json_out or REPO / "benchmarks" / "results" / f"limits_{device_slug()}.json"
+    name = "limits" if args.arch == "0.5b" else f"limits_{args.arch}"
+    out = args.json_out or REPO / "benchmarks" / "results" / f"{name}_{device_slug()}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=1, default=str))  # args hold Paths
     print(f"[limits] wrote {out}")

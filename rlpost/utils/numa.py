@@ -11,7 +11,8 @@ import os
 from pathlib import Path
 
 SYSFS = Path("/sys")
-_ALLOWED_AT_START = frozenset(os.sched_getaffinity(0))  # what the process may use before anything narrows it
+# what the process may use before anything narrows it (Linux; elsewhere nothing can be pinned)
+_ALLOWED_AT_START = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else frozenset()
 
 
 def parse_cpulist(text: str) -> set[int]:

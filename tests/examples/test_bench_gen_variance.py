@@ -55,4 +55,10 @@ def test_correlation_with_wall_time():
     r = bgv.correlations(records)
     assert r["process_cpu_s"] == pytest.approx(1.0) and r["host_steal"] == pytest.approx(-1.0)
     assert "rep" not in r and "variant" not in r
+    # a repetition without GPU samples has no clock: left out of that correlation, not counted as 0 MHz
+    clocks = [{"sm_clock_min_mhz": c, "gpu_samples": 5} for c in (1980.0, 1500.0, None, 1000.0)]
+    r = bgv.correlations([{**rec, **({k: v for k, v in c.items() if v is not None})}
+                          for rec, c in zip(records, clocks)])
+    assert r["sm_clock_min_mhz"] == pytest.approx(bgv.pearson([1.0, 2.0, 4.0], [1980.0, 1500.0, 1000.0]))
+    assert "gpu_samples" not in r
     assert bgv.pearson([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]) is None

@@ -54,3 +54,12 @@ def test_timed_wrappers_report_all_tokens():
     ids = torch.randint(0, 100, (4, 10))
     for res in (bench_limits.bare_forward(model, ids, 4, 2), bench_limits.bare_train(model, ids, 4, 2, 4)):
         assert res["s"] > 0 and res["tokens"] == 40 and res["tokens_per_s"] == pytest.approx(40 / res["s"])
+
+
+def test_a_model_of_another_architecture_is_refused_by_name(tmp_path):
+    import json
+
+    (tmp_path / "config.json").write_text(json.dumps(bench_limits.ARCHS["0.5b"]))
+    bench_limits.check_arch(tmp_path, "0.5b")  # the matching architecture passes
+    with pytest.raises(SystemExit, match="is not the 7b architecture .*'hidden_size': \\(896, 3584\\)"):
+        bench_limits.check_arch(tmp_path, "7b")

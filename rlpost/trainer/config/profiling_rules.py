@@ -88,10 +88,12 @@ def _nsight_options_agree(c: PPOTrainerConfig) -> None:
     newer = dict((c.global_profiler.global_tool_config.get("nsys") or {}).get("worker_nsight_options") or {})
     older = dict(c.trainer.worker_nsight_options or {})
     new_default, old_default = default_of(new_key) or {}, default_of(old_key) or {}
+    def same(a: Any, b: Any) -> bool:  # nsys options are strings; Hydra reads `=true` as a bool
+        return str(a).lower() == str(b).lower() if isinstance(a, bool) or isinstance(b, bool) else a == b
+
     for name, value in newer.items():
-        set_new = name not in new_default or value != new_default[name]
-        set_old = name in older and (name not in old_default or older[name] != old_default[name])
-        if set_new and set_old and older[name] != value:
+        set_new = name not in new_default or not same(value, new_default[name])
+        set_old = name in older and (name not in old_default or not same(older[name], old_default[name]))
+        if set_new and set_old and not same(older[name], value):
             fail(f"{new_key}.{name}={value}, {old_key}.{name}={older[name]}",
                  "two spellings of one nsys option disagree; set one of them", f"{new_key}.{name}={value}")
-

@@ -78,4 +78,5 @@ def test_verl_newer_nsys_keys_under_global_tool_config(small_cfg):
                                 f"{nsys}.worker_nsight_options.trace": "cuda,nvtx",
                                 "trainer.worker_nsight_options.trace": "cuda,nvtx", "trainer.device": "cuda"}))
     assert nsight_runtime_env(c, {})["runtime_env"]["nsight"]["trace"] == "cuda,nvtx"  # the same value twice: fine
-
+    typed_config(small_cfg({f"{nsys}.worker_nsight_options.cuda-memory-usage": True,  # Hydra's bool for `=true`
+                            "trainer.worker_nsight_options.cuda-memory-usage": "true"}))
