@@ -79,21 +79,44 @@ def check_profiling(c: PPOTrainerConfig) -> None:
              f"{ARR}.actor.profiler.enable=true")
 
 
+NSYS_WORKER_OPTIONS = "global_profiler.global_tool_config.nsys.worker_nsight_options"
+TRAINER_WORKER_OPTIONS = "trainer.worker_nsight_options"
+
+
+def nsys_group(c: PPOTrainerConfig) -> dict[str, Any]:
+    """verl's newer `global_profiler.global_tool_config.nsys` group ({} when absent)."""
+    return dict(c.global_profiler.global_tool_config.get("nsys") or {})
+
+
+def _nsight_str(value: Any) -> str:
+    """nsys options are strings; Hydra reads `=true` as a bool, which nsys wants as `true`."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _set_entries(options: Any, key: str) -> dict[str, Any]:
+    """The entries of `options` (the group at `key`) set away from the package default."""
+    from rlpost.trainer.config.defaults import default_of
+
+    default = default_of(key) or {}
+    return {k: v for k, v in dict(options or {}).items()
+            if k not in default or _nsight_str(v) != _nsight_str(default[k])}
+
+
+def worker_nsight_options(c: PPOTrainerConfig) -> dict[str, str]:
+    """The workers' nsys options, as strings: `trainer.worker_nsight_options`, where each entry of verl's newer
+    `global_profiler.global_tool_config.nsys.worker_nsight_options` set away from its default wins."""
+    newer = _set_entries(nsys_group(c).get("worker_nsight_options"), NSYS_WORKER_OPTIONS)
+    merged = {**dict(c.trainer.worker_nsight_options or {}), **newer}
+    return {k: _nsight_str(v) for k, v in merged.items() if v is not None}
+
+
 def _nsight_options_agree(c: PPOTrainerConfig) -> None:
     """An entry set away from its default in both `trainer.worker_nsight_options` and verl's newer
     `global_profiler.global_tool_config.nsys.worker_nsight_options` must have one value (the newer one is used)."""
-    from rlpost.trainer.config.defaults import default_of
-
-    old_key, new_key = "trainer.worker_nsight_options", "global_profiler.global_tool_config.nsys.worker_nsight_options"
-    newer = dict((c.global_profiler.global_tool_config.get("nsys") or {}).get("worker_nsight_options") or {})
-    older = dict(c.trainer.worker_nsight_options or {})
-    new_default, old_default = default_of(new_key) or {}, default_of(old_key) or {}
-    def same(a: Any, b: Any) -> bool:  # nsys options are strings; Hydra reads `=true` as a bool
-        return str(a).lower() == str(b).lower() if isinstance(a, bool) or isinstance(b, bool) else a == b
-
-    for name, value in newer.items():
-        set_new = name not in new_default or not same(value, new_default[name])
-        set_old = name in older and (name not in old_default or not same(older[name], old_default[name]))
-        if set_new and set_old and not same(older[name], value):
-            fail(f"{new_key}.{name}={value}, {old_key}.{name}={older[name]}",
-                 "two spellings of one nsys option disagree; set one of them", f"{new_key}.{name}={value}")
+    newer = _set_entries(nsys_group(c).get("worker_nsight_options"), NSYS_WORKER_OPTIONS)
+    older = _set_entries(c.trainer.worker_nsight_options, TRAINER_WORKER_OPTIONS)
+    for name in sorted(newer.keys() & older.keys()):
+        if _nsight_str(newer[name]) != _nsight_str(older[name]):
+            fail(f"{NSYS_WORKER_OPTIONS}.{name}={newer[name]}, {TRAINER_WORKER_OPTIONS}.{name}={older[name]}",
+                 "two spellings of one nsys option disagree; set one of them",
+                 f"{NSYS_WORKER_OPTIONS}.{name}={newer[name]}")

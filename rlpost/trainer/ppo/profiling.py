@@ -14,7 +14,13 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 from rlpost.config.schema import PPOTrainerConfig
-from rlpost.trainer.config.profiling_rules import profile_steps, profile_tool, role_profilers
+from rlpost.trainer.config.profiling_rules import (
+    nsys_group,
+    profile_steps,
+    profile_tool,
+    role_profilers,
+    worker_nsight_options,
+)
 from rlpost.utils.profiler import ProfileOptions
 
 
@@ -28,7 +34,7 @@ def role_options(c: PPOTrainerConfig, role: str) -> ProfileOptions | None:
     # (a step capture of its own would hold every phase of that process in one capture)
     switch = role_profilers(c)["actor"] if role == "rollout" else prof
     discrete = bool(switch.discrete)
-    if (switch.tool or tool) == "nsys" and _nsys(c).get("discrete"):  # verl's global switch for every role
+    if (switch.tool or tool) == "nsys" and nsys_group(c).get("discrete"):  # verl's global switch for every role
         discrete = True
     return ProfileOptions(role=role, tool=prof.tool or tool, ranks=ranks,
                           save_path=str(prof.save_path or c.global_profiler.save_path), discrete=discrete,
@@ -42,23 +48,8 @@ def nsight_runtime_env(c: PPOTrainerConfig, options: dict[str, Any]) -> dict[str
     when the tool is nsys; the options' own runtime_env entries are kept."""
     if profile_tool(c) != "nsys":
         return options
-    nsight = {k: str(v) for k, v in worker_nsight_options(c).items() if v is not None}
+    nsight = worker_nsight_options(c)
     return {**options, "runtime_env": {**(options.get("runtime_env") or {}), "nsight": nsight}}
-
-
-def worker_nsight_options(c: PPOTrainerConfig) -> dict[str, Any]:
-    """The workers' nsys options: `trainer.worker_nsight_options`, where each entry of verl's newer
-    `global_profiler.global_tool_config.nsys.worker_nsight_options` set away from its default wins."""
-    from rlpost.trainer.config.defaults import default_of
-
-    default = default_of("global_profiler.global_tool_config.nsys.worker_nsight_options") or {}
-    newer = _nsys(c).get("worker_nsight_options") or {}
-    return {**dict(c.trainer.worker_nsight_options),
-            **{k: v for k, v in newer.items() if k not in default or v != default[k]}}
-
-
-def _nsys(c: PPOTrainerConfig) -> dict[str, Any]:
-    return dict(c.global_profiler.global_tool_config.get("nsys") or {})
 
 
 def check_profiler_tools(c: PPOTrainerConfig) -> None:

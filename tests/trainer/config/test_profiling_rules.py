@@ -80,3 +80,7 @@ def test_verl_newer_nsys_keys_under_global_tool_config(small_cfg):
     assert nsight_runtime_env(c, {})["runtime_env"]["nsight"]["trace"] == "cuda,nvtx"  # the same value twice: fine
     typed_config(small_cfg({f"{nsys}.worker_nsight_options.cuda-memory-usage": True,  # Hydra's bool for `=true`
                             "trainer.worker_nsight_options.cuda-memory-usage": "true"}))
+    # nsys is handed `false`, the form its command line takes, for Hydra's bool False
+    c = typed_config(small_cfg({"global_profiler.tool": "nsys", "global_profiler.steps": [1], f"{ACTOR}.enable": True,
+                                "trainer.device": "cuda", f"{nsys}.worker_nsight_options.cuda-memory-usage": False}))
+    assert nsight_runtime_env(c, {})["runtime_env"]["nsight"]["cuda-memory-usage"] == "false"
