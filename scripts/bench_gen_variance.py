@@ -103,15 +103,13 @@ def window_stats(samples: list[tuple[float, dict[str, Any]]], start: float, end:
 
 
 def pearson(xs: list[float], ys: list[float]) -> float | None:
-    """Pearson's r, or None when either side does not vary."""
+    """Pearson's r (`statistics.correlation`), or None for fewer than 3 points or a side that does not vary."""
     if len(xs) < 3:
         return None
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    sx = sum((x - mx) ** 2 for x in xs) ** 0.5
-    sy = sum((y - my) ** 2 for y in ys) ** 0.5
-    if sx == 0 or sy == 0:
+    try:
+        return statistics.correlation(xs, ys)
+    except statistics.StatisticsError:  # a constant side
         return None
-    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / (sx * sy)
 
 
 def schedule(reps: int, variants: tuple[str, ...]) -> list[str]:
@@ -220,12 +218,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         """rlpost's cycle: sleep level 2, wake the weights, load them in place, wake the KV cache."""
         llm.sleep(level=2)
         llm.wake_up(tags=["weights"])
-
-        def _load(worker: Any) -> None:
-            with torch.no_grad():
-                worker.model_runner.model.load_weights(iter(weights.items()))
-
-        llm.collective_rpc(_load)
+        bl.load_in_place(llm, weights)
         llm.wake_up(tags=["kv_cache"])
 
     sched = getattr(getattr(llm.llm_engine, "vllm_config", None), "scheduler_config", None)

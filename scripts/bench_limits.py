@@ -172,6 +172,16 @@ def weights_on_gpu(model_dir: Path) -> dict[str, torch.Tensor]:
     return {k: v for f in sorted(model_dir.glob("*.safetensors")) for k, v in load_file(str(f), device="cuda").items()}
 
 
+def load_in_place(llm: Any, weights: dict[str, torch.Tensor]) -> None:
+    """The engine model's plain `load_weights` of `weights` (HF names), into its live parameters."""
+
+    def _load(worker: Any) -> None:
+        with torch.no_grad():
+            worker.model_runner.model.load_weights(iter(weights.items()))
+
+    llm.collective_rpc(_load)
+
+
 def bare_reload(llm: Any, weights: dict[str, torch.Tensor], reps: int = 5) -> dict[str, Any]:
     """vLLM's own in-place `reload_weights` of `weights` (GPU tensors, HF names), the model's plain
     `load_weights` of the same tensors, and the weights-only wake-up after a level-2 sleep (medians)."""
@@ -179,12 +189,8 @@ def bare_reload(llm: Any, weights: dict[str, torch.Tensor], reps: int = 5) -> di
     def _reload(worker: Any) -> None:
         worker.model_runner.reload_weights(weights_iterator=iter(weights.items()))
 
-    def _load(worker: Any) -> None:
-        with torch.no_grad():
-            worker.model_runner.model.load_weights(iter(weights.items()))
-
     med, times = _median_time(lambda: llm.collective_rpc(_reload), reps)
-    load_s, load_all = _median_time(lambda: llm.collective_rpc(_load), reps)
+    load_s, load_all = _median_time(lambda: load_in_place(llm, weights), reps)
     wakes = []
     for _ in range(reps):
         llm.sleep(level=2)
@@ -193,7 +199,7 @@ def bare_reload(llm: Any, weights: dict[str, torch.Tensor], reps: int = 5) -> di
         llm.wake_up(tags=["weights"])
         sync()
         wakes.append(time.perf_counter() - start)
-        llm.collective_rpc(_load)
+        load_in_place(llm, weights)
         llm.wake_up(tags=["kv_cache"])
     nbytes = sum(t.numel() * t.element_size() for t in weights.values())
     return {"s": med, "all_s": times, "bytes": nbytes, "GB_per_s": nbytes / med / 1e9,
@@ -329,8 +335,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def check_arch(model_dir: Path, arch: str) -> None:
     """Stop when the model in `model_dir` is not of `arch` (the results name the architecture given)."""
     config = json.loads((Path(model_dir) / "config.json").read_text())
-    wrong = {k: (config.get(k), v) for k, v in ARCHS[arch].items()
-             if k in ("hidden_size", "num_hidden_layers", "intermediate_size") and config.get(k) != v}
+    wrong = {k: (config.get(k), ARCHS[arch][k]) for k in ("hidden_size", "num_hidden_layers", "intermediate_size")
+             if config.get(k) != ARCHS[arch][k]}
     if wrong:
         raise SystemExit(f"bench_limits: {model_dir} is not the {arch} architecture ({wrong}: found, expected); "
                          f"pass the matching --arch or another --model-dir")
