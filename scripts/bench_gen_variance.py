@@ -13,8 +13,11 @@ variants run round-robin, the first one moving each round, so a drift of the hos
 - `pin_local`: every thread of the process kept on the cores of the GPU's own NUMA node (`rlpost.utils.numa`);
 - `pin_remote`: the same on another node's cores (both refused, before the engine starts, on a host of one node);
 - `sleep2`: before the (timed) call, the cycle `main_ppo`'s rollout runs before every generation when an actor
-  shares its process: a level-2 sleep, the weights woken and loaded again in place, the KV cache woken.
+  shares its process: a level-2 sleep, the weights woken and loaded again in place, the KV cache woken;
+- `tqdm`: vLLM's progress bar on, as `main_ppo`'s rank 0 generates (`VLLMRollout.generate_sequences`).
 
+`--max-model-len` sets the engine's length (default prompt + response; `main_ppo` uses `data.max_prompt_length +
+data.max_response_length`, 1024 for the GPU example).
 `--engine-kwargs '{"async_scheduling": true}'` passes engine arguments on. Per repetition it records:
 - wall seconds, and CPU-seconds per second of the process (every thread) and of the main thread; a thread that
   waits for the GPU spins under CUDA's default scheduling, so a share near 1 does not by itself say the work was
@@ -46,7 +49,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
-VARIANTS = ("default", "gc_off", "threads_all", "pin_local", "pin_remote", "sleep2")
+VARIANTS = ("default", "gc_off", "threads_all", "pin_local", "pin_remote", "sleep2", "tqdm")
 # /proc/stat's first line: cpu user nice system idle iowait irq softirq steal ...
 _STAT_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 SMI_FIELDS = ("clocks.sm", "clocks.mem", "utilization.gpu", "power.draw", "temperature.gpu",
@@ -191,7 +194,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                          f"leave them out of --variants")
     bl.ensure_model(args.model_dir, args.arch)
     vocab = json.loads((args.model_dir / "config.json").read_text())["vocab_size"]
-    llm, engine_start_s = bl.bare_engine(args.model_dir, args.prompt_len + args.response_len,
+    llm, engine_start_s = bl.bare_engine(args.model_dir, args.max_model_len or args.prompt_len + args.response_len,
                                          args.gpu_memory_utilization, enforce_eager=not cuda,
                                          max_num_seqs=args.max_num_seqs,
                                          max_num_batched_tokens=args.max_num_batched_tokens, **args.engine_kwargs)
@@ -242,7 +245,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             t0 = time.time()
             bl.sync()
             start = time.perf_counter()
-            outs = llm.generate(requests, params, use_tqdm=False)
+            outs = llm.generate(requests, params, use_tqdm=variant == "tqdm")
             bl.sync()
             wall = time.perf_counter() - start
             t1 = time.time()
@@ -287,12 +290,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--reps", type=int, default=10, help="rounds; each runs every variant once")
     ap.add_argument("--variants", nargs="+", choices=VARIANTS, default=["default", "gc_off", "threads_all"])
     ap.add_argument("--engine-kwargs", type=json.loads, default={}, help="JSON object of extra engine arguments")
+    ap.add_argument("--max-model-len", type=int, default=None, help="the engine's length (default prompt + response)")
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.6)
     ap.add_argument("--max-num-seqs", type=int, default=1024)
     ap.add_argument("--max-num-batched-tokens", type=int, default=16384)
     ap.add_argument("--json-out", type=Path, default=None)
     args = ap.parse_args(argv)
     args.variants = tuple(args.variants)
+    if "max_model_len" in args.engine_kwargs:
+        ap.error("set the engine's length with --max-model-len, not in --engine-kwargs")
+    if args.max_model_len is not None and args.max_model_len < args.prompt_len + args.response_len:
+        ap.error(f"--max-model-len {args.max_model_len} is shorter than --prompt-len + --response-len "
+                 f"({args.prompt_len + args.response_len}); use at least that")
     return args
 
 

@@ -62,3 +62,13 @@ def test_correlation_with_wall_time():
     assert r["sm_clock_min_mhz"] == pytest.approx(bgv.pearson([1.0, 2.0, 4.0], [1980.0, 1500.0, 1000.0]))
     assert "gpu_samples" not in r
     assert bgv.pearson([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]) is None
+
+
+def test_engine_length_is_its_own_flag():
+    base = ["--model-dir", "/tmp/m", "--prompt-len", "28", "--response-len", "512"]
+    assert bgv.parse_args(base).max_model_len is None  # the engine gets prompt + response
+    assert bgv.parse_args([*base, "--max-model-len", "1024", "--variants", "default", "tqdm"]).max_model_len == 1024
+    with pytest.raises(SystemExit):  # bare_engine takes the length positionally: two values would collide
+        bgv.parse_args([*base, "--engine-kwargs", '{"max_model_len": 1024}'])
+    with pytest.raises(SystemExit):
+        bgv.parse_args([*base, "--max-model-len", "512"])
