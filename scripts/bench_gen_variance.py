@@ -22,6 +22,8 @@ data.max_response_length`, 1024 for the GPU example).
 - wall seconds, and CPU-seconds per second of the process (every thread) and of the main thread; a thread that
   waits for the GPU spins under CUDA's default scheduling, so a share near 1 does not by itself say the work was
   CPU-bound (the GPU's utilization below does); the core (and its node) the main thread last ran on;
+- a fixed pure-Python loop timed on the main thread just before and just after the call (`cpu_probe_*_ms`): if
+  the core itself ran slower, the probe slows with the generation;
 - the host's busy and steal shares of all cores (`/proc/stat`);
 - the engine's scheduler steps: count, median / p90 / max milliseconds, and the seconds spent in steps longer than
   3x the median (stalls);
@@ -69,6 +71,19 @@ def host_shares(before: dict[str, int], after: dict[str, int]) -> dict[str, floa
     total = sum(delta.values()) or 1
     busy = total - delta["idle"] - delta["iowait"] - delta["steal"]
     return {"host_busy": busy / total, "host_steal": delta["steal"] / total}
+
+
+def cpu_probe_ms(loops: int = 200_000, reps: int = 3) -> float:
+    """Fastest of `reps` timings of a fixed pure-Python loop on the calling thread, in milliseconds: how fast this
+    core runs the interpreter right now, apart from vLLM, torch and the GPU."""
+    best = float("inf")
+    for _ in range(reps):
+        start = time.perf_counter()
+        total = 0
+        for i in range(loops):
+            total += i * i
+        best = min(best, time.perf_counter() - start)
+    return best * 1000.0
 
 
 def step_stats(durations: list[float]) -> dict[str, float]:
@@ -239,6 +254,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if variant == "gc_off":
                 gc.freeze()
                 gc.disable()
+            probe0 = cpu_probe_ms()
             step_times.clear()
             stat0 = parse_proc_stat(Path("/proc/stat").read_text())
             ru0, th0 = resource.getrusage(resource.RUSAGE_SELF), time.thread_time()
@@ -251,6 +267,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             t1 = time.time()
             th1, ru1 = time.thread_time(), resource.getrusage(resource.RUSAGE_SELF)
             stat1 = parse_proc_stat(Path("/proc/stat").read_text())
+            probe1 = cpu_probe_ms()
             if variant == "gc_off":
                 gc.enable()
                 gc.unfreeze()
@@ -259,6 +276,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
             core = numa.current_cpu()
             rec = {"rep": rep, "variant": variant, "wall_s": wall, "process_cpu_s": cpu,
+                   "cpu_probe_before_ms": probe0, "cpu_probe_after_ms": probe1,
                    "process_cpu_share": cpu / wall, "thread_cpu_share": (th1 - th0) / wall,
                    "cpu_last": core, "node_last": node_of.get(core, -1),
                    "load1": os.getloadavg()[0], **host_shares(stat0, stat1), **step_stats(step_times),

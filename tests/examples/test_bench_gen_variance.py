@@ -72,3 +72,8 @@ def test_engine_length_is_its_own_flag():
         bgv.parse_args([*base, "--engine-kwargs", '{"max_model_len": 1024}'])
     with pytest.raises(SystemExit):
         bgv.parse_args([*base, "--max-model-len", "512"])
+
+
+def test_cpu_probe_times_the_loop():
+    fast, slow = bgv.cpu_probe_ms(loops=1_000, reps=2), bgv.cpu_probe_ms(loops=200_000, reps=2)
+    assert 0 < fast < slow  # 200x the loop takes longer: the probe times the work, not a constant
