@@ -23,7 +23,9 @@ data.max_response_length`, 1024 for the GPU example).
   waits for the GPU spins under CUDA's default scheduling, so a share near 1 does not by itself say the work was
   CPU-bound (the GPU's utilization below does); the core (and its node) the main thread last ran on;
 - a fixed pure-Python loop timed on the main thread just before and just after the call (`cpu_probe_*_ms`): if
-  the core itself ran slower, the probe slows with the generation;
+  the core itself ran slower, the probe slows with the generation; and a 256 MiB copy (`mem_probe_*_gbs`), the
+  memory bandwidth the core gets, which a busy neighbour on the same machine would lower;
+- the process's user and system seconds, minor page faults, voluntary and involuntary context switches;
 - the host's busy and steal shares of all cores (`/proc/stat`);
 - the engine's scheduler steps: count, median / p90 / max milliseconds, and the seconds spent in steps longer than
   3x the median (stalls);
@@ -84,6 +86,31 @@ def cpu_probe_ms(loops: int = 200_000, reps: int = 3) -> float:
             total += i * i
         best = min(best, time.perf_counter() - start)
     return best * 1000.0
+
+
+def memory_probe_gbs(mib: int = 256, reps: int = 3) -> float:
+    """Fastest of `reps` copies of a `mib`-MiB buffer into another, in GB/s of bytes read + written: the host's
+    memory bandwidth as this core sees it right now (a buffer far larger than any cache). The pure-Python probe
+    above stays in the core's own caches; this one does not, so the two tell a slower core from a busier memory."""
+    import numpy as np
+
+    src = np.ones(mib * 2 ** 20, dtype=np.uint8)
+    dst = np.empty_like(src)
+    best = float("inf")
+    for _ in range(reps):
+        start = time.perf_counter()
+        np.copyto(dst, src)
+        best = min(best, time.perf_counter() - start)
+    return 2 * src.nbytes / best / 1e9
+
+
+def rusage_delta(before: Any, after: Any) -> dict[str, float]:
+    """User and system CPU seconds, page faults and context switches of the process between two getrusage reads:
+    system time or faults that grow with the wall time point at the allocator, involuntary switches at another
+    thread or process taking the core."""
+    return {"user_s": after.ru_utime - before.ru_utime, "sys_s": after.ru_stime - before.ru_stime,
+            "minor_faults": after.ru_minflt - before.ru_minflt,
+            "vol_switches": after.ru_nvcsw - before.ru_nvcsw, "invol_switches": after.ru_nivcsw - before.ru_nivcsw}
 
 
 def step_stats(durations: list[float]) -> dict[str, float]:
@@ -254,7 +281,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if variant == "gc_off":
                 gc.freeze()
                 gc.disable()
-            probe0 = cpu_probe_ms()
+            probe0, mem0 = cpu_probe_ms(), memory_probe_gbs()
             step_times.clear()
             stat0 = parse_proc_stat(Path("/proc/stat").read_text())
             ru0, th0 = resource.getrusage(resource.RUSAGE_SELF), time.thread_time()
@@ -267,7 +294,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             t1 = time.time()
             th1, ru1 = time.thread_time(), resource.getrusage(resource.RUSAGE_SELF)
             stat1 = parse_proc_stat(Path("/proc/stat").read_text())
-            probe1 = cpu_probe_ms()
+            probe1, mem1 = cpu_probe_ms(), memory_probe_gbs()
             if variant == "gc_off":
                 gc.enable()
                 gc.unfreeze()
@@ -277,6 +304,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             core = numa.current_cpu()
             rec = {"rep": rep, "variant": variant, "wall_s": wall, "process_cpu_s": cpu,
                    "cpu_probe_before_ms": probe0, "cpu_probe_after_ms": probe1,
+                   "mem_probe_before_gbs": mem0, "mem_probe_after_gbs": mem1, **rusage_delta(ru0, ru1),
                    "process_cpu_share": cpu / wall, "thread_cpu_share": (th1 - th0) / wall,
                    "cpu_last": core, "node_last": node_of.get(core, -1),
                    "load1": os.getloadavg()[0], **host_shares(stat0, stat1), **step_stats(step_times),

@@ -77,3 +77,14 @@ def test_engine_length_is_its_own_flag():
 def test_cpu_probe_times_the_loop():
     fast, slow = bgv.cpu_probe_ms(loops=1_000, reps=2), bgv.cpu_probe_ms(loops=200_000, reps=2)
     assert 0 < fast < slow  # 200x the loop takes longer: the probe times the work, not a constant
+
+
+def test_memory_probe_and_rusage_delta():
+    assert 0.1 < bgv.memory_probe_gbs(mib=8, reps=2) < 10_000  # GB/s of a real copy on this machine
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    bgv.cpu_probe_ms(loops=1_000_000, reps=1)  # ~50 ms: several clock ticks of CPU time
+    d = bgv.rusage_delta(before, resource.getrusage(resource.RUSAGE_SELF))
+    assert set(d) == {"user_s", "sys_s", "minor_faults", "vol_switches", "invol_switches"}
+    assert d["user_s"] > 0 and all(v >= 0 for v in d.values())
