@@ -3,7 +3,6 @@ attached through RAY_ADDRESS: RLOO (its end-to-end run) with trainer.nnodes=2 x 
 rendezvous across them, 2 steps. Every process the test starts is ended by its process group afterwards."""
 
 import json
-import math
 import os
 import shutil
 import signal
@@ -21,6 +20,11 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(400)]
 
 REPO = Path(__file__).resolve().parents[2]
 RAY = str(Path(sys.executable).with_name("ray"))
+# Longer answers score higher: an untrained model's two samples of a prompt get different scores.
+REWARD_FN = '''
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    return len(solution_str) / 10.0
+'''
 
 
 def _env() -> dict[str, str]:
@@ -75,6 +79,7 @@ def test_rloo_on_two_nodes(tmp_path, tiny_model_dir):
         procs.append(_start([f"--address={address}"], tmp_path / "worker.log"))
         _wait_for_nodes(address, 2, procs[1], tmp_path / "worker.log")
         run_dir = tmp_path / "run"
+        (tmp_path / "reward.py").write_text(REWARD_FN)
         cmd = [sys.executable, "-m", "rlpost.trainer.main_ppo",
                f"data.train_files={tmp_path / 'data' / 'train.parquet'}", "data.val_files=null",
                "data.train_batch_size=2", "data.max_prompt_length=32", "data.max_response_length=6",
@@ -85,13 +90,26 @@ def test_rloo_on_two_nodes(tmp_path, tiny_model_dir):
                "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2", "trainer.device=cpu",
                "trainer.nnodes=2", "trainer.n_gpus_per_node=1", "trainer.total_training_steps=2",
                "trainer.save_freq=2", "trainer.test_freq=-1", "trainer.logger=[console]",
-               f"trainer.default_local_dir={run_dir}"]
+               f"custom_reward_function.path={tmp_path / 'reward.py'}",
+               f"trainer.default_local_dir={run_dir}", f"trainer.rollout_data_dir={run_dir / 'rollouts'}"]
         proc = subprocess.run(cmd, env={**_env(), "RAY_ADDRESS": address}, capture_output=True, text=True,
                               timeout=300, cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr[-3000:]
         rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
         assert [r["step"] for r in rows] == [1, 2]
-        assert all(math.isfinite(r["critic/advantages/mean"]) for r in rows)  # RLOO's leave-one-out baseline
+        # RLOO's leave-one-out baseline with n=2: each sample's advantage is its score less its sibling's, so a
+        # step's advantages run from -d to +d, d the largest score gap within a prompt's pair (from the dump)
+        gaps = []
+        for r in rows:
+            pairs: dict[str, list[float]] = {}
+            for line in (run_dir / "rollouts" / f"{r['step']}.jsonl").read_text().splitlines():
+                sample = json.loads(line)
+                pairs.setdefault(sample["prompt"], []).append(sample["score"])
+            assert sorted(len(p) for p in pairs.values()) == [2, 2], pairs
+            gaps.append(max(abs(a - b) for a, b in pairs.values()))
+            assert r["critic/advantages/max"] == pytest.approx(gaps[-1], abs=1e-5)
+            assert r["critic/advantages/min"] == pytest.approx(-gaps[-1], abs=1e-5)
+        assert max(gaps) > 0, "every pair scored alike: the check above would hold for any estimator"
         # one shard per rank: the two ranks (one per node) formed one FSDP group of 2
         shards = sorted(p.name for p in (run_dir / "global_step_2" / "actor").glob("model_world_size_2_rank_*.pt"))
         assert shards == ["model_world_size_2_rank_0.pt", "model_world_size_2_rank_1.pt"]
