@@ -93,7 +93,10 @@ def apply_aliases(cfg: DictConfig) -> dict[str, str]:
         _renamed(cfg, parent, old, new)
     for old, new in MOVED:
         _moved(cfg, old, new)
-    spelled = {key: synonym for synonym, key in SYNONYMS if _synonym(cfg, synonym, key)}
+    spelled: dict[str, str] = {}
+    for synonym, key in SYNONYMS:  # two synonyms of one key: the first one set names it
+        if _synonym(cfg, synonym, key, spelled.get(key)):
+            spelled.setdefault(key, synonym)
     for parent, old, new in GLOBAL_MICRO_BATCH:
         _global_micro_batch(cfg, parent, old, new)
     _sanity_check_flag(cfg)
@@ -125,8 +128,9 @@ def _moved(cfg: DictConfig, old: str, new: str) -> None:
     OmegaConf.update(cfg, old, None, merge=False)
 
 
-def _synonym(cfg: DictConfig, synonym: str, key: str) -> bool:
-    """Copy the synonym's value onto `key` when the user set it; True when it was copied."""
+def _synonym(cfg: DictConfig, synonym: str, key: str, earlier: str | None = None) -> bool:
+    """Copy the synonym's value onto `key` when the user set it; True when it was copied. `earlier`: another
+    synonym of `key` already copied onto it (a disagreement names that spelling, not `key`)."""
     parent, _, name = synonym.rpartition(".")
     node = OmegaConf.select(cfg, parent, default=None)
     if not isinstance(node, DictConfig) or name not in node:
@@ -141,9 +145,10 @@ def _synonym(cfg: DictConfig, synonym: str, key: str) -> bool:
     holder = OmegaConf.select(cfg, key_parent, default=None)
     if isinstance(holder, DictConfig) and key_name in holder and not OmegaConf.is_interpolation(holder, key_name):
         current = holder[key_name]
-        if current != value and current != default_of(key):
-            raise ConfigError(f"{synonym}={value!r} and {key}={current!r} are two spellings of one setting and "
-                              f"disagree; set one of them, e.g. {key}={current!r}.")
+        if current != value and (earlier is not None or current != default_of(key)):
+            other = earlier or key
+            raise ConfigError(f"{synonym}={value!r} and {other}={current!r} are two spellings of one setting and "
+                              f"disagree; set one of them, e.g. {other}={current!r}.")
     OmegaConf.update(cfg, key, value, merge=False)
     node[name] = "${" + key + "}"
     return True

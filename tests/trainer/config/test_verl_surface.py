@@ -188,6 +188,22 @@ def test_a_refusal_names_the_spelling_the_user_set(small_cfg):
         typed_config(small_cfg({"reward_model.sandbox_fusion.url": "http://x"}))
 
 
+def test_two_synonyms_of_one_key(small_cfg):
+    """`reward.reward_model.model_path` and `reward_model.model_path` both mean `reward_model.model.path`: set to
+    one value they are accepted; set apart, the message names the two spellings the user wrote (the key they map
+    to was never set), also when one of them holds the key's default."""
+    typed = typed_config(small_cfg({"reward.reward_model.model_path": "/rm", "reward_model.model_path": "/rm"}))
+    assert typed.reward_model.model.path == "/rm"
+    with pytest.raises(ConfigError, match=r"^reward_model.model_path='/b' and reward.reward_model.model_path='/a' "
+                                          r"are two spellings of one setting and disagree"):
+        typed_config(small_cfg({"reward.reward_model.model_path": "/a", "reward_model.model_path": "/b"}))
+    # the first spelling holds the key's default (0.5): written out by the user, it still disagrees with 0.8
+    with pytest.raises(ConfigError, match=r"^reward.reward_model.rollout.gpu_memory_utilization=0.8 and "
+                                          r"reward_model.inference.gpu_memory_utilization=0.5 are two spellings"):
+        typed_config(small_cfg({"reward_model.inference.gpu_memory_utilization": 0.5,
+                                "reward.reward_model.rollout.gpu_memory_utilization": 0.8}))
+
+
 def test_a_synonym_set_to_an_interpolation_of_the_users_is_copied_resolved(small_cfg):
     """verl's own dp_critic.yaml writes `critic.fsdp.param_offload: ${...actor...param_offload}`: not a default."""
     typed = typed_config(small_cfg({"reward.reward_model.model_path": "${actor_rollout_ref.model.path}",
