@@ -99,8 +99,14 @@ class CriticModelConfig(BaseConfig):
 
 @dataclass(frozen=True)
 class CriticFsdpRefConfig(BaseConfig):
-    """`critic.fsdp`: verl's newer engine-level spelling of three `critic.model.fsdp_config` switches."""
+    """`critic.fsdp`: verl's newer engine-level spelling of `critic.model.fsdp_config` settings."""
 
+    wrap_policy: WrapPolicyConfig
+    reshard_after_forward: bool
+    fsdp_size: int
+    forward_prefetch: bool
+    model_dtype: str
+    dtype: str | None
     param_offload: bool
     optimizer_offload: bool
     offload_policy: bool

@@ -46,6 +46,7 @@ class FsdpConfig(BaseConfig):
     use_torch_compile: bool
     entropy_checkpointing: bool
     forward_only: bool
+    dtype: str | None
     mixed_precision: MixedPrecisionConfig
 
 

@@ -58,7 +58,12 @@ SYNONYMS: tuple[tuple[str, str], ...] = (
     *((f"reward.sandbox_fusion.{key}", f"reward_model.sandbox_fusion.{key}")
       for key in ("url", "max_concurrent", "memory_limit_mb")),
     *((f"critic.fsdp.{key}", f"critic.model.fsdp_config.{key}")
-      for key in ("param_offload", "optimizer_offload", "offload_policy")),
+      for key in ("param_offload", "optimizer_offload", "offload_policy", "wrap_policy.min_num_params",
+                  "reshard_after_forward", "fsdp_size", "forward_prefetch", "model_dtype")),
+    # verl's engine `dtype` is the mixed-precision compute dtype
+    *((f"{group}.dtype", f"{group}.mixed_precision.param_dtype")
+      for group in (f"{ARR}.actor.fsdp_config", f"{ARR}.ref.fsdp_config", "critic.model.fsdp_config")),
+    ("critic.fsdp.dtype", "critic.model.fsdp_config.mixed_precision.param_dtype"),
     ("ray_kwargs.ray_init.num_cpus", "ray_init.num_cpus"),
     ("ray_kwargs.timeline_json_file", "ray_init.timeline_json_file"),
     (f"{ARR}.rollout.checkpoint_engine.update_weights_bucket_megabytes",

@@ -5,6 +5,7 @@ valid value to use; legal but suspicious combinations only warn.
 """
 
 import difflib
+from collections.abc import Mapping
 import json
 import os
 from typing import Any
@@ -83,10 +84,12 @@ def show(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def check_enums(c: PPOTrainerConfig) -> None:
-    """Every enumerated key holds one of its values (lists: every entry)."""
+def check_enums(c: PPOTrainerConfig, spelled: Mapping[str, str] | None = None) -> None:
+    """Every enumerated key holds one of its values (lists: every entry). `spelled` maps a key to the synonym
+    the user set it through (`apply_aliases`): the message names that spelling."""
     for key, allowed in enums().items():
         value = get(c, key)
+        key = (spelled or {}).get(key, key)
         for item in value if isinstance(value, list) else [value]:
             if item not in allowed:
                 names = [show(a) for a in allowed]

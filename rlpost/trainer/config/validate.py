@@ -50,7 +50,7 @@ def typed_config(cfg: DictConfig) -> PPOTrainerConfig:
     check_not_supported(cfg, spelled)
     for line in notices(cfg):
         warn(line)
-    check_enums(typed)
+    check_enums(typed, spelled)
     check_ranges(typed)
     check_combinations(typed)
     check_multi_turn(typed)

@@ -209,3 +209,28 @@ def test_a_synonym_set_to_an_interpolation_of_the_users_is_copied_resolved(small
     typed = typed_config(small_cfg({"reward.reward_model.model_path": "${actor_rollout_ref.model.path}",
                                     "actor_rollout_ref.model.path": "/models/policy"}))
     assert typed.reward_model.model.path == "/models/policy"
+
+
+def test_verl_engine_dtype_and_the_critic_engine_group(small_cfg):
+    """verl's `fsdp_config.dtype` (the mixed-precision compute dtype, set in many of its scripts) is copied onto
+    `mixed_precision.param_dtype` for the actor, reference and critic; verl's `critic.fsdp.*` engine spellings reach
+    `critic.model.fsdp_config.*`; an unset `dtype` keeps rlpost's default (bf16 on GPU, fp32 on CPU)."""
+    typed = typed_config(small_cfg({"actor_rollout_ref.actor.fsdp_config.dtype": "float16",
+                                    "actor_rollout_ref.ref.fsdp_config.dtype": "bfloat16",
+                                    "critic.fsdp.dtype": "bf16", "critic.fsdp.fsdp_size": 2,
+                                    "critic.fsdp.wrap_policy.min_num_params": 1000,
+                                    "critic.fsdp.reshard_after_forward": False, "critic.fsdp.model_dtype": "bf16"}))
+    arr = typed.actor_rollout_ref
+    assert arr.actor.fsdp_config.mixed_precision.param_dtype == "float16" == arr.actor.fsdp_config.dtype
+    assert arr.ref.fsdp_config.mixed_precision.param_dtype == "bfloat16"
+    fsdp = typed.critic.model.fsdp_config
+    assert (fsdp.mixed_precision.param_dtype, fsdp.fsdp_size, fsdp.wrap_policy.min_num_params) == ("bf16", 2, 1000)
+    assert fsdp.reshard_after_forward is False and fsdp.model_dtype == "bf16"
+    assert typed_config(small_cfg({})).actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype is None
+    with pytest.raises(ConfigError, match=r"^actor_rollout_ref.actor.fsdp_config.dtype='float16' and "
+                                          r"actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype='bf16' "
+                                          r"are two spellings"):
+        typed_config(small_cfg({"actor_rollout_ref.actor.fsdp_config.dtype": "float16",
+                                "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype": "bf16"}))
+    with pytest.raises(ConfigError, match=r"^actor_rollout_ref.actor.fsdp_config.dtype=int8: must be one of null, bf16"):
+        typed_config(small_cfg({"actor_rollout_ref.actor.fsdp_config.dtype": "int8"}))
