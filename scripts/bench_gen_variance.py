@@ -275,13 +275,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for rep, variant in enumerate(schedule(args.reps, args.variants)):
             torch.set_num_threads(all_threads if variant == "threads_all" else 1)
             numa.set_process_affinity(pins.get(variant, everywhere))
+            probe0, mem0 = cpu_probe_ms(), memory_probe_gbs()  # before the cycle: the call follows it directly
             if variant == "sleep2":
                 sleep_cycle()
             gc.collect()  # every variant starts from a collected heap
             if variant == "gc_off":
                 gc.freeze()
                 gc.disable()
-            probe0, mem0 = cpu_probe_ms(), memory_probe_gbs()
             step_times.clear()
             stat0 = parse_proc_stat(Path("/proc/stat").read_text())
             ru0, th0 = resource.getrusage(resource.RUSAGE_SELF), time.thread_time()

@@ -150,13 +150,21 @@ def _synonym(cfg: DictConfig, synonym: str, key: str, earlier: str | None = None
     holder = OmegaConf.select(cfg, key_parent, default=None)
     if isinstance(holder, DictConfig) and key_name in holder and not OmegaConf.is_interpolation(holder, key_name):
         current = holder[key_name]
-        if current != value and (earlier is not None or current != default_of(key)):
+        if not _same(current, value) and (earlier is not None or current != default_of(key)):
             other = earlier or key
             raise ConfigError(f"{synonym}={value!r} and {other}={current!r} are two spellings of one setting and "
                               f"disagree; set one of them, e.g. {other}={current!r}.")
     OmegaConf.update(cfg, key, value, merge=False)
     node[name] = "${" + key + "}"
     return True
+
+
+_DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+
+
+def _same(a: object, b: object) -> bool:
+    """Equal values, a dtype's short and long names counting as one (`bf16` and `bfloat16`)."""
+    return a == b or (isinstance(a, str) and isinstance(b, str) and _DTYPE_NAMES.get(a, a) == _DTYPE_NAMES.get(b, b))
 
 
 def _raw(node: object, name: str) -> object:

@@ -5,9 +5,9 @@ valid value to use; legal but suspicious combinations only warn.
 """
 
 import difflib
-from collections.abc import Mapping
 import json
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from rlpost.trainer.config.choices import enums

@@ -232,5 +232,8 @@ def test_verl_engine_dtype_and_the_critic_engine_group(small_cfg):
                                           r"are two spellings"):
         typed_config(small_cfg({"actor_rollout_ref.actor.fsdp_config.dtype": "float16",
                                 "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype": "bf16"}))
+    same = typed_config(small_cfg({"actor_rollout_ref.actor.fsdp_config.dtype": "bfloat16",  # one dtype, two names
+                                   "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype": "bf16"}))
+    assert same.actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype == "bfloat16"
     with pytest.raises(ConfigError, match=r"^actor_rollout_ref.actor.fsdp_config.dtype=int8: must be one of null, bf16"):
         typed_config(small_cfg({"actor_rollout_ref.actor.fsdp_config.dtype": "int8"}))
