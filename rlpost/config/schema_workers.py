@@ -43,9 +43,13 @@ class FsdpConfig(BaseConfig):
     strategy: str
     ulysses_sequence_parallel_size: int
     entropy_from_logits_with_chunking: bool
+    entropy_from_logits_chunk_size: int
     use_torch_compile: bool
     entropy_checkpointing: bool
     forward_only: bool
+    use_no_sync_for_gradient_accumulation: bool
+    full_determinism: bool
+    seed: int
     dtype: str | None
     mixed_precision: MixedPrecisionConfig
 
@@ -195,6 +199,7 @@ class ActorConfig(BaseConfig):
     shuffle: bool
     ulysses_sequence_parallel_size: int
     entropy_from_logits_with_chunking: bool
+    entropy_from_logits_chunk_size: int
     entropy_checkpointing: bool
     checkpoint: ActorCheckpointConfig
     optim: OptimConfig
@@ -217,6 +222,7 @@ class RefConfig(BaseConfig):
     ulysses_sequence_parallel_size: int
     use_torch_compile: bool
     entropy_from_logits_with_chunking: bool
+    entropy_from_logits_chunk_size: int
     entropy_checkpointing: bool
     model: dict[str, Any] | None
     profiler: ProfilerConfig

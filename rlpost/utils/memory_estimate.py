@@ -111,6 +111,7 @@ class TrainSetup:
     gathered_pass: bool = False  # reshard_after_forward=false: every unit stays gathered through a pass
     unit_params: int = 0  # fsdp_config.wrap_policy.min_num_params (0: one FSDP unit per decoder layer)
     float32_chunks: bool = True  # the PyTorch log-prob path (CPU); False: the Triton kernels (CUDA)
+    defer_grad_sync: bool = False  # use_no_sync_for_gradient_accumulation: unsharded grads until the last micro-batch
 
 
 @dataclass
@@ -179,7 +180,8 @@ def onloaded_bytes(shape: ModelShape, s: TrainSetup, with_optimizer: bool) -> di
 
 
 def update_bytes(shape: ModelShape, s: TrainSetup, rows: int) -> dict[str, int]:
-    """Training micro-batch: sharded fp32 grads, gathered weights (all of them with `gathered_pass`) and a
+    """Training micro-batch: sharded fp32 grads (and, deferring the gradient sync, the unsharded bf16 ones), gathered
+    weights (all of them with `gathered_pass`) and a
     unit set's bf16 grads, activations (all layers, or the checkpointed layer inputs plus one layer), logits
     (bf16 + their bf16 grad; on the PyTorch path also the saved float32 log-softmax (+ exp for entropy) and the
     float32 chunk temporaries of backward)."""
@@ -191,6 +193,7 @@ def update_bytes(shape: ModelShape, s: TrainSetup, rows: int) -> dict[str, int]:
     chunks = 2 * min(logit_rows, CHUNK_TOKENS) * shape.vocab * 4 if s.float32_chunks else 0
     return {**onloaded_bytes(shape, s, with_optimizer=True),
             "grads": 0 if s.frozen else int(4 * shape.params / s.shards),
+            "unsynced grads": 2 * shape.params if s.defer_grad_sync and not s.frozen and s.shards > 1 else 0,
             "gathered": (gathered_bytes(shape, s.gathered_pass, s.unit_params)
                          + gathered_bytes(shape, False, s.unit_params)),
             "activations": acts,

@@ -24,7 +24,6 @@ from rlpost.workers.batching import TensorDict, micro_batches, train_epochs
 
 _MODEL_INPUTS = (keys.INPUT_IDS, keys.ATTENTION_MASK, keys.POSITION_IDS, keys.RESPONSES)
 _CHUNK_TOKENS = 4096  # rows of (tokens, V) float32 temporaries per step: 4096 x 152k x 4 B = 2.5 GB
-_SMALL_CHUNK_TOKENS = 1024  # entropy_from_logits_with_chunking: a quarter of the float32 temporaries
 
 
 def _accepts_logits_to_keep(module: torch.nn.Module) -> bool:
@@ -241,8 +240,9 @@ class DataParallelPPOActor:
             (`rlpost.utils.fused_logprob`), never writing (tokens, V) logits.
 
     The log-prob path also reads `use_torch_compile` (compile the per-chunk maths),
-    `entropy_from_logits_with_chunking` (smaller chunks) and `entropy_checkpointing` (recompute each chunk's
-    log-softmax/entropy in backward); the fused head always recomputes, so the last one changes nothing there.
+    `entropy_from_logits_with_chunking` (chunks of `entropy_from_logits_chunk_size` rows) and
+    `entropy_checkpointing` (recompute each chunk's log-softmax/entropy in backward); the fused head always
+    recomputes, so the last one changes nothing there.
     """
 
     def __init__(self, config: Any, module: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
@@ -255,7 +255,10 @@ class DataParallelPPOActor:
         self.use_remove_padding = use_remove_padding
         self.sp = sp
         self.use_fused_kernels = use_fused_kernels
-        self._chunk = _SMALL_CHUNK_TOKENS if config.entropy_from_logits_with_chunking else _CHUNK_TOKENS
+        # entropy_from_logits_with_chunking: entropy_from_logits_chunk_size rows per chunk (verl's 2048: half the
+        # float32 temporaries of the default)
+        self._chunk = int(config.entropy_from_logits_chunk_size) if config.entropy_from_logits_with_chunking \
+            else _CHUNK_TOKENS
         self._compile_fn = compiled if config.use_torch_compile else eager
         self.logprob_kernel = "auto"  # "torch": the PyTorch maths on CUDA too (benches compare the two)
 
@@ -356,4 +359,5 @@ class DataParallelPPOActor:
             sync_rng(self.sp)
         return train_epochs(self.module, self.optimizer, cfg, tensors,
                             lambda mb: self._micro_loss(mb, temperature), "actor",
-                            self.mini_batch_rows, cfg.data_loader_seed, sp_size=sp_size(self.sp))
+                            self.mini_batch_rows, cfg.data_loader_seed, sp_size=sp_size(self.sp),
+                            defer_grad_sync=bool(cfg.fsdp_config.use_no_sync_for_gradient_accumulation))

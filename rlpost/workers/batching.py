@@ -134,8 +134,8 @@ def _as_floats(values: dict[str, Any]) -> dict[str, float]:
 
 
 def train_epochs(module: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg: Any, tensors: TensorDict,
-                 micro_loss: Any, prefix: str, mini_batch_rows: int, shuffle_seed: int | None, sp_size: int = 1
-                 ) -> dict[str, list[float]]:
+                 micro_loss: Any, prefix: str, mini_batch_rows: int, shuffle_seed: int | None, sp_size: int = 1,
+                 defer_grad_sync: bool = False) -> dict[str, list[float]]:
     """`ppo_epochs` x mini-batches of accumulated micro-batch losses, one optimiser step per mini-batch.
 
     Args:
@@ -147,6 +147,9 @@ def train_epochs(module: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg:
         shuffle_seed: seed of the mini-batch shuffle (`mini_batches`); None: torch's global generator.
         sp_size: Ulysses group size; the ranks of a group share each micro-batch, so a dynamic micro-batch
             holds `ppo_max_token_len_per_gpu x sp_size` tokens.
+        defer_grad_sync: `fsdp_config.use_no_sync_for_gradient_accumulation`: an FSDP2 module reduce-scatters
+            its gradients once per mini-batch, after the last micro-batch, instead of after each (it holds
+            unsharded gradients meanwhile: fewer collectives, more memory).
 
     Returns:
         metric name -> one value per mini-batch (micro values weighted by their share).
@@ -154,6 +157,7 @@ def train_epochs(module: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg:
     mode = str(cfg.loss_agg_mode)
     metrics: dict[str, list[float]] = {}
     module.train()
+    defer = defer_grad_sync and hasattr(module, "set_requires_gradient_sync")  # FSDP2; a plain module never syncs
     for epoch in range(int(cfg.ppo_epochs)):
         for mini in mini_batches(tensors, mini_batch_rows, bool(cfg.shuffle), shuffle_seed, epoch):
             micros, _ = micro_batches(mini, cfg.ppo_micro_batch_size_per_gpu, bool(cfg.use_dynamic_bsz),
@@ -161,7 +165,9 @@ def train_epochs(module: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg:
             grad_w, metric_w = loss_weights(micros, mode)
             optimizer.zero_grad(set_to_none=True)
             step: dict[str, Any] = {}
-            for mb, gw, mw in zip(micros, grad_w, metric_w):
+            for i, (mb, gw, mw) in enumerate(zip(micros, grad_w, metric_w)):
+                if defer:
+                    module.set_requires_gradient_sync(i == len(micros) - 1)
                 loss, m = micro_loss(mb)
                 (loss * gw).backward()
                 for k, v in m.items():

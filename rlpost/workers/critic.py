@@ -85,4 +85,5 @@ class DataParallelPPOCritic:
             sync_rng(self.sp)
         return train_epochs(self.module, self.optimizer, cfg, tensors, self._micro_loss, "critic",
                             self.mini_batch_rows, shuffle_seed=self.config.data_loader_seed,
-                            sp_size=sp_size(self.sp))
+                            sp_size=sp_size(self.sp),
+                            defer_grad_sync=bool(cfg.model.fsdp_config.use_no_sync_for_gradient_accumulation))

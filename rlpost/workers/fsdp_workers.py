@@ -29,6 +29,7 @@ from rlpost.utils.model import load_for_sharding
 from rlpost.utils.optim import build_lr_scheduler, build_optimizer
 from rlpost.utils.profiler import lifetime_peaks, phase
 from rlpost.utils.shm import local_model_path
+from rlpost.utils.determinism import determinism_seed, enable_full_determinism
 from rlpost.utils.tokenizer import auto_tokenizer
 from rlpost.utils.ulysses import SequenceParallel, new_sequence_parallel, sp_size, use_ulysses_attention
 from rlpost.workers.actor import DataParallelPPOActor
@@ -213,6 +214,10 @@ class ActorRolloutRefWorker(_FSDPRole):
             total_training_steps: optimiser steps the actor's LR schedule spans (the trainer's step count);
                 None: `actor.optim.total_training_steps` when > 0 (cosine needs one of them).
         """
+        engines = [self.config.actor.fsdp_config] * self._is_actor + [self.config.ref.fsdp_config] * self._is_ref
+        seed = determinism_seed(engines)  # verl's full_determinism: one process, so either engine's turns it on
+        if seed is not None:
+            enable_full_determinism(seed)
         model_cfg = self.config.model
         model_path = local_model_path(model_cfg)  # the /dev/shm copy with model.use_shm
         self.tokenizer = auto_tokenizer().from_pretrained(model_cfg.tokenizer_path or model_path,
@@ -442,6 +447,9 @@ class CriticWorker(_FSDPRole):
             total_training_steps: optimiser steps the LR schedule spans (the trainer's step count);
                 None: `critic.optim.total_training_steps` when > 0 (cosine needs one of them).
         """
+        seed = determinism_seed([self.fsdp_config])
+        if seed is not None:
+            enable_full_determinism(seed)
         model_cfg = self.config.model
         self.tokenizer = auto_tokenizer().from_pretrained(model_cfg.tokenizer_path,
                                                          trust_remote_code=bool(model_cfg.trust_remote_code))

@@ -65,6 +65,11 @@ def test_update_and_forward_bytes():
     # the Triton log-prob path (CUDA): bf16 logits (and their bf16 grad) only, no float32 chunks
     assert forward_bytes(s, rows=2, tokens_per_row=6, logit_rows_per_row=3, float32_chunks=False)["logits"] == 6 * 10 * 2
     assert update_bytes(s, setup(float32_chunks=False, entropy=True), rows=2)["logits"] == 6 * 10 * 4
+    # use_no_sync_for_gradient_accumulation: the whole model's bf16 grads wait for the last micro-batch
+    assert out["unsynced grads"] == 0
+    assert update_bytes(s, setup(defer_grad_sync=True), rows=2)["unsynced grads"] == 2 * s.params
+    assert update_bytes(s, setup(defer_grad_sync=True, shards=1), rows=2)["unsynced grads"] == 0  # nothing to sync
+    assert update_bytes(s, setup(defer_grad_sync=True, frozen=True), rows=2)["unsynced grads"] == 0
 
 
 def test_size_based_wrapping_above_a_layer_gathers_the_whole_model():

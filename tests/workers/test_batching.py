@@ -57,3 +57,50 @@ def test_train_epochs_steps_per_mini_batch_and_epoch():
     assert cfg.ppo_mini_batch_size == 4  # the config keeps prompts; the rows per rank came in explicitly
     assert len(metrics["actor/grad_norm"]) == 4  # 2 epochs x (4 rows / 2 rows per mini-batch)
     assert seen == [1] * 8  # micro-batches of ppo_micro_batch_size_per_gpu=1
+
+
+def _deferred_sync(rank: int, tmp: str) -> None:
+    """Two ranks, an FSDP2 two-layer model, 3 micro-batches per mini-batch: the weights after two optimiser steps
+    with the gradient sync deferred to the last micro-batch, and with it after each; and how many times each
+    rank's module was asked to sync."""
+    import torch.distributed as dist
+
+    from rlpost.utils.fsdp import apply_fsdp2
+
+    dist.init_process_group("gloo")
+    cfg = compose_config(*SMALL, "actor_rollout_ref.rollout.name=hf", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+                         "actor_rollout_ref.actor.loss_agg_mode=token-mean").actor_rollout_ref.actor
+    g = torch.Generator().manual_seed(rank)
+    rows = {"x": torch.randn(12, 4, generator=g), keys.RESPONSE_MASK: torch.ones(12, 1)}
+    out = {}
+    for defer in (False, True):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+        apply_fsdp2(model, "cpu", fsdp_size=-1, reshard_after_forward=True, offload_policy=False, min_num_params=0)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        calls: list[bool] = []
+
+        def counted(flag, _calls=calls, _inner=model.set_requires_gradient_sync, **kw):
+            _calls.append(flag)
+            return _inner(flag, **kw)
+
+        def loss(mb, _model=model):
+            return (_model(mb["x"]) ** 2).mean(), {}
+
+        model.set_requires_gradient_sync = counted
+        train_epochs(model, opt, cfg, rows, loss, "actor", mini_batch_rows=6, shuffle_seed=0, defer_grad_sync=defer)
+        out[defer] = ([p.full_tensor().detach().clone() for p in model.parameters()], calls)
+    if rank == 0:
+        torch.save(out, f"{tmp}/deferred.pt")
+
+
+@pytest.mark.timeout(180)
+def test_deferred_gradient_sync_gives_the_same_update(tmp_path):
+    from _fsdp_helpers import spawn
+
+    spawn(_deferred_sync, (str(tmp_path),), str(tmp_path))
+    out = torch.load(tmp_path / "deferred.pt", weights_only=False)
+    (each, each_calls), (deferred, deferred_calls) = out[False], out[True]
+    assert each_calls == [] and deferred_calls == [False, False, True] * 2  # 2 mini-batches of 3 micro-batches
+    for a, b in zip(each, deferred):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

@@ -23,7 +23,9 @@ COMMON = (f"{ARR}.actor.entropy_coeff=0.01", f"{ARR}.actor.use_kl_loss=true", f"
 KERNELS = (f"{ARR}.model.use_remove_padding=true", f"{ARR}.model.use_fused_kernels=true",
            f"{ARR}.model.fused_kernel_options.impl_backend=triton", f"{ARR}.ref.use_torch_compile=true",
            f"{ARR}.actor.entropy_from_logits_with_chunking=true", f"{ARR}.actor.entropy_checkpointing=true",
-           f"{ARR}.ref.entropy_from_logits_with_chunking=true")
+           f"{ARR}.ref.entropy_from_logits_with_chunking=true",
+           f"{ARR}.actor.fsdp_config.entropy_from_logits_chunk_size=16",  # verl's engine spelling: several chunks
+           f"{ARR}.ref.fsdp_config.full_determinism=true", f"{ARR}.ref.fsdp_config.seed=7")
 
 
 def _steps(w, rank: int, world: int, batch: dict, res: dict, unfuse_after_first: bool) -> None:
@@ -57,7 +59,8 @@ def _run(rank: int, model_dir: str, tmp: str) -> None:
         w.init_model(total_training_steps=4)
         res[name] = {"attn": w.actor_module.config._attn_implementation, "fused": w.actor.use_fused_kernels,
                      "chunk": w.actor._chunk, "ref_compiled": w.ref_policy._compile_fn.__name__,
-                     "checkpoint": w.actor.config.entropy_checkpointing}
+                     "checkpoint": w.actor.config.entropy_checkpointing,
+                     "deterministic": torch.are_deterministic_algorithms_enabled()}
         _steps(w, rank, 2, batch, res[name], unfuse_after_first=name == "kernels")
     if rank == 0:
         torch.save(res, f"{tmp}/res.pt")
@@ -74,7 +77,8 @@ def test_options_reach_the_actor_and_reference(results):
     plain, kern = results["plain"], results["kernels"]
     assert plain["attn"] == "sdpa" and not plain["fused"] and plain["ref_compiled"] == "eager"
     assert kern["attn"] == "rlpost_packed" and kern["fused"] and kern["ref_compiled"] == "compiled"
-    assert kern["chunk"] < plain["chunk"] and kern["checkpoint"] and not plain["checkpoint"]
+    assert kern["chunk"] == 16 and plain["chunk"] == 4096 and kern["checkpoint"] and not plain["checkpoint"]
+    assert kern["deterministic"] and not plain["deterministic"]  # the reference's full_determinism, process-wide
 
 
 def test_kernel_paths_give_the_plain_log_probs_and_updates(results):

@@ -74,7 +74,8 @@ SYNONYMS: tuple[tuple[str, str], ...] = (
     ("critic.model.fsdp_config.ulysses_sequence_parallel_size", "critic.ulysses_sequence_parallel_size"),
     # verl's engine-level spellings of the log-prob pass's knobs (the critic's stay refused: it has no log-probs)
     *((f"{ARR}.{role}.fsdp_config.{key}", f"{ARR}.{role}.{key}") for role in ("actor", "ref")
-      for key in ("entropy_from_logits_with_chunking", "use_torch_compile", "entropy_checkpointing")),
+      for key in ("entropy_from_logits_with_chunking", "entropy_from_logits_chunk_size", "use_torch_compile",
+                  "entropy_checkpointing")),
 )
 
 # (parent, old global micro-batch, new per-device micro-batch).

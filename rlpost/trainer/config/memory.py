@@ -45,6 +45,7 @@ def _setup(c: PPOTrainerConfig, fsdp, checkpointing: bool, entropy: bool, frozen
                       optimizer_offload=fsdp.optimizer_offload, offload_policy=fsdp.offload_policy,
                       entropy=entropy, frozen=frozen, gathered_pass=not fsdp.reshard_after_forward,
                       unit_params=fsdp.wrap_policy.min_num_params,
+                      defer_grad_sync=fsdp.use_no_sync_for_gradient_accumulation,
                       float32_chunks=not triton_logprob.expected(c.trainer.device))
 
 

@@ -25,6 +25,7 @@ POSITIVE_INTS = (
     "data.train_batch_size", "data.max_prompt_length", "data.max_response_length",
     "data.filter_overlong_prompts_workers", f"{ARR}.actor.ppo_mini_batch_size", f"{ARR}.actor.ppo_epochs",
     f"{ARR}.actor.ppo_max_token_len_per_gpu", f"{ARR}.ref.log_prob_max_token_len_per_gpu",
+    f"{ARR}.actor.entropy_from_logits_chunk_size", f"{ARR}.ref.entropy_from_logits_chunk_size",
     f"{ARR}.rollout.n", f"{ARR}.rollout.val_kwargs.n", f"{ARR}.rollout.tensor_model_parallel_size",
     f"{ARR}.rollout.max_num_batched_tokens", f"{ARR}.rollout.max_num_seqs",
     f"{ARR}.rollout.update_weights_bucket_megabytes",

@@ -128,7 +128,10 @@ NOTICES: dict[str, str] = {
     f"{ARR}.actor.fsdp_config.use_orig_params": "FSDP2 always keeps the original parameters",
     f"{ARR}.ref.fsdp_config.use_orig_params": "FSDP2 always keeps the original parameters",
     "critic.model.fsdp_config.use_orig_params": "FSDP2 always keeps the original parameters",
+    "critic.model.fsdp_config.entropy_from_logits_chunk_size": "the critic has no log-prob pass, so no entropy "
+                                                               "chunks",
     f"{ARR}.ref.fsdp_config.optimizer_offload": "the reference has no optimizer",
+    f"{ARR}.ref.fsdp_config.use_no_sync_for_gradient_accumulation": "the reference never trains",
     "trainer.use_legacy_worker_impl": "rlpost has one worker implementation, used for every value",
     "trainer.controller_nsight_options": "the controller is the process you launch: run it under `nsys profile` "
                                          "with these options yourself to trace it",

@@ -104,3 +104,17 @@ def test_engine_level_log_prob_knobs_are_the_role_keys(small_cfg, role, key):
     assert typed.select(engine_key) is True
     with pytest.raises(ConfigError, match=f"not supported yet: critic.model.fsdp_config.{key}=true .*no log-prob pass"):
         validate_config(small_cfg({**values, "critic.enable": True, f"critic.model.fsdp_config.{key}": True}))
+
+
+def test_entropy_chunk_size_role_and_engine_spellings(small_cfg):
+    """verl's `entropy_from_logits_chunk_size` at the role and at the engine level is one setting (an int >= 1);
+    the critic's has no effect (no log-prob pass) and says so."""
+    typed = typed_config(validate_config(small_cfg({f"{ARR}.actor.fsdp_config.entropy_from_logits_chunk_size": 512,
+                                                    f"{ARR}.ref.entropy_from_logits_chunk_size": 256})))
+    assert typed.select(f"{ARR}.actor.entropy_from_logits_chunk_size") == 512
+    assert typed.select(f"{ARR}.ref.fsdp_config.entropy_from_logits_chunk_size") == 256
+    assert typed_config(validate_config(small_cfg({}))).select(f"{ARR}.actor.entropy_from_logits_chunk_size") == 2048
+    with pytest.raises(ConfigError, match=f"{ARR}.actor.entropy_from_logits_chunk_size=0: must be an integer >= 1"):
+        typed_config(validate_config(small_cfg({f"{ARR}.actor.entropy_from_logits_chunk_size": 0})))
+    with pytest.warns(ConfigWarning, match="critic.model.fsdp_config.entropy_from_logits_chunk_size=64 .*no log-prob"):
+        typed_config(validate_config(small_cfg({"critic.model.fsdp_config.entropy_from_logits_chunk_size": 64})))

@@ -237,3 +237,26 @@ def test_verl_engine_dtype_and_the_critic_engine_group(small_cfg):
     assert same.actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype == "bfloat16"
     with pytest.raises(ConfigError, match=r"^actor_rollout_ref.actor.fsdp_config.dtype=int8: must be one of null, bf16"):
         typed_config(small_cfg({"actor_rollout_ref.actor.fsdp_config.dtype": "int8"}))
+
+
+def test_verl_engine_determinism_keys(small_cfg):
+    """verl's `fsdp_config.full_determinism` and `fsdp_config.seed` exist for every engine, off and 42 by default."""
+    typed = typed_config(small_cfg({"actor_rollout_ref.actor.fsdp_config.full_determinism": True,
+                                    "actor_rollout_ref.actor.fsdp_config.seed": 1701,
+                                    "critic.model.fsdp_config.full_determinism": True}))
+    actor, ref = typed.actor_rollout_ref.actor.fsdp_config, typed.actor_rollout_ref.ref.fsdp_config
+    assert (actor.full_determinism, actor.seed, ref.full_determinism, ref.seed) == (True, 1701, False, 42)
+    assert typed.critic.model.fsdp_config.full_determinism is True
+
+
+def test_verl_deferred_gradient_sync_key(small_cfg):
+    """`use_no_sync_for_gradient_accumulation` (verl's engine key) is off in rlpost unless set; the reference's has
+    no effect and says so."""
+    assert typed_config(small_cfg({})).actor_rollout_ref.actor.fsdp_config.use_no_sync_for_gradient_accumulation is False
+    typed = typed_config(small_cfg({"actor_rollout_ref.actor.fsdp_config.use_no_sync_for_gradient_accumulation": True,
+                                    "critic.model.fsdp_config.use_no_sync_for_gradient_accumulation": True}))
+    assert typed.actor_rollout_ref.actor.fsdp_config.use_no_sync_for_gradient_accumulation is True
+    assert typed.critic.model.fsdp_config.use_no_sync_for_gradient_accumulation is True
+    with pytest.warns(ConfigWarning, match="ref.fsdp_config.use_no_sync_for_gradient_accumulation=true accepted: "
+                                           "the reference never trains"):
+        typed_config(small_cfg({"actor_rollout_ref.ref.fsdp_config.use_no_sync_for_gradient_accumulation": True}))
