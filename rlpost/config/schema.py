@@ -14,6 +14,7 @@ from rlpost.config.schema_workers import (
     ActorRolloutRefConfig,
     CheckpointConfig,
     FsdpConfig,
+    OffloadConfig,
     OptimConfig,
     ProfilerConfig,
     WrapPolicyConfig,
@@ -107,6 +108,7 @@ class CriticFsdpRefConfig(BaseConfig):
     forward_prefetch: bool
     model_dtype: str
     dtype: str | None
+    offload: OffloadConfig
     param_offload: bool
     optimizer_offload: bool
     offload_policy: bool

@@ -28,6 +28,43 @@ class MixedPrecisionConfig(BaseConfig):
 
 
 @dataclass(frozen=True)
+class QatConfig(BaseConfig):
+    """`*.fsdp_config.qat` (verl's quantization-aware training; refused when enabled)."""
+
+    enable: bool
+    mode: str
+    group_size: int
+    ignore_patterns: list[str]
+    activation_observer: str
+    quantization_config_path: str | None
+
+
+@dataclass(frozen=True)
+class OffloadTargetConfig(BaseConfig):
+    """`*.fsdp_config.offload.{param,optimizer}`."""
+
+    target: str | None
+
+
+@dataclass(frozen=True)
+class DiskOffloadConfig(BaseConfig):
+    """`*.fsdp_config.offload.disk`."""
+
+    path: str | None
+    chunk_size_mb: int
+    cleanup_on_exit: bool
+
+
+@dataclass(frozen=True)
+class OffloadConfig(BaseConfig):
+    """`*.fsdp_config.offload` (verl's per-state offload targets; refused when a target is set)."""
+
+    param: OffloadTargetConfig
+    optimizer: OffloadTargetConfig
+    disk: DiskOffloadConfig
+
+
+@dataclass(frozen=True)
 class FsdpConfig(BaseConfig):
     """`actor.fsdp_config`, `ref.fsdp_config` and `critic.model.fsdp_config`."""
 
@@ -47,6 +84,10 @@ class FsdpConfig(BaseConfig):
     use_torch_compile: bool
     entropy_checkpointing: bool
     forward_only: bool
+    pad_to_length: bool
+    pad_to_length_bucket: int
+    qat: QatConfig
+    offload: OffloadConfig
     use_no_sync_for_gradient_accumulation: bool
     full_determinism: bool
     seed: int

@@ -59,7 +59,9 @@ SYNONYMS: tuple[tuple[str, str], ...] = (
       for key in ("url", "max_concurrent", "memory_limit_mb")),
     *((f"critic.fsdp.{key}", f"critic.model.fsdp_config.{key}")
       for key in ("param_offload", "optimizer_offload", "offload_policy", "wrap_policy.min_num_params",
-                  "reshard_after_forward", "fsdp_size", "forward_prefetch", "model_dtype")),
+                  "reshard_after_forward", "fsdp_size", "forward_prefetch", "model_dtype", "offload.param.target",
+                  "offload.optimizer.target", "offload.disk.path", "offload.disk.chunk_size_mb",
+                  "offload.disk.cleanup_on_exit")),
     # verl's engine `dtype` is the mixed-precision compute dtype
     *((f"{group}.dtype", f"{group}.mixed_precision.param_dtype")
       for group in (f"{ARR}.actor.fsdp_config", f"{ARR}.ref.fsdp_config", "critic.model.fsdp_config")),

@@ -51,6 +51,9 @@ AREAS: tuple[tuple[str, str], ...] = (
     ("reward.reward_manager", "a reward-manager class of your own"),
     ("lora", "LoRA"),
     ("rollout_correction", "this rollout-correction option"),
+    ("fsdp_config.qat", "quantization-aware training"),
+    ("fsdp_config.pad_to_length", "padding packed micro-batches to a length bucket"),
+    ("fsdp_config.offload.", "per-state offloading"),
     ("quantization", "quantized rollout"),
     ("fused_kernel", "fused kernels"),
     ("critic.model.fsdp_config.entropy_", "the critic's entropy chunking/checkpointing (it has no log-prob pass)"),
@@ -110,6 +113,9 @@ NOT_SUPPORTED_YET: dict[str, Refusal] = {
        for key in ("entropy_from_logits_with_chunking", "use_torch_compile", "entropy_checkpointing")},
     **{f"{group}.mixed_precision.{key}": only("fp32", "float32") for group in ENGINE_KEYS
        for key in ("reduce_dtype", "buffer_dtype")},
+    **{f"{group}.{key}": only(off) for group in ENGINE_KEYS
+       for key, off in (("pad_to_length", False), ("qat.enable", False), ("offload.param.target", None),
+                        ("offload.optimizer.target", None))},
 }
 
 # Keys accepted with a one-line notice when set away from their default: they choose between verl-internal

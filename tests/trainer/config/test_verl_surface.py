@@ -260,3 +260,18 @@ def test_verl_deferred_gradient_sync_key(small_cfg):
     with pytest.warns(ConfigWarning, match="ref.fsdp_config.use_no_sync_for_gradient_accumulation=true accepted: "
                                            "the reference never trains"):
         typed_config(small_cfg({"actor_rollout_ref.ref.fsdp_config.use_no_sync_for_gradient_accumulation": True}))
+
+
+@pytest.mark.parametrize("key, value, area", [
+    ("actor_rollout_ref.actor.fsdp_config.pad_to_length", True, "padding packed micro-batches to a length bucket"),
+    ("actor_rollout_ref.ref.fsdp_config.qat.enable", True, "quantization-aware training"),
+    ("critic.model.fsdp_config.offload.optimizer.target", "cpu", "per-state offloading"),
+    ("critic.fsdp.offload.param.target", "disk", "per-state offloading"),  # verl's critic engine spelling, named
+])
+def test_verl_engine_features_not_built_are_refused(small_cfg, key, value, area):
+    shown = str(value).lower()
+    with pytest.raises(ConfigError, match=rf"^not supported yet: {key}={shown} \({area} is not built\); use {key}="):
+        typed_config(small_cfg({key: value}))
+    # their companion entries are read only with the feature, and compose at verl's defaults
+    fsdp = typed_config(small_cfg({})).actor_rollout_ref.actor.fsdp_config
+    assert (fsdp.pad_to_length_bucket, fsdp.qat.mode, fsdp.offload.disk.chunk_size_mb) == (1024, "w4a16", 64)
