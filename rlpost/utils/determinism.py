@@ -1,8 +1,9 @@
 """verl's `fsdp_config.full_determinism` / `fsdp_config.seed`: deterministic kernels and one seed for a debugging run.
 
 Off by default (verl: "only for debugging"). When an engine of a worker process turns it on, the whole process
-gets it: cuBLAS's fixed workspace, PyTorch's deterministic algorithms (a warning, not an error, where an operator
-has none), cuDNN without autotuning, and Python's, NumPy's and PyTorch's generators seeded with `seed`.
+gets it, with every role and rollout engine colocated there (the last seed set wins): cuBLAS's fixed workspace,
+PyTorch's deterministic algorithms (a warning, not an error, where an operator has none), cuDNN without
+autotuning, and Python's, NumPy's and PyTorch's generators seeded with `seed`.
 """
 
 from __future__ import annotations

@@ -112,6 +112,7 @@ class TrainSetup:
     unit_params: int = 0  # fsdp_config.wrap_policy.min_num_params (0: one FSDP unit per decoder layer)
     float32_chunks: bool = True  # the PyTorch log-prob path (CPU); False: the Triton kernels (CUDA)
     defer_grad_sync: bool = False  # use_no_sync_for_gradient_accumulation: unsharded grads until the last micro-batch
+    chunk_tokens: int = CHUNK_TOKENS  # rows per float32 chunk (entropy_from_logits_chunk_size with chunking on)
 
 
 @dataclass
@@ -157,12 +158,13 @@ def gathered_bytes(shape: ModelShape, whole: bool = False, unit_params: int = 0)
 
 
 def forward_bytes(shape: ModelShape, rows: int, tokens_per_row: int, logit_rows_per_row: int,
-                  whole: bool = False, float32_chunks: bool = True, unit_params: int = 0) -> dict[str, int]:
+                  whole: bool = False, float32_chunks: bool = True, unit_params: int = 0,
+                  chunk_tokens: int = CHUNK_TOKENS) -> dict[str, int]:
     """No-grad forward of a micro-batch: gathered weights, one layer's activations, response logits
     (bf16) and, on the PyTorch log-prob path, the float32 chunk temporaries of its loop."""
     tokens = rows * tokens_per_row
     logit_rows = rows * logit_rows_per_row
-    chunks = 3 * min(logit_rows, CHUNK_TOKENS) * shape.vocab * 4 if float32_chunks else 0
+    chunks = 3 * min(logit_rows, chunk_tokens) * shape.vocab * 4 if float32_chunks else 0
     return {"gathered": gathered_bytes(shape, whole, unit_params),
             "activations": tokens * shape.act_bytes_per_token_layer,
             "logits": logit_rows * shape.vocab * 2 + chunks}
@@ -180,7 +182,7 @@ def onloaded_bytes(shape: ModelShape, s: TrainSetup, with_optimizer: bool) -> di
 
 
 def update_bytes(shape: ModelShape, s: TrainSetup, rows: int) -> dict[str, int]:
-    """Training micro-batch: sharded fp32 grads (and, deferring the gradient sync, the unsharded bf16 ones), gathered
+    """Training micro-batch: sharded fp32 grads (and, deferring the gradient sync, the unsharded fp32 ones), gathered
     weights (all of them with `gathered_pass`) and a
     unit set's bf16 grads, activations (all layers, or the checkpointed layer inputs plus one layer), logits
     (bf16 + their bf16 grad; on the PyTorch path also the saved float32 log-softmax (+ exp for entropy) and the
@@ -190,10 +192,11 @@ def update_bytes(shape: ModelShape, s: TrainSetup, rows: int) -> dict[str, int]:
     acts = (shape.layers * tokens * shape.hidden * 2 + per_layer) if s.checkpointing else shape.layers * per_layer
     per_logit = 2 + 2 + ((4 + (4 if s.entropy else 0)) if s.float32_chunks else 0)
     logit_rows = rows * s.logit_rows_per_row
-    chunks = 2 * min(logit_rows, CHUNK_TOKENS) * shape.vocab * 4 if s.float32_chunks else 0
+    chunks = 2 * min(logit_rows, s.chunk_tokens) * shape.vocab * 4 if s.float32_chunks else 0
     return {**onloaded_bytes(shape, s, with_optimizer=True),
             "grads": 0 if s.frozen else int(4 * shape.params / s.shards),
-            "unsynced grads": 2 * shape.params if s.defer_grad_sync and not s.frozen and s.shards > 1 else 0,
+            # FSDP2 keeps them in the reduce dtype (fp32) until the sync
+            "unsynced grads": 4 * shape.params if s.defer_grad_sync and not s.frozen and s.shards > 1 else 0,
             "gathered": (gathered_bytes(shape, s.gathered_pass, s.unit_params)
                          + gathered_bytes(shape, False, s.unit_params)),
             "activations": acts,

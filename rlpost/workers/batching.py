@@ -149,7 +149,7 @@ def train_epochs(module: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg:
             holds `ppo_max_token_len_per_gpu x sp_size` tokens.
         defer_grad_sync: `fsdp_config.use_no_sync_for_gradient_accumulation`: an FSDP2 module reduce-scatters
             its gradients once per mini-batch, after the last micro-batch, instead of after each (it holds
-            unsharded gradients meanwhile: fewer collectives, more memory).
+            the unsharded gradients, in fp32, meanwhile: fewer collectives, more memory).
 
     Returns:
         metric name -> one value per mini-batch (micro values weighted by their share).
@@ -165,13 +165,17 @@ def train_epochs(module: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg:
             grad_w, metric_w = loss_weights(micros, mode)
             optimizer.zero_grad(set_to_none=True)
             step: dict[str, Any] = {}
-            for i, (mb, gw, mw) in enumerate(zip(micros, grad_w, metric_w)):
+            try:
+                for i, (mb, gw, mw) in enumerate(zip(micros, grad_w, metric_w)):
+                    if defer:
+                        module.set_requires_gradient_sync(i == len(micros) - 1)
+                    loss, m = micro_loss(mb)
+                    (loss * gw).backward()
+                    for k, v in m.items():
+                        step[k] = step.get(k, 0.0) + v * mw
+            finally:  # a micro-batch that raised must not leave the sync off for what follows
                 if defer:
-                    module.set_requires_gradient_sync(i == len(micros) - 1)
-                loss, m = micro_loss(mb)
-                (loss * gw).backward()
-                for k, v in m.items():
-                    step[k] = step.get(k, 0.0) + v * mw
+                    module.set_requires_gradient_sync(True)
             step = _as_floats(step)
             step.update(optimizer_step(module, optimizer, float(cfg.grad_clip), prefix))
             for k, v in step.items():

@@ -67,7 +67,11 @@ def test_update_and_forward_bytes():
     assert update_bytes(s, setup(float32_chunks=False, entropy=True), rows=2)["logits"] == 6 * 10 * 4
     # use_no_sync_for_gradient_accumulation: the whole model's bf16 grads wait for the last micro-batch
     assert out["unsynced grads"] == 0
-    assert update_bytes(s, setup(defer_grad_sync=True), rows=2)["unsynced grads"] == 2 * s.params
+    assert update_bytes(s, setup(defer_grad_sync=True), rows=2)["unsynced grads"] == 4 * s.params  # fp32 reduce dtype
+    # entropy_from_logits_chunk_size with chunking: the float32 temporaries follow the chunk (here 1 row of 6)
+    assert update_bytes(s, setup(chunk_tokens=1), rows=2)["logits"] == 6 * 10 * 8 + 2 * 1 * 10 * 4
+    assert forward_bytes(s, rows=2, tokens_per_row=6, logit_rows_per_row=3, chunk_tokens=1)["logits"] == \
+        6 * 10 * 2 + 3 * 1 * 10 * 4
     assert update_bytes(s, setup(defer_grad_sync=True, shards=1), rows=2)["unsynced grads"] == 0  # nothing to sync
     assert update_bytes(s, setup(defer_grad_sync=True, frozen=True), rows=2)["unsynced grads"] == 0
 

@@ -16,7 +16,7 @@ from rlpost.config.schema import PPOTrainerConfig
 from rlpost.trainer.config.batch_rules import n_devices
 from rlpost.trainer.config.errors import ConfigError
 from rlpost.trainer.config.roles import need_critic, need_reference_policy
-from rlpost.utils.memory_estimate import (GIB, OVERHEAD_BYTES, ModelShape, PhaseEstimate, TrainSetup,
+from rlpost.utils.memory_estimate import (CHUNK_TOKENS, GIB, OVERHEAD_BYTES, ModelShape, PhaseEstimate, TrainSetup,
                                           forward_bytes, load_shape, onloaded_bytes, resident_bytes,
                                           update_bytes)
 
@@ -46,6 +46,8 @@ def _setup(c: PPOTrainerConfig, fsdp, checkpointing: bool, entropy: bool, frozen
                       entropy=entropy, frozen=frozen, gathered_pass=not fsdp.reshard_after_forward,
                       unit_params=fsdp.wrap_policy.min_num_params,
                       defer_grad_sync=fsdp.use_no_sync_for_gradient_accumulation,
+                      chunk_tokens=(fsdp.entropy_from_logits_chunk_size if fsdp.entropy_from_logits_with_chunking
+                                    else CHUNK_TOKENS),
                       float32_chunks=not triton_logprob.expected(c.trainer.device))
 
 
@@ -112,7 +114,7 @@ class RunMemory:
             def est(micro: float) -> PhaseEstimate:
                 setup, rows = _rows(s, int(micro), dynamic, int(micro))
                 parts = forward_bytes(shape, rows, setup.tokens_per_row, setup.logit_rows_per_row, s.gathered_pass,
-                                      s.float32_chunks, s.unit_params)
+                                      s.float32_chunks, s.unit_params, s.chunk_tokens)
                 return self._phase(name, device_bytes, {**onloaded_bytes(shape, s, False), **parts})
             return est
 
