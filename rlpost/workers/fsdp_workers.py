@@ -214,7 +214,9 @@ class ActorRolloutRefWorker(_FSDPRole):
             total_training_steps: optimiser steps the actor's LR schedule spans (the trainer's step count);
                 None: `actor.optim.total_training_steps` when > 0 (cosine needs one of them).
         """
-        engines = [self.config.actor.fsdp_config] * self._is_actor + [self.config.ref.fsdp_config] * self._is_ref
+        # (a generation-only worker's config has neither group)
+        engines = ([self.config.actor.fsdp_config] if self._is_actor else []) + \
+            ([self.config.ref.fsdp_config] if self._is_ref else [])
         seed = determinism_seed(engines)  # verl's full_determinism: one process, so either engine's turns it on
         if seed is not None:
             enable_full_determinism(seed)
