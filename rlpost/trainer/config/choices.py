@@ -80,6 +80,9 @@ def enums() -> dict[str, tuple[Any, ...]]:
         f"{ARR}.actor.strategy": STRATEGIES,
         f"{ARR}.ref.strategy": STRATEGIES,
         "critic.strategy": STRATEGIES,
+        # the engine's own backend (verl's engine group): fsdp and fsdp2 both run FSDP2; fsdp_turbo is refused
+        **{f"{group}.strategy": ("fsdp2", "fsdp", "fsdp_turbo")
+           for group in (f"{ARR}.actor.fsdp_config", f"{ARR}.ref.fsdp_config", "critic.model.fsdp_config")},
         "reward_model.strategy": STRATEGIES,
         f"{ARR}.actor.optim.lr_scheduler": LR_SCHEDULERS,
         "critic.optim.lr_scheduler": LR_SCHEDULERS,

@@ -52,6 +52,7 @@ AREAS: tuple[tuple[str, str], ...] = (
     ("lora", "LoRA"),
     ("rollout_correction", "this rollout-correction option"),
     ("fsdp_config.qat", "quantization-aware training"),
+    ("fsdp_config.strategy", "verl's fsdp_turbo engine"),
     ("fsdp_config.pad_to_length", "padding packed micro-batches to a length bucket"),
     ("fsdp_config.offload.", "per-state offloading"),
     ("quantization", "quantized rollout"),
@@ -116,6 +117,7 @@ NOT_SUPPORTED_YET: dict[str, Refusal] = {
     **{f"{group}.{key}": only(off) for group in ENGINE_KEYS
        for key, off in (("pad_to_length", False), ("qat.enable", False), ("offload.param.target", None),
                         ("offload.optimizer.target", None))},
+    **{f"{group}.strategy": never("fsdp_turbo") for group in ENGINE_KEYS},
 }
 
 # Keys accepted with a one-line notice when set away from their default: they choose between verl-internal

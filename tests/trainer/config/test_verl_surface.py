@@ -267,6 +267,7 @@ def test_verl_deferred_gradient_sync_key(small_cfg):
     ("actor_rollout_ref.ref.fsdp_config.qat.enable", True, "quantization-aware training"),
     ("critic.model.fsdp_config.offload.optimizer.target", "cpu", "per-state offloading"),
     ("critic.fsdp.offload.param.target", "disk", "per-state offloading"),  # verl's critic engine spelling, named
+    ("actor_rollout_ref.actor.fsdp_config.strategy", "fsdp_turbo", "verl's fsdp_turbo engine"),
 ])
 def test_verl_engine_features_not_built_are_refused(small_cfg, key, value, area):
     shown = str(value).lower()
@@ -275,3 +276,10 @@ def test_verl_engine_features_not_built_are_refused(small_cfg, key, value, area)
     # their companion entries are read only with the feature, and compose at verl's defaults
     fsdp = typed_config(small_cfg({})).actor_rollout_ref.actor.fsdp_config
     assert (fsdp.pad_to_length_bucket, fsdp.qat.mode, fsdp.offload.disk.chunk_size_mb) == (1024, "w4a16", 64)
+
+
+def test_engine_strategy_is_checked(small_cfg):
+    """`fsdp_config.strategy` takes fsdp or fsdp2 (both run FSDP2); a typo is an error naming the values."""
+    assert typed_config(small_cfg({"critic.model.fsdp_config.strategy": "fsdp"})).critic.model.fsdp_config.strategy == "fsdp"
+    with pytest.raises(ConfigError, match=r"^actor_rollout_ref.ref.fsdp_config.strategy=fsdp3: must be one of fsdp2, fsdp"):
+        typed_config(small_cfg({"actor_rollout_ref.ref.fsdp_config.strategy": "fsdp3"}))
