@@ -27,7 +27,18 @@ IMPORTS = [
     ("rlpost.single_controller.base.decorator", ["register", "Dispatch", "Execute"]),
     ("rlpost.workers.fsdp_workers", ["ActorRolloutRefWorker", "CriticWorker"]),
     ("rlpost.workers.reward_manager", ["NaiveRewardManager", "DAPORewardManager", "PrimeRewardManager",
-                                       "BatchRewardManager", "register", "get_reward_manager_cls"]),
+                                       "BatchRewardManager", "register", "get_reward_manager_cls",
+                                       "AbstractRewardManager"]),
+    ("rlpost.workers.reward_manager.abstract", ["AbstractRewardManager"]),
+    ("rlpost.utils.torch_functional", ["masked_mean", "masked_whiten", "logprobs_from_logits", "entropy_from_logits",
+                                       "get_response_mask", "pad_sequence_to_length", "postprocess_data",
+                                       "tokenize_and_postprocess_data"]),
+    ("rlpost.utils.hdfs_io", ["copy", "makedirs", "exists"]),
+    ("rlpost.utils.device", ["get_device_name", "get_torch_device", "get_device_id", "is_cuda_available"]),
+    ("rlpost.utils.rollout_trace", ["rollout_trace_op", "rollout_trace_attr"]),
+    ("rlpost.experimental.agent_loop", ["AgentLoopBase", "AsyncLLMServerManager"]),
+    ("rlpost.experimental.agent_loop.agent_loop", ["AgentLoopBase", "AgentLoopOutput", "AgentLoopMetrics",
+                                                   "register"]),
 ]
 
 

@@ -4,9 +4,10 @@
 its result, then "#### 10063". Scored by `rlpost.reward.score.arith` (exact integer, data_source rlpost/arith).
 
 Writes into --local_dir:
-  train.parquet, test.parquet   RL rows in verl's format with `agent_name: tool_agent`; with --interaction NAME
-                                also `extra_info.interaction_kwargs` ({name, query, ground_truth}) for that
-                                interaction (e.g. the built-in gsm8k one, which checks the `####` answer)
+  train.parquet, test.parquet   RL rows in verl's format with `agent_name: tool_agent` (or --agent_name); with
+                                --interaction NAME also `extra_info.interaction_kwargs` ({name, query,
+                                ground_truth}) for that interaction (e.g. the built-in gsm8k one, which checks
+                                the `####` answer)
   sft_train.parquet             SFT transcripts from a teacher that uses the calculator on a fraction
                                 --tool_rate of the questions (and otherwise guesses a nearby number): per
                                 question a row `prompt` [user] -> `response` the call, and a row
@@ -61,14 +62,14 @@ def sample_pairs(n: int, num_digits: int, rng: random.Random, exclude: set, b_di
     return out
 
 
-def rl_rows(pairs: list[tuple[int, int]], split: str, interaction: str | None) -> list[dict]:
+def rl_rows(pairs: list[tuple[int, int]], split: str, interaction: str | None, agent: str = AGENT) -> list[dict]:
     rows = []
     for i, (a, b) in enumerate(pairs):
         extra = {"split": split, "index": i}
         if interaction:
             extra["interaction_kwargs"] = {"name": interaction, "query": question(a, b), "ground_truth": str(a * b)}
         rows.append({"data_source": DATA_SOURCE, "prompt": [{"role": "user", "content": question(a, b)}],
-                     "ability": "math", "agent_name": AGENT,
+                     "ability": "math", "agent_name": agent,
                      "reward_model": {"style": "rule", "ground_truth": str(a * b)}, "extra_info": extra})
     return rows
 
@@ -106,7 +107,7 @@ def corpus(rows: list[dict], tools_json: str) -> list[str]:
 
 def generate(local_dir: str, tools_config: str, train_size: int = 512, test_size: int = 32, num_digits: int = 3,
              tool_rate: float = 1.0, interaction: str | None = None, seed: int = 0, b_digits: int = 2,
-             full_width: bool = False, copy_all: bool = False) -> dict[str, Path]:
+             full_width: bool = False, copy_all: bool = False, agent_name: str = AGENT) -> dict[str, Path]:
     """Write the files of the module docstring; return their paths by name."""
     import pandas as pd
 
@@ -125,8 +126,8 @@ def generate(local_dir: str, tools_config: str, train_size: int = 512, test_size
     out.mkdir(parents=True, exist_ok=True)
     paths = {name: out / f"{name}.parquet" for name in ("train", "test", "sft_train")}
     paths["corpus"] = out / "corpus.txt"
-    pd.DataFrame(rl_rows(train, "train", interaction)).to_parquet(paths["train"])
-    pd.DataFrame(rl_rows(test, "test", interaction)).to_parquet(paths["test"])
+    pd.DataFrame(rl_rows(train, "train", interaction, agent_name)).to_parquet(paths["train"])
+    pd.DataFrame(rl_rows(test, "test", interaction, agent_name)).to_parquet(paths["test"])
     sft = sft_rows(train, tools_json, tool_rate, rng, copy_all)
     pd.DataFrame(sft).to_parquet(paths["sft_train"])
     paths["corpus"].write_text("\n".join(corpus(sft, tools_json)) + "\n")
@@ -147,11 +148,13 @@ def main() -> None:
     p.add_argument("--copy_all", action="store_true",
                    help="answer-after-the-call rows for every question, not only those the teacher called on")
     p.add_argument("--interaction", default=None, help="interaction name to put in extra_info.interaction_kwargs")
+    p.add_argument("--agent_name", default=AGENT, help="agent loop of the RL rows (e.g. calculator_agent: "
+                   "examples/multiturn/calculator_agent_loop.py)")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args()
     paths = generate(a.local_dir, a.tools_config, a.train_size, a.test_size, a.num_digits, a.tool_rate,
                      a.interaction, a.seed, a.b_digits, a.full_width,
-                     a.copy_all)
+                     a.copy_all, a.agent_name)
     for name, path in paths.items():
         print(f"{name}: {path}")
 

@@ -4,6 +4,8 @@
 #
 #   bash examples/multiturn/run_tiny_cpu.sh                       # calculator tool
 #   INTERACTION=gsm8k bash examples/multiturn/run_tiny_cpu.sh     # + the GSM8K interaction (retry when wrong)
+#   AGENT_LOOP=verl bash examples/multiturn/run_tiny_cpu.sh       # the calculator loop of calculator_agent_loop.py,
+#                                                                 # written against verl's agent-loop API
 #   bash examples/multiturn/run_tiny_cpu.sh trainer.total_training_steps=10   # any override, last wins
 #
 # Built on first use under $WORK_DIR (or given by DATA_DIR / MODEL_PATH):
@@ -18,7 +20,8 @@ CONFIG="$REPO_ROOT/examples/multiturn/config"
 export VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1}
 WORK_DIR=${WORK_DIR:-/tmp/rlpost_multiturn}
 INTERACTION=${INTERACTION:-}
-DATA_DIR=${DATA_DIR:-$WORK_DIR/data${INTERACTION:+_$INTERACTION}}
+AGENT_LOOP=${AGENT_LOOP:-}
+DATA_DIR=${DATA_DIR:-$WORK_DIR/data${INTERACTION:+_$INTERACTION}${AGENT_LOOP:+_$AGENT_LOOP}}
 BASE_MODEL=$WORK_DIR/base_model
 SFT_STEPS=${SFT_STEPS:-60}
 MODEL_PATH=${MODEL_PATH:-$WORK_DIR/sft/global_step_$SFT_STEPS}
@@ -26,7 +29,7 @@ MODEL_PATH=${MODEL_PATH:-$WORK_DIR/sft/global_step_$SFT_STEPS}
 if [ ! -f "$DATA_DIR/train.parquet" ]; then
   python3 "$REPO_ROOT/examples/data_preprocess/calculator.py" --local_dir "$DATA_DIR" \
       --tools_config "$CONFIG/tool_config/calculator_tool_config.yaml" --train_size 256 --test_size 8 \
-      ${INTERACTION:+--interaction "$INTERACTION"}
+      ${INTERACTION:+--interaction "$INTERACTION"} ${AGENT_LOOP:+--agent_name calculator_agent}
 fi
 if [ ! -f "$MODEL_PATH/config.json" ]; then
   [ -f "$BASE_MODEL/config.json" ] || python3 "$REPO_ROOT/scripts/make_tiny_model.py" --out_dir "$BASE_MODEL" \
@@ -47,6 +50,14 @@ if [ -n "$INTERACTION" ]; then
     actor_rollout_ref.rollout.multi_turn.max_user_turns=3
     data.max_response_length=192
   )
+fi
+
+AGENT_ARGS=()
+if [ "$AGENT_LOOP" = verl ]; then
+  export PYTHONPATH="$REPO_ROOT/examples/multiturn${PYTHONPATH:+:$PYTHONPATH}"  # the workers import the loop
+  AGENT_ARGS=(actor_rollout_ref.rollout.agent.agent_loop_config_path="$CONFIG/agent_loop_config/calculator_agent_loop.yaml")
+elif [ -n "$AGENT_LOOP" ]; then
+  echo "AGENT_LOOP=$AGENT_LOOP: expected verl (or unset for the built-in tool_agent)" >&2; exit 2
 fi
 
 OMP_NUM_THREADS=1 python3 -m rlpost.trainer.main_ppo \
@@ -86,4 +97,5 @@ OMP_NUM_THREADS=1 python3 -m rlpost.trainer.main_ppo \
     trainer.total_training_steps=3 \
     ray_init.num_cpus=2 \
     "${INTERACTION_ARGS[@]}" \
+    "${AGENT_ARGS[@]}" \
     "$@"

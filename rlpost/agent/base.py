@@ -72,6 +72,7 @@ class AgentLoopContext:
     config: AgentLoopConfig
     tools: dict[str, BaseTool] = field(default_factory=dict)
     interactions: dict[str, BaseInteraction] = field(default_factory=dict)
+    trainer_config: Any = None  # read-only `actor_rollout_ref` + `data` view, for loops written against verl
 
 
 class AgentLoopBase(abc.ABC):

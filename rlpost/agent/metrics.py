@@ -9,6 +9,9 @@ if TYPE_CHECKING:
     from rlpost.agent.base import AgentLoopOutput
 
 
+TIMINGS = ("generate_s", "tool_calls_s")  # seconds per trajectory, from loops written against verl
+
+
 @dataclass
 class TrajectoryStats:
     """Counters of one trajectory.
@@ -63,6 +66,7 @@ def summarize(num_turns: Sequence[float], per_trajectory: Sequence[Mapping[str, 
         (per trajectory), `multi_turn/tool_call_frac` (share of trajectories with at least one tool call),
         `multi_turn/tool_errors` and `multi_turn/bad_tool_calls` (totals of the batch),
         `multi_turn/truncated_frac` and `multi_turn/tokenization_mismatch_frac`; {} for no trajectories.
+        Loops written against verl report seconds instead of counters: `multi_turn/{generate_s,tool_calls_s}/mean`.
     """
     if not len(num_turns):
         return {}
@@ -72,7 +76,10 @@ def summarize(num_turns: Sequence[float], per_trajectory: Sequence[Mapping[str, 
         return [float(m.get(key, 0.0)) for m in per_trajectory]
 
     turns = [float(t) for t in num_turns]
+    timings = {f"multi_turn/{key}/mean": sum(values(key)) / n for key in TIMINGS
+               if any(key in m for m in per_trajectory)}
     return {
+        **timings,
         "multi_turn/num_turns/mean": sum(turns) / n,
         "multi_turn/num_turns/max": max(turns),
         "multi_turn/tool_calls/mean": sum(values("tool_calls")) / n,

@@ -59,6 +59,7 @@ async def run_agent_loops(
     tokenizer: Any,
     sampling_params: dict[str, Any] | None = None,
     resources: AgentResources | None = None,
+    trainer_config: Any = None,
 ) -> list[AgentLoopOutput]:
     """Run one agent loop per row, all at once; outputs in row order.
 
@@ -70,13 +71,15 @@ async def run_agent_loops(
         tokenizer: HF tokenizer with the chat template.
         sampling_params: passed to every `generate` call (plus `max_tokens`); None: {}.
         resources: tools and interactions; None: built from `config` (once per call).
+        trainer_config: what loops written against verl read as `self.config` (see
+            `rlpost.experimental.agent_loop`); None when no such loop runs.
 
     Raises:
         ValueError: a row names an unknown agent loop or interaction (nothing has run yet).
     """
     resources = resources if resources is not None else AgentResources.from_config(config)
     check_samples(samples, config, resources)
-    context = AgentLoopContext(tokenizer, generate, config, resources.tools, resources.interactions)
+    context = AgentLoopContext(tokenizer, generate, config, resources.tools, resources.interactions, trainer_config)
     params = dict(sampling_params or {})
 
     async def one(sample: dict[str, Any]) -> AgentLoopOutput:

@@ -7,7 +7,9 @@ tensor with each score on the last valid response token, or `{"reward_tensor", "
 
 from __future__ import annotations
 
+import abc
 import functools
+import inspect
 import logging
 import os
 import time
@@ -24,23 +26,38 @@ DEFAULT_SAMPLE_TIMEOUT_S = 300.0
 logger = logging.getLogger(__name__)
 
 
+class AbstractRewardManager(abc.ABC):
+    """Base of reward managers, as verl defines it: built with the tokenizer, the number of samples to print per
+    data source, the reward function and the non-tensor key naming each row's data source; called on a batch
+    (`DataProto`) it returns the (B, R) token-level scores, or with `return_dict=True` a dict of
+    `reward_tensor` and `reward_extra_info` (per-row lists)."""
+
+    @abc.abstractmethod
+    def __init__(self, tokenizer: Any, num_examine: int, compute_score: Callable | None,
+                 reward_fn_key: str = keys.DATA_SOURCE, **kwargs: Any) -> None:
+        """Store what scoring needs."""
+
+    @abc.abstractmethod
+    def __call__(self, data: Any, return_dict: bool = False) -> Any:
+        """Score `data`."""
+
+
 @REWARD_MANAGERS.register("naive")
-class NaiveRewardManager:
+class NaiveRewardManager(AbstractRewardManager):
     """Scores samples with `compute_score(data_source, solution_str, ground_truth, extra_info)`: one by one
     in this process while the function is fast; once a batch shows it is slow (over `SLOW_SAMPLE_S` per
     sample), the rest of that batch and every later one go to `num_processes` worker processes with a
     time-out of `timeout` seconds per sample (`reward_model.reward_kwargs.{num_processes, timeout}`)."""
 
-    def __init__(self, tokenizer: Any, num_examine: int, spec: RewardFnSpec,
+    def __init__(self, tokenizer: Any, num_examine: int, spec: RewardFnSpec | Callable | None = None,
                  reward_fn_key: str = keys.DATA_SOURCE, num_processes: int | None = None,
-                 timeout: float = DEFAULT_SAMPLE_TIMEOUT_S, **kwargs: Any):
+                 timeout: float = DEFAULT_SAMPLE_TIMEOUT_S, compute_score: Callable | None = None, **kwargs: Any):
         if kwargs:
             raise ValueError(f"not supported yet: reward_model.reward_kwargs {sorted(kwargs)} for this manager "
                              "(accepted: num_processes, timeout)")
         self.tokenizer = tokenizer
         self.num_examine = num_examine
-        self.spec = spec
-        self.compute_score = spec.resolve()
+        self.spec, self.compute_score = resolve_reward_fn(spec, compute_score)
         self.reward_fn_key = reward_fn_key
         self.num_processes = num_processes or default_processes()
         self.timeout = float(timeout)
@@ -69,7 +86,8 @@ class NaiveRewardManager:
 
     def _can_parallelise(self) -> bool:
         """Worker processes rebuild the function from its spec: only when the function in use is that one."""
-        return self.num_processes > 1 and _same_function(self.compute_score, self.spec.resolve())
+        return (self.num_processes > 1 and self.spec is not None
+                and _same_function(self.compute_score, self.spec.resolve()))
 
     @staticmethod
     def _with_timeout_flag(result: Any, sample: base.Sample) -> dict[str, Any]:
@@ -90,12 +108,12 @@ class BatchRewardManager(NaiveRewardManager):
     """Calls the user function once with lists: `fn(data_sources=, solution_strs=, ground_truths=,
     extra_infos=)` -> list of floats or dicts (for reward functions that batch, e.g. remote judges)."""
 
-    def __init__(self, tokenizer: Any, num_examine: int, spec: RewardFnSpec,
-                 reward_fn_key: str = keys.DATA_SOURCE, **kwargs: Any):
+    def __init__(self, tokenizer: Any, num_examine: int, spec: RewardFnSpec | Callable | None = None,
+                 reward_fn_key: str = keys.DATA_SOURCE, compute_score: Callable | None = None, **kwargs: Any):
         if kwargs:  # one call with all samples: there is nothing to spread over processes or time per sample
             raise ValueError(f"not supported yet: reward_model.reward_kwargs {sorted(kwargs)} for "
                              "reward_manager=batch (the function gets the whole batch in one call)")
-        super().__init__(tokenizer, num_examine, spec, reward_fn_key)
+        super().__init__(tokenizer, num_examine, spec, reward_fn_key, compute_score=compute_score)
 
     def score_samples(self, samples: list[base.Sample]) -> list[Any]:
         try:
@@ -124,10 +142,10 @@ class DAPORewardManager(NaiveRewardManager):
     """Naive scoring plus DAPO's soft overlong penalty: with L = max_resp_len - overlong_buffer.len,
     a response of length l > L gets `min(-(l - L) / buffer_len * penalty_factor, 0)` added."""
 
-    def __init__(self, tokenizer: Any, num_examine: int, spec: RewardFnSpec,
+    def __init__(self, tokenizer: Any, num_examine: int, spec: RewardFnSpec | Callable | None = None,
                  reward_fn_key: str = keys.DATA_SOURCE, max_resp_len: int | None = None,
-                 overlong_buffer_cfg: Any = None):
-        super().__init__(tokenizer, num_examine, spec, reward_fn_key)
+                 overlong_buffer_cfg: Any = None, compute_score: Callable | None = None):
+        super().__init__(tokenizer, num_examine, spec, reward_fn_key, compute_score=compute_score)
         self.max_resp_len = max_resp_len
         self.buffer = overlong_buffer_cfg
         if self.buffer is not None and self.buffer.enable:
@@ -159,7 +177,9 @@ class DAPORewardManager(NaiveRewardManager):
 
 
 def load_reward_manager(config: Any, tokenizer: Any, num_examine: int = 0, **kwargs: Any) -> Callable:
-    """Build the manager named by `config.reward_model.reward_manager`.
+    """Build the manager `reward.reward_manager` names (`reward_manager_class`). rlpost's managers get the reward
+    function as a `RewardFnSpec` (`spec=`); a class written against verl's API (no `spec` argument, e.g. an
+    `AbstractRewardManager` subclass) gets it as `compute_score=`, with `reward_fn_key` and `reward_kwargs`.
 
     Args:
         config: the full trainer config (`reward_model`, `custom_reward_function`, `data` groups).
@@ -170,7 +190,7 @@ def load_reward_manager(config: Any, tokenizer: Any, num_examine: int = 0, **kwa
     from rlpost.reward.custom import reward_fn_spec, to_plain
 
     rm_cfg, data_cfg = config.reward_model, config.data
-    name = rm_cfg.reward_manager
+    name = rm_cfg.reward_manager if config.reward.reward_manager.source == "register" else "importlib"
     manager_kwargs = {**to_plain(rm_cfg.reward_kwargs), **kwargs, "reward_fn_key": data_cfg.reward_fn_key}
     if name != "dapo" and rm_cfg.overlong_buffer.enable:
         raise ValueError(f"reward_model.overlong_buffer.enable=True needs reward_model.reward_manager=dapo, "
@@ -178,8 +198,58 @@ def load_reward_manager(config: Any, tokenizer: Any, num_examine: int = 0, **kwa
     if name == "dapo":
         manager_kwargs.setdefault("max_resp_len", data_cfg.max_response_length)
         manager_kwargs.setdefault("overlong_buffer_cfg", rm_cfg.overlong_buffer)
-    cls = REWARD_MANAGERS.get(name)
-    return cls(tokenizer=tokenizer, num_examine=num_examine, spec=reward_fn_spec(config), **manager_kwargs)
+    cls, spec = reward_manager_class(config), reward_fn_spec(config)
+    if "spec" in inspect.signature(cls).parameters:
+        return cls(tokenizer=tokenizer, num_examine=num_examine, spec=spec, **manager_kwargs)
+    # a manager written against verl's API gets the reward function itself
+    try:
+        return cls(tokenizer=tokenizer, num_examine=num_examine, compute_score=spec.resolve(), **manager_kwargs)
+    except TypeError as exc:
+        raise ValueError(f"reward manager {cls.__name__} cannot be built with tokenizer=, num_examine=, "
+                         f"compute_score=, {', '.join(f'{k}=' for k in manager_kwargs)} ({exc}); give it verl's "
+                         "signature (tokenizer, num_examine, compute_score, reward_fn_key, **kwargs)") from exc
+
+
+def reward_manager_class(config: Any) -> type:
+    """The class `reward.reward_manager` names: from the registry by `reward_model.reward_manager`
+    (`source=register`), or the class `module.name` in the file `module.path` (`source=importlib`).
+
+    Raises:
+        FileNotFoundError / UserCodeError: the file is missing, does not import, or `module.name` in it is not a
+            class (the message names the key).
+    """
+    from rlpost.reward.custom import UserCodeError, load_function_from_file
+
+    ref = config.reward.reward_manager
+    if ref.source != "importlib":
+        return REWARD_MANAGERS.get(config.reward_model.reward_manager)
+    key = "reward.reward_manager.module"
+    cls = load_function_from_file(ref.module.path, ref.module.name, key)
+    if not isinstance(cls, type):
+        raise UserCodeError(f"{key}.name: {ref.module.name!r} in {ref.module.path} is a {type(cls).__name__}, "
+                            "not a reward manager class")
+    return cls
+
+
+def resolve_reward_fn(spec: RewardFnSpec | Callable | None,
+                      compute_score: Callable | None = None) -> tuple[RewardFnSpec | None, Callable]:
+    """(spec, function) of a manager's reward function, given as rlpost's `RewardFnSpec` or, as verl's managers
+    get it, a `compute_score` function (positionally or by keyword; None: the built-in scorers). A plain
+    function has no spec, so it is never moved to worker processes (they rebuild the function from its spec).
+    """
+    if isinstance(spec, RewardFnSpec):
+        if compute_score is not None:
+            raise ValueError("a reward manager takes its reward function once: a spec or compute_score, not both")
+        return spec, spec.resolve()
+    if spec is not None and compute_score is not None:
+        raise ValueError("a reward manager takes its reward function once: got it positionally and as compute_score")
+    fn = spec if spec is not None else compute_score
+    if fn is None:
+        default = RewardFnSpec()
+        return default, default.resolve()
+    if not callable(fn):
+        raise TypeError(f"compute_score must be a function, got {type(fn).__name__}")
+    return None, fn
 
 
 def default_processes() -> int:

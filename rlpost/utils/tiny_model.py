@@ -14,7 +14,8 @@ SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 # Qwen2.5-style ChatML template: `add_generation_prompt` opens the assistant turn; with `tools=` the tool schemas
 # go into the system turn and consecutive tool messages become one user turn of <tool_response> blocks.
-# Without tools and tool messages it renders exactly `<|im_start|>{role}\n{content}<|im_end|>\n` per message.
+# Without tools and tool messages it renders exactly `<|im_start|>{role}\n{content}<|im_end|>\n` per message. A
+# message without a role renders nothing (Qwen2.5's renders `[{}]` as its default system turn; this one has none).
 CHAT_TEMPLATE = (
     "{%- if tools %}"
     "{{- '<|im_start|>system\\n' }}"
@@ -26,7 +27,7 @@ CHAT_TEMPLATE = (
     "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
     "{%- endif %}"
     "{%- for message in messages %}"
-    "{%- if message['role'] == 'system' and loop.first %}"
+    "{%- if message['role'] is not defined or (message['role'] == 'system' and loop.first) %}"
     "{%- elif message['role'] == 'tool' %}"
     "{%- if loop.first or messages[loop.index0 - 1]['role'] != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}"
     "{{- '\\n<tool_response>\\n' + message['content'] + '\\n</tool_response>' }}"

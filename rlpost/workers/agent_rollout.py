@@ -25,6 +25,7 @@ import torch
 
 from rlpost import keys
 from rlpost.agent import AgentLoopConfig, AgentLoopOutput, AgentResources, collate_agent_outputs, run_agent_loops
+from rlpost.config.base import to_plain
 from rlpost.protocol import DataProto
 from rlpost.rollout.async_engine import AgentEngine, sampling_kwargs
 from rlpost.rollout.base import BaseRollout, resolve_sampling
@@ -37,12 +38,15 @@ class AgentRollout:
     Args:
         rollout_config: `actor_rollout_ref.rollout` (multi_turn.*, agent.*, prompt_length, response_length).
         tokenizer: the policy tokenizer with its chat template.
+        arr_config: the worker's whole `actor_rollout_ref` group, shown to agent loops written against verl
+            (their `self.config`); None: the rollout group alone.
 
     Tools, interactions and the user agent loops of `agent.agent_loop_config_path` load here, once per worker.
     """
 
-    def __init__(self, rollout_config: Any, tokenizer: Any) -> None:
+    def __init__(self, rollout_config: Any, tokenizer: Any, arr_config: Any = None) -> None:
         self.rollout_config, self.tokenizer = rollout_config, tokenizer
+        self.arr_config = arr_config
         self.config = AgentLoopConfig.from_rollout_config(rollout_config)
         self.resources = AgentResources.from_config(self.config)
         self.prompt_length = int(rollout_config.prompt_length)
@@ -73,6 +77,19 @@ class AgentRollout:
         non_tensors = {**prompts.non_tensor_batch, **_row_fields(outputs)}
         return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=dict(meta))
 
+    def trainer_view(self, config: AgentLoopConfig) -> Any:
+        """What a loop written against verl reads as `self.config`: read-only `actor_rollout_ref` (the worker's
+        group) and the `data` keys a rollout knows (lengths, chat-template arguments)."""
+        from omegaconf import DictConfig, OmegaConf
+
+        def plain(cfg: Any) -> dict:
+            return OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else to_plain(cfg)
+
+        arr = plain(self.arr_config) if self.arr_config is not None else {"rollout": plain(self.rollout_config)}
+        data = {"max_prompt_length": self.prompt_length, "max_response_length": self.response_length,
+                "apply_chat_template_kwargs": dict(config.template_kwargs), "return_raw_chat": True}
+        return OmegaConf.create({"actor_rollout_ref": arr, "data": data}, flags={"readonly": True})
+
     async def _run(self, rows: list[dict], engine: AgentEngine, config: AgentLoopConfig,
                    params: dict[str, Any]) -> list[AgentLoopOutput]:
         limit = self.prompt_length + self.response_length
@@ -87,7 +104,8 @@ class AgentRollout:
             return await engine.generate(prompt_ids, sampling_params)
 
         try:
-            return await run_agent_loops(rows, generate, config, self.tokenizer, params, self.resources)
+            return await run_agent_loops(rows, generate, config, self.tokenizer, params, self.resources,
+                                         trainer_config=self.trainer_view(config))
         finally:
             await engine.close()
 

@@ -276,7 +276,7 @@ class ActorRolloutRefWorker(_FSDPRole):
             if self.config.rollout.multi_turn.enable:
                 from rlpost.workers.agent_rollout import AgentRollout
 
-                self.agent_rollout = AgentRollout(self.config.rollout, self.tokenizer)
+                self.agent_rollout = AgentRollout(self.config.rollout, self.tokenizer, arr_config=self.config)
             if self.actor_module is not None:
                 self._sync_weights()
             if self.config.rollout.free_cache_engine:

@@ -102,6 +102,7 @@ def enums() -> dict[str, tuple[Any, ...]]:
         f"{ARR}.rollout.multi_turn.format": tool_call_formats(),
         "data.truncation": ("error", "left", "right", "middle"),
         "reward_model.reward_manager": reward_managers(),
+        "reward.reward_manager.source": ("register", "importlib"),
         "trainer.resume_mode": ("auto", "disable", "resume_path"),
         "trainer.logger": ("console", "file", "wandb", "tensorboard", "mlflow", "swanlab", "trackio", "vemlp_wandb"),
         "trainer.device": ("cuda", "cpu"),

@@ -206,6 +206,11 @@ def check_combinations(c: PPOTrainerConfig) -> None:
              f"custom_reward_function.path={c.custom_reward_function.path}",
              "a reward function that queries a (generative) reward model served by the reward loop is not built",
              "reward_model.use_reward_loop=false")
+    manager = c.reward.reward_manager
+    if manager.source == "importlib" and not manager.module.path:
+        fail("reward.reward_manager.source=importlib, reward.reward_manager.module.path=null",
+             "importlib loads the reward manager class from a file of yours",
+             "reward.reward_manager.module.path=/abs/path/my_manager.py (and module.name=MyRewardManager)")
     check_sglang(c)
     if c.trainer.resume_mode == "resume_path" and not c.trainer.resume_from_path:
         fail("trainer.resume_mode=resume_path, trainer.resume_from_path=null",

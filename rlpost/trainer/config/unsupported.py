@@ -105,8 +105,6 @@ NOT_SUPPORTED_YET: dict[str, Refusal] = {
     "reward_model.enable_resource_pool": only(False),
     "reward_model.sandbox_fusion.url": only(None),
     "reward.compute_score_kwargs": only({}),
-    "reward.reward_manager.source": only("register"),
-    "reward.reward_manager.module.path": only(None),
     "trainer.logger": never("vemlp_wandb"),
     "trainer.default_hdfs_dir": only(None),
     "trainer.esi_redundant_time": only(0),

@@ -1,6 +1,7 @@
 """End to end: multi-turn GRPO through `python -m rlpost.trainer.main_ppo` on CPU, 2 worker processes with the
 vLLM CPU engine and `tool_agent` + the calculator tool with the GSM8K interaction; the calculator alone on split
-rollout devices (one step off policy) and on the HF engine. 3 steps each.
+rollout devices (one step off policy) and on the HF engine; the example agent loop written against verl's API
+(examples/multiturn/calculator_agent_loop.py). 3 steps each.
 
 A random tiny model never writes a tool call, so the model is built the way the example does it
 (examples/multiturn/run_tiny_cpu.sh): a tokenizer trained on the task's text, then a short SFT on transcripts
@@ -11,6 +12,7 @@ fed back, masked out of the loss and counted.
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -22,14 +24,16 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 REPO = Path(__file__).resolve().parents[3]
 TOOLS = REPO / "examples/multiturn/config/tool_config/calculator_tool_config.yaml"
 INTERACTION = REPO / "examples/multiturn/config/interaction_config/gsm8k_interaction_config.yaml"
+AGENT_LOOPS = REPO / "examples/multiturn/config/agent_loop_config/calculator_agent_loop.yaml"
 MULTI_TURN = ["multi_turn/num_turns/mean", "multi_turn/num_turns/max", "multi_turn/tool_calls/mean",
               "multi_turn/tool_call_frac",
               "multi_turn/interaction_turns/mean", "multi_turn/tool_errors", "multi_turn/bad_tool_calls",
               "multi_turn/truncated_frac", "multi_turn/tokenization_mismatch_frac"]
 
 
-def _run(*cmd: str, timeout: int = 600) -> None:
-    proc = subprocess.run([sys.executable, *cmd], capture_output=True, text=True, timeout=timeout, cwd=REPO)
+def _run(*cmd: str, timeout: int = 600, env: dict | None = None) -> None:
+    proc = subprocess.run([sys.executable, *cmd], capture_output=True, text=True, timeout=timeout, cwd=REPO,
+                          env=None if env is None else {**os.environ, **env})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
 
 
@@ -41,6 +45,8 @@ def workspace(tmp_path_factory):
     _run("examples/data_preprocess/calculator.py", "--local_dir", str(root / "data"), *common)
     _run("examples/data_preprocess/calculator.py", "--local_dir", str(root / "data_gsm8k"), *common,
          "--interaction", "gsm8k")
+    _run("examples/data_preprocess/calculator.py", "--local_dir", str(root / "data_verl"), *common,
+         "--agent_name", "calculator_agent")
     _run("scripts/make_tiny_model.py", "--out_dir", str(root / "model"), "--corpus_file",
          str(root / "data" / "corpus.txt"), "--vocab_size", "1024")
     _run("-m", "rlpost.trainer.fsdp_sft_trainer", f"data.train_files={root / 'data' / 'sft_train.parquet'}",
@@ -52,7 +58,7 @@ def workspace(tmp_path_factory):
     return {"root": root, "model": root / "sft" / "global_step_60"}
 
 
-def run_main_ppo(ws, name: str, data: str, *overrides: str) -> tuple[list[dict], list[dict]]:
+def run_main_ppo(ws, name: str, data: str, *overrides: str, env: dict | None = None) -> tuple[list[dict], list[dict]]:
     """3 GRPO steps with tool_agent; returns (metrics rows, rollout dump rows of all 3 steps)."""
     out = ws["root"] / name
     cmd = [
@@ -71,7 +77,7 @@ def run_main_ppo(ws, name: str, data: str, *overrides: str) -> tuple[list[dict],
         "trainer.test_freq=3", "trainer.save_freq=-1", "trainer.logger=[console]", "ray_init.num_cpus=2",
         f"trainer.default_local_dir={out}", f"trainer.rollout_data_dir={out / 'rollouts'}", *overrides,
     ]
-    _run(*cmd, timeout=900)
+    _run(*cmd, timeout=900, env=env)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     # every step's trajectories: by the last step a policy may write only calls that do not fit the budget
     dump = [json.loads(line) for step in (1, 2, 3) for line in (out / "rollouts" / f"{step}.jsonl").read_text().splitlines()]
@@ -143,3 +149,22 @@ def test_grpo_tool_agent_on_the_hf_engine(workspace):
     assert all(r["multi_turn/num_turns/max"] >= 4 for r in train)
     assert all(r["multi_turn/interaction_turns/mean"] == 0 for r in train)
     check_masks(dump)
+
+
+def test_grpo_with_an_agent_loop_written_for_verl(workspace):
+    """The example loop written against verl's agent-loop API (`AGENT_LOOP=verl` in run_tiny_cpu.sh), imported by
+    the workers from PYTHONPATH as a verl user's loop is, on the HF engine: its calls run and are fed back, the
+    tool results are masked out of the trained tokens, and its timings are logged."""
+    rows, dump = run_main_ppo(workspace, "verl_loop", "data_verl", "data.max_response_length=96",
+                              "actor_rollout_ref.rollout.name=hf",
+                              f"actor_rollout_ref.rollout.agent.agent_loop_config_path={AGENT_LOOPS}",
+                              env={"PYTHONPATH": str(REPO / "examples" / "multiturn")})
+    train = check(rows)
+    assert all(r["multi_turn/generate_s/mean"] > 0 for r in train)
+    assert any(r["multi_turn/tool_calls_s/mean"] > 0 for r in train)
+    assert all(r["multi_turn/tool_calls/mean"] == 0 for r in train)  # a verl loop reports times, not rlpost's counts
+    fed_back = [d for d in dump if "<tool_response>" in d["response"]]
+    assert fed_back, dump
+    for d in fed_back:
+        assert "<tool_call>" in d["model_text"] and "<tool_response>" not in d["model_text"]
+        assert d["num_turns"] >= 4

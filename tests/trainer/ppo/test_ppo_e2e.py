@@ -5,10 +5,13 @@ import json
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+
+REPO = Path(__file__).resolve().parents[3]
 
 REQUIRED = [
     "critic/score/mean", "critic/rewards/mean", "critic/advantages/mean", "critic/advantages/max",
@@ -66,9 +69,14 @@ def test_grpo_with_kl_loss_engine_knobs_and_a_torch_profile(workspace):
     """GRPO with the KL loss against the reference and the engine's own log-probs, with the FSDP engine knobs on
     (reward in the background, forward prefetch, activation offload, a 1 MB weight-sync bucket): each knob is
     checked for equal values in its own test; here they run in the loop. The torch profiler captures step 2 on
-    every rank. (One run for all: each run costs a Ray start, two workers and their models.)"""
+    every rank. The reward manager is a class written against verl's API, loaded from its file
+    (examples/reward_manager/offset_reward_manager.py: the built-in score + reward_kwargs.offset). (One run for
+    all: each run costs a Ray start, two workers and their models.)"""
     profile = workspace["root"] / "profile"
+    manager = REPO / "examples/reward_manager/offset_reward_manager.py"
     rows = run_main_ppo(workspace, "grpo", "algorithm.adv_estimator=grpo",
+                        "reward.reward_manager.source=importlib", f"reward.reward_manager.module.path={manager}",
+                        "reward.reward_manager.module.name=OffsetRewardManager", "+reward_model.reward_kwargs.offset=10",
                         "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_coef=0.01",
                         "actor_rollout_ref.rollout.calculate_log_probs=true",
                         "reward_model.launch_reward_fn_async=true",
@@ -80,6 +88,8 @@ def test_grpo_with_kl_loss_engine_knobs_and_a_torch_profile(workspace):
     check_metrics(rows, ("actor/kl_loss", "timing_s/ref", "training/rollout_probs_diff_mean",
                          "training/rollout_probs_diff_max", "timing_s/reward_wait"))
     assert rows[-1]["training/rollout_probs_diff_mean"] < 0.05
+    train = [r for r in rows if "timing_s/step" in r]
+    assert all(10 <= r["critic/score/min"] <= r["critic/score/max"] <= 11 for r in train)  # the manager's offset
     # actor, rollout (follows the actor's switch) and the reference share each process: one trace per rank
     assert sorted(p.name for p in profile.iterdir()) == ["step2_actor+rollout_rank0.json", "step2_actor+rollout_rank1.json"]
     for path in profile.iterdir():
