@@ -297,7 +297,7 @@ def load_extern_class(class_path: str, class_name: str, config_key: str, path_fi
     """The class `class_name` of a user file or module, read as verl's `load_extern_type` reads a path:
     `pkg://a.b.c` (or `pkg://a/b/c`) imports the module a.b.c; `file:///abs/x.py` or a plain path loads
     the file. Errors name `{config_key}.{path_field}` / `{config_key}.{name_field}`."""
-    from rlpost.reward.custom import UserCodeError, load_function_from_file
+    from rlpost.utils.import_utils import UserCodeError, load_function_from_file
 
     if str(class_path).startswith("pkg://"):
         module_name = str(class_path)[len("pkg://"):].replace("/", ".")

@@ -7,59 +7,16 @@ function in the child instead of pickling a function object loaded from an arbit
 from __future__ import annotations
 
 import functools
-import hashlib
-import importlib.util
-import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
 from rlpost.reward.score import default_compute_score
+from rlpost.utils.import_utils import UserCodeError, load_function_from_file
+
+__all__ = ["DEFAULT_FUNCTION_NAME", "RewardFnSpec", "UserCodeError", "get_custom_reward_fn", "load_function_from_file",
+           "reward_fn_spec", "to_plain"]
 
 DEFAULT_FUNCTION_NAME = "compute_score"
-
-
-class UserCodeError(ValueError):
-    """A user's Python file named by a config key cannot be used: it does not import, or lacks the name."""
-
-
-@functools.lru_cache(maxsize=32)
-def _load_module(path: str, path_key: str):
-    file = Path(path)
-    if not file.is_file():
-        raise FileNotFoundError(f"{path_key}: file not found: {path}")
-    # A stable, path-derived module name: two files called `reward.py` must not clash.
-    mod_name = "rlpost_custom_reward_" + hashlib.md5(str(file.resolve()).encode()).hexdigest()[:12]
-    spec = importlib.util.spec_from_file_location(mod_name, str(file))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[mod_name] = module
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:
-        del sys.modules[mod_name]
-        raise UserCodeError(f"{path_key}: error while importing {path}: {exc!r}") from exc
-    return module
-
-
-def load_function_from_file(path: str, name: str, config_key: str = "custom_reward_function",
-                            path_field: str = "path", name_field: str = "name") -> Callable[..., Any]:
-    """Import `path` as a module and return its attribute `name` (a function or a class).
-
-    Error messages name `{config_key}.{path_field}` and `{config_key}.{name_field}`.
-
-    Raises:
-        FileNotFoundError: `path` does not exist.
-        UserCodeError: the file does not import, or has no callable `name` (the message lists the callables
-            it has).
-    """
-    module = _load_module(str(path), f"{config_key}.{path_field}")
-    fn = getattr(module, name, None)
-    if not callable(fn):
-        available = sorted(k for k, v in vars(module).items() if callable(v) and not k.startswith("_"))
-        raise UserCodeError(
-            f"{config_key}.{name_field}: {name!r} not found in {path}; callables there: {available}"
-        )
-    return fn
 
 
 @dataclass(frozen=True)

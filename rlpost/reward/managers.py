@@ -218,7 +218,7 @@ def reward_manager_class(config: Any) -> type:
         FileNotFoundError / UserCodeError: the file is missing, does not import, or `module.name` in it is not a
             class (the message names the key).
     """
-    from rlpost.reward.custom import UserCodeError, load_function_from_file
+    from rlpost.utils.import_utils import UserCodeError, load_function_from_file
 
     ref = config.reward.reward_manager
     if ref.source != "importlib":

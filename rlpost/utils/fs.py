@@ -17,3 +17,6 @@ def copy_to_local(src: str, cache_dir: str | None = None, filelock: str = ".file
     if use_shm:
         raise ValueError("use_shm=True: loading through shared memory is not supported yet")
     return os.path.abspath(os.path.expanduser(src))
+
+
+copy_local_path_from_hdfs = copy_to_local  # verl's older name

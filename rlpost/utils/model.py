@@ -10,13 +10,13 @@ With several ranks and untied embeddings only rank 0 reads the weights (`load_fo
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 from typing import Any
 
 import torch
 from omegaconf import OmegaConf
 
+from rlpost.utils.import_utils import import_external_libs
 from rlpost.utils.liger import apply_liger
 from rlpost.utils.packed_attention import use_packed_attention
 from rlpost.utils.shm import local_model_path
@@ -24,13 +24,10 @@ from rlpost.utils.shm import local_model_path
 logger = logging.getLogger(__name__)
 
 
-def import_external_libs(names: str | list[str] | None) -> None:
-    """Import the module(s) of `model.external_lib` (a name, a list, or None) so they can register custom
-    models with HF's auto classes."""
-    if names is None:
-        return
-    for name in [names] if isinstance(names, str) else list(names):
-        importlib.import_module(str(name))
+def compute_position_id_with_mask(mask: torch.Tensor) -> torch.Tensor:
+    """Position ids of left-padded rows: 0, 1, ... over the real tokens (`mask` 1), 0 on the padding before
+    them. mask: (B, T) -> (B, T) long."""
+    return torch.clamp(torch.cumsum(mask.long(), dim=-1) - 1, min=0)
 
 
 def _to_plain(obj: Any) -> Any:

@@ -108,13 +108,46 @@ def balanced_partition_order(lengths: list[int], k: int) -> tuple[list[int], flo
     n = len(lengths)
     if n % k:
         raise ValueError(f"balance_batch: {n} rows do not split into {k} equal chunks")
-    size = n // k
+    groups = _equal_size_groups(lengths, k)
+    sums = [sum(lengths[i] for i in g) for g in groups]
+    mean = sum(sums) / k if k else 0.0
+    spread = (max(sums) - min(sums)) / mean if mean else 0.0
+    return [i for g in groups for i in g], spread
+
+
+def _equal_size_groups(lengths: list[int], k: int) -> list[list[int]]:
+    """`k` groups of len(lengths) / k row indices (each sorted), longest row first into the group with the
+    smallest sum that still has room."""
+    size = len(lengths) // k
     groups: list[list[int]] = [[] for _ in range(k)]
     sums = [0] * k
-    for i in sorted(range(n), key=lambda j: -lengths[j]):
+    for i in sorted(range(len(lengths)), key=lambda j: -lengths[j]):
         g = min((g for g in range(k) if len(groups[g]) < size), key=lambda g: sums[g])
         groups[g].append(i)
         sums[g] += lengths[i]
-    mean = sum(sums) / k if k else 0.0
-    spread = (max(sums) - min(sums)) / mean if mean else 0.0
-    return [i for g in groups for i in sorted(g)], spread
+    return [sorted(g) for g in groups]
+
+
+def get_seqlen_balanced_partitions(seqlen_list: list[int], k_partitions: int, equal_size: bool) -> list[list[int]]:
+    """verl's name: `k_partitions` lists of row indices with balanced token sums (each list sorted);
+    `equal_size` gives every list len(seqlen_list) / k_partitions rows (which must divide).
+
+    The split is greedy longest-first (verl uses Karmarkar-Karp): same contract, not always the same lists.
+    """
+    if equal_size:
+        if len(seqlen_list) % k_partitions:
+            raise ValueError(f"{len(seqlen_list)} rows do not split into {k_partitions} equal partitions")
+        return _equal_size_groups(list(seqlen_list), k_partitions)
+    return partition_balanced(list(seqlen_list), k_partitions)
+
+
+def log_seqlen_unbalance(seqlen_list: list[int], partitions: list[list[int]], prefix: str) -> dict[str, float]:
+    """Token sums per partition before (contiguous equal chunks, as the rows came) and after balancing:
+    `{prefix}/min`, `/max`, `/minmax_diff` (before), `/balanced_min`, `/balanced_max` (after), `/mean`."""
+    k = len(partitions)
+    size = len(seqlen_list) // k
+    before = [sum(seqlen_list[j * size:(j + 1) * size]) for j in range(k)]
+    after = [sum(seqlen_list[i] for i in p) for p in partitions]
+    return {f"{prefix}/min": min(before), f"{prefix}/max": max(before),
+            f"{prefix}/minmax_diff": max(before) - min(before), f"{prefix}/balanced_min": min(after),
+            f"{prefix}/balanced_max": max(after), f"{prefix}/mean": sum(seqlen_list) / k}

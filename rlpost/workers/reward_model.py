@@ -23,7 +23,8 @@ from rlpost.protocol import DataProto
 from rlpost.single_controller.base import Dispatch, register
 from rlpost.utils.distributed import init_distributed
 from rlpost.utils.fsdp import apply_fsdp2, compute_dtype, load_model_to, offload_model, reshard
-from rlpost.utils.model import import_external_libs, load_hf_config
+from rlpost.utils.import_utils import import_external_libs
+from rlpost.utils.model import load_hf_config
 from rlpost.utils.packed_attention import PACKED_KWARG, packed_sequences, use_packed_attention
 from rlpost.utils.padding import unpad_input
 from rlpost.utils.profiler import phase

@@ -10,7 +10,7 @@ import pytest
 from _compose import SMALL, compose_config
 from rlpost import keys
 from rlpost.reward import load_reward_manager
-from rlpost.reward.custom import UserCodeError
+from rlpost.utils.import_utils import UserCodeError
 from rlpost.trainer.config import ConfigError
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples/reward_manager/offset_reward_manager.py"

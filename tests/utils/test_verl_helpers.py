@@ -88,3 +88,56 @@ def test_device_helpers_on_this_machine():
     assert device.get_nccl_backend() == ("nccl" if name == "cuda" else "gloo")
     assert device.is_npu_available is False and device.get_visible_devices_keyword() == "CUDA_VISIBLE_DEVICES"
     assert device.get_device_id() == (torch.cuda.current_device() if name == "cuda" else "cpu")
+
+
+def test_position_ids_of_left_padded_rows():
+    from rlpost.utils.model import compute_position_id_with_mask
+
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+    assert compute_position_id_with_mask(mask).tolist() == [[0, 0, 0, 1, 2], [0, 1, 2, 3, 4]]
+
+
+def test_seqlen_balanced_partitions_and_their_log():
+    from rlpost.utils.seqlen_balancing import get_seqlen_balanced_partitions, log_seqlen_unbalance
+
+    lengths = [9, 1, 8, 2, 7, 3]
+    parts = get_seqlen_balanced_partitions(lengths, 2, equal_size=True)
+    assert sorted(i for p in parts for i in p) == list(range(6)) and [len(p) for p in parts] == [3, 3]
+    # greedy longest-first: 9 | 8, 7 -> 15 | 3, 2 fill the first (14), 1 the second (16)
+    assert sorted(sum(lengths[i] for i in p) for p in parts) == [14, 16]
+    assert len(get_seqlen_balanced_partitions(lengths, 4, equal_size=False)) == 4
+    with pytest.raises(ValueError, match="6 rows do not split into 4 equal partitions"):
+        get_seqlen_balanced_partitions(lengths, 4, equal_size=True)
+    log = log_seqlen_unbalance(lengths, parts, "seqlen")
+    # before: chunks [9, 1, 8] = 18 and [2, 7, 3] = 12; after: 14 and 16
+    assert log == {"seqlen/min": 12, "seqlen/max": 18, "seqlen/minmax_diff": 6, "seqlen/balanced_min": 14,
+                   "seqlen/balanced_max": 16, "seqlen/mean": 15.0}
+
+
+def test_load_extern_type_from_a_file_or_a_module(tmp_path):
+    from rlpost.utils.import_utils import UserCodeError, load_extern_type
+
+    path = tmp_path / "my_sampler.py"
+    path.write_text("class MySampler:\n    pass\n")
+    assert load_extern_type(str(path), "MySampler").__name__ == "MySampler"
+    assert load_extern_type("pkg://rlpost.utils.hdfs_io", "copy") is hdfs_io.copy
+    assert load_extern_type(None, "anything") is None
+    with pytest.raises(UserCodeError, match="load_extern_type.type_name: 'Nope' not found"):
+        load_extern_type(str(path), "Nope")
+    with pytest.raises(ImportError, match="has no attribute 'Nope'"):
+        load_extern_type("rlpost.utils.hdfs_io", "Nope")
+
+
+def test_small_verl_helpers():
+    from rlpost.trainer.constants_ppo import get_ppo_ray_runtime_env
+    from rlpost.utils.fs import copy_local_path_from_hdfs, copy_to_local
+    from rlpost.utils.metric import reduce_metrics
+    from rlpost.utils.py_functional import append_to_dict
+
+    data = {"a": [1]}
+    append_to_dict(data, {"a": 2, "b": 3})
+    assert data == {"a": [1, 2], "b": [3]}
+    assert reduce_metrics({"x": [1.0, 3.0], "y": 5}) == {"x": 2.0, "y": 5}
+    assert copy_local_path_from_hdfs is copy_to_local
+    env = get_ppo_ray_runtime_env()["env_vars"]
+    assert env and all(isinstance(v, str) for v in env.values())

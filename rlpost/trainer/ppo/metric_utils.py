@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from rlpost import keys
+from rlpost.utils.metric import reduce_metrics  # noqa: F401  (verl's import path of it is this module)
 
 
 _TOKEN_PHASES = ("ref", "values", "adv", "update_critic", "update_actor", "old_log_prob")
@@ -166,13 +167,6 @@ def process_validation_metrics(
             for metric, value in _group_metrics(groups, n).items():
                 metrics[f"{section}/{source}/{name}/{metric}"] = value
     return metrics
-
-
-def reduce_metrics(metrics: dict[str, Any]) -> dict[str, float]:
-    """Mean of each metric's list of values (one per rank or micro-batch); scalars pass through."""
-    import numpy as np
-
-    return {k: float(np.mean(v)) if isinstance(v, (list, tuple, np.ndarray)) else v for k, v in metrics.items()}
 
 
 GEN_PARTS = ("gen_wake", "gen_engine", "gen_sleep")  # the rollout worker's own parts of `gen`
