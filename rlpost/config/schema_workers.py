@@ -106,6 +106,8 @@ class OptimConfig(BaseConfig):
     num_cycles: float
     lr_scheduler: str
     warmup_style: str
+    lr_scheduler_type: str
+    zero_indexed_step: bool
     total_training_steps: int
     weight_decay: float
     betas: list[float]

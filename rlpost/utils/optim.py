@@ -1,7 +1,7 @@
 """AdamW and the learning-rate schedules (constant / cosine, both with linear warmup).
 
 Config keys read (verl's `*.optim` group): lr, weight_decay, betas, lr_warmup_steps, lr_warmup_steps_ratio,
-lr_scheduler, min_lr_ratio, num_cycles, total_training_steps. The number of training steps is an explicit
+lr_scheduler, min_lr_ratio, num_cycles, zero_indexed_step, total_training_steps. The number of training steps is an explicit
 argument (the trainer knows it); `optim.total_training_steps` is only its fallback when > 0.
 """
 
@@ -57,16 +57,17 @@ def cosine_lr_lambda(step: int, warmup: int, total: int, min_lr_ratio: float, nu
 
 
 def lr_schedule(optimizer: torch.optim.Optimizer, style: str, warmup: int, total: int, min_lr_ratio: float,
-                num_cycles: float) -> LambdaLR:
-    """LambdaLR for `style` in SCHEDULES from plain values (`total` > 0 for cosine)."""
+                num_cycles: float, first_step: int = 0) -> LambdaLR:
+    """LambdaLR for `style` in SCHEDULES from plain values (`total` > 0 for cosine); the first update is
+    step `first_step` of the schedule (0, or 1 for `optim.zero_indexed_step=false`)."""
     if style == "constant":
-        return LambdaLR(optimizer, lambda s: constant_lr_lambda(s, warmup))
+        return LambdaLR(optimizer, lambda s: constant_lr_lambda(s + first_step, warmup))
     if style != "cosine":
         raise ValueError(f"optim.lr_scheduler={style!r} is not one of {SCHEDULES}; nearest valid: 'constant'")
     if total <= 0:
         raise ValueError("the cosine schedule needs the number of training steps: pass total_training_steps to "
                          "the worker's init_model, or set optim.total_training_steps > 0")
-    return LambdaLR(optimizer, lambda s: cosine_lr_lambda(s, warmup, total, min_lr_ratio, num_cycles))
+    return LambdaLR(optimizer, lambda s: cosine_lr_lambda(s + first_step, warmup, total, min_lr_ratio, num_cycles))
 
 
 def build_lr_scheduler(optimizer: torch.optim.Optimizer, optim_cfg: Any, total_training_steps: int | None
@@ -79,4 +80,4 @@ def build_lr_scheduler(optimizer: torch.optim.Optimizer, optim_cfg: Any, total_t
     warmup = num_warmup_steps(optim_cfg.lr_warmup_steps, optim_cfg.lr_warmup_steps_ratio, total)
     min_lr_ratio = 0.0 if optim_cfg.min_lr_ratio is None else float(optim_cfg.min_lr_ratio)
     return lr_schedule(optimizer, str(optim_cfg.lr_scheduler), warmup, total, min_lr_ratio,
-                       float(optim_cfg.num_cycles))
+                       float(optim_cfg.num_cycles), first_step=0 if optim_cfg.zero_indexed_step else 1)

@@ -80,3 +80,17 @@ def test_adamw_hyperparameters_and_schedule_errors():
     assert opt.defaults["lr"] == 3e-4 and opt.defaults["betas"] == (0.8, 0.9) and opt.defaults["weight_decay"] == 0.1
     with pytest.raises(ValueError, match="lr_scheduler='linear'"):
         lr_schedule(opt, "linear", 0, 10, 0.0, 0.5)
+
+
+def test_verl_lr_scheduler_type_and_one_indexed_steps():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConfigWarning)  # verl's current spelling: copied without a warning
+        optim = _optim("lr_scheduler_type=cosine", "lr_warmup_steps=0")
+    assert optim.lr_scheduler == "cosine"
+    # zero_indexed_step=false: the first update is step 1 of the warmup (1/2 of lr, not 0)
+    opt, sched = _sched(_optim("lr_warmup_steps=2", "zero_indexed_step=false"), 10)
+    assert _lrs(sched, opt, 3) == [0.5, 1.0, 1.0]
+    with pytest.raises(Exception, match="lr_scheduler_type='linear' and .*lr_scheduler='cosine' are two spellings"):
+        _optim("lr_scheduler_type=linear", "lr_scheduler=cosine")

@@ -66,6 +66,7 @@ SYNONYMS: tuple[tuple[str, str], ...] = (
     *((f"{group}.dtype", f"{group}.mixed_precision.param_dtype")
       for group in (f"{ARR}.actor.fsdp_config", f"{ARR}.ref.fsdp_config", "critic.model.fsdp_config")),
     ("critic.fsdp.dtype", "critic.model.fsdp_config.mixed_precision.param_dtype"),
+    *((f"{optim}.lr_scheduler_type", f"{optim}.lr_scheduler") for optim in (f"{ARR}.actor.optim", "critic.optim")),
     ("ray_kwargs.ray_init.num_cpus", "ray_init.num_cpus"),
     ("ray_kwargs.timeline_json_file", "ray_init.timeline_json_file"),
     (f"{ARR}.rollout.checkpoint_engine.update_weights_bucket_megabytes",
