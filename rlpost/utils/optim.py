@@ -1,8 +1,8 @@
 """AdamW and the learning-rate schedules (constant / cosine, both with linear warmup).
 
 Config keys read (verl's `*.optim` group): lr, weight_decay, betas, lr_warmup_steps, lr_warmup_steps_ratio,
-lr_scheduler, min_lr_ratio, num_cycles, zero_indexed_step, total_training_steps. The number of training steps is an explicit
-argument (the trainer knows it); `optim.total_training_steps` is only its fallback when > 0.
+lr_scheduler, min_lr_ratio, num_cycles, zero_indexed_step, total_training_steps. The number of training steps is
+an explicit argument (the trainer knows it); `optim.total_training_steps` is only its fallback when > 0.
 """
 
 from __future__ import annotations
