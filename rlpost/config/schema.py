@@ -14,9 +14,11 @@ from rlpost.config.schema_workers import (
     ActorRolloutRefConfig,
     CheckpointConfig,
     FsdpConfig,
+    FusedKernelOptionsConfig,
     OffloadConfig,
     OptimConfig,
     ProfilerConfig,
+    QatConfig,
     WrapPolicyConfig,
 )
 
@@ -66,6 +68,9 @@ class DataConfig(BaseConfig):
     truncation: str
     image_key: str | None
     video_key: str | None
+    audio_key: str | None
+    image_patch_size: int
+    mm_processor_kwargs: dict[str, Any]
     trust_remote_code: bool
     custom_cls: CustomClsConfig
     gen_batch_size: int
@@ -95,6 +100,13 @@ class CriticModelConfig(BaseConfig):
     target_modules: str | list[str]
     exclude_modules: str | list[str] | None
     lora_adapter_path: str | None
+    hf_config_path: str | None
+    custom_chat_template: str | None
+    use_liger: bool
+    use_fused_kernels: bool
+    fused_kernel_options: FusedKernelOptionsConfig
+    tiled_mlp: dict[str, Any]  # not built (unsupported.UNBUILT_GROUPS)
+    mtp: dict[str, Any]  # not built (unsupported.UNBUILT_GROUPS)
     fsdp_config: FsdpConfig
 
 
@@ -112,6 +124,21 @@ class CriticFsdpRefConfig(BaseConfig):
     param_offload: bool
     optimizer_offload: bool
     offload_policy: bool
+    use_orig_params: bool
+    strategy: str
+    ulysses_sequence_parallel_size: int
+    entropy_from_logits_with_chunking: bool
+    entropy_from_logits_chunk_size: int
+    use_torch_compile: bool
+    entropy_checkpointing: bool
+    forward_only: bool
+    use_no_sync_for_gradient_accumulation: bool
+    pad_to_length: bool
+    pad_to_length_bucket: int
+    full_determinism: bool
+    seed: int
+    qat: QatConfig
+    turbo_config: dict[str, Any]  # not built (unsupported.UNBUILT_GROUPS)
 
 
 @dataclass(frozen=True)
@@ -369,6 +396,8 @@ class TrainerConfig(BaseConfig):
     worker_nsight_options: dict[str, Any]
     esi_redundant_time: int
     use_legacy_worker_impl: str
+    use_v1: bool
+    v1: dict[str, Any]  # verl's v1 trainer modes: not built (unsupported.UNBUILT_GROUPS)
 
 
 @dataclass(frozen=True)
@@ -391,10 +420,18 @@ class RayInitConfig(BaseConfig):
 
 
 @dataclass(frozen=True)
+class RayRuntimeEnvConfig(BaseConfig):
+    """`ray_kwargs.ray_init.runtime_env` (verl's worker interpreter: not supported yet)."""
+
+    py_executable: str | None
+
+
+@dataclass(frozen=True)
 class RayKwargsInitConfig(BaseConfig):
     """`ray_kwargs.ray_init`."""
 
     num_cpus: int | None
+    runtime_env: RayRuntimeEnvConfig
 
 
 @dataclass(frozen=True)
@@ -484,3 +521,7 @@ class PPOTrainerConfig(BaseConfig):
     global_profiler: GlobalProfilerConfig
     ray_kwargs: RayKwargsConfig
     reward: RewardConfig
+    # verl's groups for features not built (unsupported.UNBUILT_GROUPS): verl's defaults, never read
+    distillation: dict[str, Any]
+    transfer_queue: dict[str, Any]
+    skip: dict[str, Any]

@@ -86,6 +86,7 @@ class FsdpConfig(BaseConfig):
     forward_only: bool
     pad_to_length: bool
     pad_to_length_bucket: int
+    turbo_config: dict[str, Any]  # not built (unsupported.UNBUILT_GROUPS)
     qat: QatConfig
     offload: OffloadConfig
     use_no_sync_for_gradient_accumulation: bool
@@ -124,6 +125,7 @@ class CheckpointConfig(BaseConfig):
     save_contents: list[str]
     load_contents: list[str]
     async_save: bool
+    strict: bool
 
 
 @dataclass(frozen=True)
@@ -168,6 +170,9 @@ class PolicyLossConfig(BaseConfig):
     clip_cov_ub: float
     kl_cov_ratio: float
     ppo_kl_coef: float
+    dro_beta: float | None
+    tau_pos: float
+    tau_neg: float
 
 
 @dataclass(frozen=True)
@@ -205,10 +210,13 @@ class ModelConfig(BaseConfig):
     target_modules: str | list[str]
     exclude_modules: str | list[str] | None
     lora_adapter_path: str | None
+    modules_to_save: list[str] | None
     lora: LoraOptionsConfig
     hf_config_path: str | None
     tokenizer_path: str | None
     custom_chat_template: str | None
+    tiled_mlp: dict[str, Any]  # not built (unsupported.UNBUILT_GROUPS)
+    mtp: dict[str, Any]  # not built (unsupported.UNBUILT_GROUPS)
 
 
 @dataclass(frozen=True)
@@ -250,6 +258,13 @@ class ActorConfig(BaseConfig):
     profiler: ProfilerConfig
     use_fused_kernels: bool
     use_remove_padding: bool
+    calculate_entropy: bool
+    calculate_sum_pi_squared: bool
+    use_prefix_grouper: bool
+    loss_scale_factor: float | None
+    pad_to_length: bool
+    router_replay: dict[str, Any]  # not built (unsupported.UNBUILT_GROUPS)
+    qat: dict[str, Any]  # not built (unsupported.UNBUILT_GROUPS)
 
 
 @dataclass(frozen=True)
@@ -269,6 +284,8 @@ class RefConfig(BaseConfig):
     entropy_checkpointing: bool
     model: dict[str, Any] | None
     profiler: ProfilerConfig
+    pad_to_length: bool
+    router_replay: dict[str, Any]  # not built (unsupported.UNBUILT_GROUPS)
 
 
 @dataclass(frozen=True)
@@ -278,6 +295,7 @@ class EngineKwargsConfig(BaseConfig):
     swap_space: int | None
     vllm: dict[str, Any]
     sglang: dict[str, Any]
+    trtllm: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -310,6 +328,8 @@ class MultiTurnConfig(BaseConfig):
     tokenization_sanity_check_mode: str
     enable_tokenization_sanity_check: bool | None
     format: str
+    function_tool_path: str | None
+    num_repeat_rollouts: int | None
 
 
 @dataclass(frozen=True)
@@ -337,6 +357,7 @@ class CheckpointEngineConfig(BaseConfig):
     backend: str
     update_weights_bucket_megabytes: int
     engine_kwargs: dict[str, Any]
+    custom_backend_module: str | None
 
 
 @dataclass(frozen=True)
@@ -345,6 +366,9 @@ class TraceConfig(BaseConfig):
 
     backend: str | None
     token2text: bool
+    max_samples_per_step_per_worker: int | None
+    project_name: str | None
+    experiment_name: str | None
 
 
 @dataclass(frozen=True)
@@ -393,6 +417,13 @@ class RolloutConfig(BaseConfig):
     disable_log_stats: bool
     enable_chunked_prefill: bool
     use_fire_sampling: bool
+    seed: int | None
+    full_determinism: bool
+    pipeline_model_parallel_size: int
+    logprobs_mode: str
+    scheduling_policy: str
+    enable_rollout_routing_replay: bool
+    moe_load_balance_metrics_interval: int
     engine_kwargs: EngineKwargsConfig
     val_kwargs: ValKwargsConfig
     over_sample_rate: float
@@ -409,6 +440,8 @@ class RolloutConfig(BaseConfig):
     interaction_config_file: str | None
     agent: AgentConfig
     profiler: RolloutProfilerConfig
+    prometheus: dict[str, Any]  # not built (unsupported.UNBUILT_GROUPS)
+    disaggregation: dict[str, Any]  # not built (unsupported.UNBUILT_GROUPS)
 
 
 @dataclass(frozen=True)

@@ -142,7 +142,8 @@ class RLHFDataset(Dataset):
                 raise KeyError(
                     f"{key_name}: column {column!r} not found in {self.data_files}; available columns: {columns}"
                 )
-        for key_name, column in (("image_key", config.image_key), ("video_key", config.video_key)):
+        for key_name, column in (("image_key", config.image_key), ("video_key", config.video_key),
+                                 ("audio_key", config.audio_key)):
             if column in columns and frame[column].notna().any():
                 raise ValueError(f"not supported yet: data.{key_name} (column {column!r} has data)")
 

@@ -13,7 +13,7 @@ import shutil
 from typing import Any
 
 from rlpost.rollout.base import SamplingSpec
-from rlpost.rollout.utils import load_format_name, max_model_len
+from rlpost.rollout.utils import engine_seed, load_format_name, max_model_len
 
 KEY = "actor_rollout_ref.rollout.engine_kwargs.sglang"
 
@@ -134,7 +134,7 @@ def engine_kwargs(config: Any, model_path: str, rank: int, base_gpu_id: int, fa3
         "tp_size": tp,
         "base_gpu_id": base_gpu_id,
         "gpu_id_step": 1,
-        "random_seed": int(extra.pop("random_seed", 0)) + replica,
+        "random_seed": engine_seed(config, extra.pop("random_seed", None)) + replica,
         # engines of one node must not pick the same ports (SGLang probes from `port` upwards)
         "port": 30000 + 1000 * replica,
         "enable_memory_saver": bool(config.free_cache_engine),

@@ -39,6 +39,21 @@ def max_model_len(config: Any) -> int:
     return int(config.prompt_length) + int(config.response_length)
 
 
+def engine_seed(config: Any, engine_kwargs_seed: Any = None) -> int:
+    """Base seed of the engine's sampling: `rollout.seed`, else the seed given in the engine's own
+    `engine_kwargs`, else 0.
+
+    Raises:
+        ValueError: both are set and disagree (naming both keys).
+    """
+    if config.seed is None:
+        return int(engine_kwargs_seed or 0)
+    if engine_kwargs_seed is not None and int(engine_kwargs_seed) != int(config.seed):
+        raise ValueError(f"actor_rollout_ref.rollout.seed={config.seed} and the engine_kwargs seed "
+                         f"{engine_kwargs_seed} disagree; set one of them")
+    return int(config.seed)
+
+
 def tensor_buckets(named_tensors: Iterable[tuple[str, torch.Tensor]],
                    max_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
     """Group (name, tensor) pairs in order into lists of at most `max_bytes` (a larger tensor goes alone).

@@ -30,7 +30,7 @@ from rlpost.protocol import DataProto  # noqa: E402
 from rlpost.rollout import ROLLOUT_REGISTRY  # noqa: E402
 from rlpost.rollout.async_engine import SteppedEngine  # noqa: E402
 from rlpost.rollout.base import BaseRollout, SamplingSpec, resolve_sampling  # noqa: E402
-from rlpost.rollout.utils import (assemble_output, eos_id_set, load_format_name, max_model_len,  # noqa: E402
+from rlpost.rollout.utils import (assemble_output, engine_seed, eos_id_set, load_format_name, max_model_len,  # noqa: E402
                                   prompt_token_lists)
 from rlpost.utils.profiler import set_unbacked_bytes  # noqa: E402
 
@@ -81,7 +81,8 @@ def engine_kwargs(config: Any, model_path: str, device: str, lora_rank: int = 0)
     """Translate the rollout config into `vllm.LLM(...)` keyword arguments (pure; tested directly).
 
     `max_model_len: null` means prompt_length + response_length; `engine_kwargs.vllm` entries (null ones
-    dropped) are passed last and win; its `seed` is the base of the per-replica seed. `lora_rank` > 0 reserves
+    dropped) are passed last and win; the base of the per-replica seed is `rollout.seed`, else its `seed`
+    (`engine_seed`). `lora_rank` > 0 reserves
     an adapter slot (the engine serves the actor's LoRA adapter, `VLLMRollout.load_adapter`).
     """
     tp = int(config.tensor_model_parallel_size)
@@ -100,7 +101,7 @@ def engine_kwargs(config: Any, model_path: str, device: str, lora_rank: int = 0)
         "disable_log_stats": bool(config.disable_log_stats),
         "gpu_memory_utilization": float(config.gpu_memory_utilization),
         # one seed per data-parallel replica: TP peers must sample identically, replicas must not
-        "seed": int(extra.pop("seed", 0)) + rank // tp,
+        "seed": engine_seed(config, extra.pop("seed", None)) + rank // tp,
         "logprobs_mode": "processed_logprobs",
         "enable_sleep_mode": device == "cuda" and bool(config.free_cache_engine),
         **_parallel_kwargs(config, device),

@@ -19,7 +19,7 @@ from omegaconf import DictConfig
 
 from rlpost.trainer.config import ConfigError, ConfigWarning, validate_config
 from rlpost.trainer.config.convert import to_typed
-from rlpost.trainer.config.overrides import check_override_keys, check_user_yaml
+from rlpost.trainer.config.overrides import check_override_keys, check_user_yaml, plus_on_existing_keys
 from rlpost.trainer.config.memory import check_dry_run_memory
 from rlpost.trainer.config.plan import dry_run_plan
 from rlpost.data.loader import create_rl_sampler  # noqa: F401  verl's names in this module
@@ -85,6 +85,7 @@ def main() -> None:
     _plain_config_warnings()
     try:
         check_user_yaml(sys.argv[1:])
+        sys.argv = sys.argv[:1] + plus_on_existing_keys(sys.argv[1:])
         check_override_keys(sys.argv[1:])
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)

@@ -193,6 +193,10 @@ def test_engine_kwargs_mapping_and_errors(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "4")
     kw = engine_kwargs(_rollout_cfg(seed), "/m", "cpu")
     assert kw["load_format"] == "dummy" and kw["max_model_len"] == 16 + 8 and kw["seed"] == 3 + 3
+    # verl's rollout.seed is the base when set (replica index added); an engine_kwargs seed that disagrees is named
+    assert engine_kwargs(_rollout_cfg("actor_rollout_ref.rollout.seed=42"), "/m", "cpu")["seed"] == 42 + 3
+    with pytest.raises(ValueError, match="rollout.seed=42 and the engine_kwargs seed 3 disagree"):
+        engine_kwargs(_rollout_cfg(seed, "actor_rollout_ref.rollout.seed=42"), "/m", "cpu")
     assert kw["logprobs_mode"] == "processed_logprobs" and kw["enable_sleep_mode"] is False
     assert kw["enable_prefix_caching"] is True and "compilation_config" not in kw
     assert "distributed_executor_backend" not in kw

@@ -61,7 +61,14 @@ SYNONYMS: tuple[tuple[str, str], ...] = (
       for key in ("param_offload", "optimizer_offload", "offload_policy", "wrap_policy.min_num_params",
                   "reshard_after_forward", "fsdp_size", "forward_prefetch", "model_dtype", "offload.param.target",
                   "offload.optimizer.target", "offload.disk.path", "offload.disk.chunk_size_mb",
-                  "offload.disk.cleanup_on_exit")),
+                  "offload.disk.cleanup_on_exit", "use_orig_params", "strategy", "ulysses_sequence_parallel_size",
+                  "entropy_from_logits_with_chunking", "entropy_from_logits_chunk_size", "use_torch_compile",
+                  "entropy_checkpointing", "forward_only", "use_no_sync_for_gradient_accumulation", "pad_to_length",
+                  "pad_to_length_bucket", "full_determinism", "seed", "qat.enable", "qat.mode", "qat.group_size",
+                  "qat.ignore_patterns", "qat.activation_observer", "qat.quantization_config_path")),
+    *((f"{ARR}.actor.policy_loss.{key}", f"{ARR}.actor.{key}") for key in ("tau_pos", "tau_neg")),
+    # verl's role-level spelling of the engine's pad_to_length
+    *((f"{ARR}.{role}.pad_to_length", f"{ARR}.{role}.fsdp_config.pad_to_length") for role in ("actor", "ref")),
     # verl's engine `dtype` is the mixed-precision compute dtype
     *((f"{group}.dtype", f"{group}.mixed_precision.param_dtype")
       for group in (f"{ARR}.actor.fsdp_config", f"{ARR}.ref.fsdp_config", "critic.model.fsdp_config")),

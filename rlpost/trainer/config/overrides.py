@@ -11,7 +11,7 @@ from __future__ import annotations
 from omegaconf import DictConfig, OmegaConf
 
 from rlpost.trainer.config.defaults import package_defaults
-from rlpost.trainer.config.errors import ConfigError, closest_key
+from rlpost.trainer.config.errors import ConfigError, closest_key, warn
 
 
 def check_override_keys(overrides: list[str]) -> None:
@@ -35,6 +35,33 @@ def check_override_keys(overrides: list[str]) -> None:
         hint = (f"did you mean '{close}'? use {close}={value}" if close
                 else "check the spelling against `--cfg job`")
         raise ConfigError(f"unknown key '{key}' (command line: {arg}): it is not a config key; {hint}.")
+
+
+def plus_on_existing_keys(overrides: list[str]) -> list[str]:
+    """`overrides` with each `+key=value` whose key the default config already has turned into `key=value`
+    (a notice says so). Scripts written for a verl version that lacked the key add it with `+`; Hydra refuses
+    to add a key that exists ("Could not append"). Left as they are with a user config (`--config-name`),
+    whose keys are Hydra's to judge."""
+    if any(a.startswith(("--config-name", "-cn", "--config-path", "-cp")) for a in overrides):
+        return list(overrides)
+    defaults, out = package_defaults(), []
+    for arg in overrides:
+        key = arg[1:].split("=", 1)[0].strip() if arg.startswith("+") and not arg.startswith("++") else None
+        if key and "=" in arg and _has_key(defaults, key):
+            warn(f"{arg}: rlpost has the key {key}, so the '+' (add a key) is dropped: {arg[1:]}")
+            arg = arg[1:]
+        out.append(arg)
+    return out
+
+
+def _has_key(defaults: DictConfig, key: str) -> bool:
+    """`key` is in the default config itself (not only allowed under a free-form mapping)."""
+    node: object = defaults
+    for part in key.split("."):
+        if not isinstance(node, DictConfig) or part not in node:
+            return False
+        node = node._get_node(part)
+    return True
 
 
 def _known(defaults: DictConfig, key: str) -> bool:

@@ -64,6 +64,28 @@ AREAS: tuple[tuple[str, str], ...] = (
     ("activation_offload", "activation offload"),
     ("use_shm", "shared-memory loading"),
     ("megatron", "Megatron"),
+    ("modules_to_save", "fully trained modules beside LoRA adapters"),
+    ("image_patch_size", "multi-modal data"),
+    ("mm_processor_kwargs", "multi-modal data"),
+    ("checkpoint.strict", "non-strict checkpoint loading"),
+    ("sum_pi_squared", "the optimal-token-baseline statistic"),
+    ("prefix_grouper", "the prefix grouper"),
+    ("loss_scale_factor", "a constant loss scale"),
+    ("dro_beta", "the DRO loss"),
+    ("critic.model.use_liger", "Liger in the critic"),
+    ("critic.model.custom_chat_template", "a chat template of the critic's own"),
+    ("hf_config_path", "a separate HF config folder"),
+    ("full_determinism", "batch-invariant (bit-reproducible) sampling in the engine"),
+    ("pipeline_model_parallel_size", "pipeline parallelism in the engine"),
+    ("logprobs_mode", "another log-prob mode of the engine"),
+    ("scheduling_policy", "priority scheduling in the engine"),
+    ("routing_replay", "MoE router replay"),
+    ("moe_load_balance", "MoE load-balance metrics"),
+    ("trtllm", "the TensorRT-LLM engine"),
+    ("function_tool_path", "plain functions as tools"),
+    ("num_repeat_rollouts", "repeated multi-turn rollouts"),
+    ("custom_backend_module", "a weight-sync backend of your own"),
+    ("py_executable", "a separate Python interpreter for the workers"),
     ("fire_sampling", "FIRE sampling"),
 )
 
@@ -71,9 +93,17 @@ ENGINE_KEYS = (f"{ARR}.actor.fsdp_config", f"{ARR}.ref.fsdp_config", "critic.mod
 
 NOT_SUPPORTED_YET: dict[str, Refusal] = {
     f"{ARR}.model.hf_config_path": only(None),
+    f"{ARR}.model.modules_to_save": only(None),
+    "data.image_patch_size": only(14),
+    "data.mm_processor_kwargs": only({}),
     f"{ARR}.actor.strategy": never("megatron"),
     f"{ARR}.actor.freeze_vision_tower": only(False),
     f"{ARR}.actor.checkpoint.async_save": only(False),
+    f"{ARR}.actor.checkpoint.strict": only(True),
+    f"{ARR}.actor.calculate_sum_pi_squared": only(False),
+    f"{ARR}.actor.use_prefix_grouper": only(False),
+    f"{ARR}.actor.loss_scale_factor": only(None),
+    f"{ARR}.actor.policy_loss.dro_beta": only(None),
     f"{ARR}.actor.optim.optimizer": only("AdamW"),
     f"{ARR}.actor.optim.optimizer_impl": only("torch.optim"),
     f"{ARR}.actor.optim.override_optimizer_config": only(None, {}),
@@ -81,6 +111,16 @@ NOT_SUPPORTED_YET: dict[str, Refusal] = {
     f"{ARR}.ref.model": only(None),
     f"{ARR}.rollout.load_format": never("megatron", "dummy_megatron"),
     f"{ARR}.rollout.use_fire_sampling": only(False),
+    f"{ARR}.rollout.full_determinism": only(False),
+    f"{ARR}.rollout.pipeline_model_parallel_size": only(1),
+    f"{ARR}.rollout.logprobs_mode": only("processed_logprobs"),
+    f"{ARR}.rollout.scheduling_policy": only("fcfs"),
+    f"{ARR}.rollout.enable_rollout_routing_replay": only(False),
+    f"{ARR}.rollout.moe_load_balance_metrics_interval": only(0),
+    f"{ARR}.rollout.engine_kwargs.trtllm": only({}),
+    f"{ARR}.rollout.multi_turn.function_tool_path": only(None),
+    f"{ARR}.rollout.multi_turn.num_repeat_rollouts": only(None),
+    f"{ARR}.rollout.checkpoint_engine.custom_backend_module": only(None),
     f"{ARR}.rollout.data_parallel_size": only(1),
     f"{ARR}.rollout.expert_parallel_size": only(1),
     f"{ARR}.rollout.quantization": only(None),
@@ -98,6 +138,11 @@ NOT_SUPPORTED_YET: dict[str, Refusal] = {
     "data.datagen.name": only(None),
     "critic.strategy": never("megatron"),
     "critic.checkpoint.async_save": only(False),
+    "critic.checkpoint.strict": only(True),
+    "critic.model.hf_config_path": only(None),
+    "critic.model.custom_chat_template": only(None),
+    "critic.model.use_liger": only(False),
+    "critic.model.use_fused_kernels": only(False),
     "critic.optim.optimizer": only("AdamW"),
     "critic.optim.optimizer_impl": only("torch.optim"),
     "critic.optim.override_optimizer_config": only(None, {}),
@@ -108,6 +153,7 @@ NOT_SUPPORTED_YET: dict[str, Refusal] = {
     "trainer.logger": never("vemlp_wandb"),
     "trainer.default_hdfs_dir": only(None),
     "trainer.esi_redundant_time": only(0),
+    "ray_kwargs.ray_init.runtime_env.py_executable": only(None),
     **{f"critic.model.fsdp_config.{key}": only(False)
        for key in ("entropy_from_logits_with_chunking", "use_torch_compile", "entropy_checkpointing")},
     **{f"{group}.mixed_precision.{key}": only("fp32", "float32") for group in ENGINE_KEYS
@@ -116,6 +162,28 @@ NOT_SUPPORTED_YET: dict[str, Refusal] = {
        for key, off in (("pad_to_length", False), ("qat.enable", False), ("offload.param.target", None),
                         ("offload.optimizer.target", None))},
     **{f"{group}.strategy": never("fsdp_turbo") for group in ENGINE_KEYS},
+}
+
+# Groups of verl's keys whose feature is not built, kept with verl's defaults in the YAML so verl's scripts and
+# `--cfg job` find them: any leaf set away from its default is refused, naming that leaf. Their typed field is a
+# plain mapping, as nothing reads them.
+UNBUILT_GROUPS: dict[str, str] = {
+    "distillation": "on-policy distillation",
+    "transfer_queue": "the transfer queue",
+    "skip": "the rollout skip/cache manager",
+    "trainer.v1": "a v1 trainer mode other than sync (rlpost's one trainer)",
+    f"{ARR}.rollout.prometheus": "Prometheus export of rollout-server metrics",
+    f"{ARR}.rollout.disaggregation": "prefill/decode disaggregation",
+    f"{ARR}.model.tiled_mlp": "tiled MLP",
+    f"{ARR}.model.mtp": "multi-token prediction",
+    "critic.model.tiled_mlp": "tiled MLP",
+    "critic.model.mtp": "multi-token prediction",
+    f"{ARR}.actor.router_replay": "MoE router replay",
+    f"{ARR}.ref.router_replay": "MoE router replay",
+    f"{ARR}.actor.qat": "quantization-aware training",
+    "critic.model.fsdp_config.turbo_config": "verl's fsdp_turbo engine",
+    **{f"{group}.turbo_config": "verl's fsdp_turbo engine"
+       for group in (f"{ARR}.actor.fsdp_config", f"{ARR}.ref.fsdp_config", "critic.fsdp")},
 }
 
 # Keys accepted with a one-line notice when set away from their default: they choose between verl-internal
@@ -139,6 +207,7 @@ NOTICES: dict[str, str] = {
     f"{ARR}.ref.fsdp_config.optimizer_offload": "the reference has no optimizer",
     f"{ARR}.ref.fsdp_config.use_no_sync_for_gradient_accumulation": "the reference never trains",
     "trainer.use_legacy_worker_impl": "rlpost has one worker implementation, used for every value",
+    "trainer.use_v1": "rlpost has one trainer, used for every value",
     "trainer.controller_nsight_options": "the controller is the process you launch: run it under `nsys profile` "
                                          "with these options yourself to trace it",
     "global_profiler.global_tool_config.nsys.controller_nsight_options": "the controller is the process you launch: "
@@ -170,7 +239,7 @@ def check_not_supported(cfg: DictConfig, spelled: Mapping[str, str] | None = Non
 
     `spelled` maps a key to the synonym the user set it through (`apply_aliases`); the message names that
     spelling, the one to change."""
-    from rlpost.trainer.config.defaults import default_of
+    from rlpost.trainer.config.defaults import default_of, package_defaults
 
     for key, refusal in NOT_SUPPORTED_YET.items():
         value = _plain(OmegaConf.select(cfg, key, default=None))
@@ -178,6 +247,12 @@ def check_not_supported(cfg: DictConfig, spelled: Mapping[str, str] | None = Non
             shown = (spelled or {}).get(key, key)
             fix = _fix(shown, refusal, value, default_of(key))
             raise ConfigError(f"not supported yet: {shown}={_show(value)} ({_area(key)} is not built); use {fix}.")
+    for group, area in UNBUILT_GROUPS.items():
+        changed = _first_change(_raw_tree(cfg, group), _raw_tree(package_defaults(), group), group)
+        if changed is not None:
+            key, value, default = changed
+            raise ConfigError(f"not supported yet: {key}={_show(value)} ({area} is not built); "
+                              f"use {key}={_show(default)}.")
 
 
 def notices(cfg: DictConfig) -> list[str]:
@@ -197,6 +272,24 @@ def notices(cfg: DictConfig) -> list[str]:
                     continue
             out.append(f"{key}={_show(value)} accepted: {meaning}.")
     return out
+
+
+def _raw_tree(cfg: DictConfig, key: str) -> Any:
+    """The subtree at `key` as written (interpolations unresolved: a verl default that follows another key
+    is unchanged until the user sets it), or None."""
+    node = OmegaConf.select(cfg, key, default=None)
+    return OmegaConf.to_container(node, resolve=False) if OmegaConf.is_config(node) else node
+
+
+def _first_change(value: Any, default: Any, key: str) -> tuple[str, Any, Any] | None:
+    """(leaf key, value, default) of the first leaf of `value` that differs from `default`, or None."""
+    if isinstance(value, dict) and isinstance(default, dict):
+        for name in value:
+            found = _first_change(value[name], default.get(name), f"{key}.{name}")
+            if found is not None:
+                return found
+        return None
+    return None if value == default else (key, value, default)
 
 
 def _area(key: str) -> str:

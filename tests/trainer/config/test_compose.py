@@ -48,7 +48,10 @@ def test_schema_matches_yaml(default_cfg):
     flat = flatten(OmegaConf.to_container(default_cfg, resolve=True))
     free = ("override_config.", "engine_kwargs.vllm.", "engine_kwargs.sglang.", "reward_kwargs.",
             "nsight_options.", "tool_config.")
-    yaml_keys = {k for k in flat if not any(f in k for f in free)}
+    from rlpost.trainer.config.unsupported import UNBUILT_GROUPS  # typed as one mapping each
+
+    yaml_keys = {k for k in flat if not any(f in k for f in free)
+                 and not any(k.startswith(group + ".") for group in UNBUILT_GROUPS)}
     assert yaml_keys == set(schema_keys())
 
 
@@ -112,16 +115,29 @@ def test_interpolations_follow_their_source(compose_fn):
     assert cfg.trainer.default_local_dir.endswith("/e1")
 
 
+UNBUILT_MARK = "every key keeps verl's default"  # a group of verl's keys for a feature not built: one comment
+
+
 def test_every_yaml_key_has_a_comment_above():
     missing = []
     for path in sorted(CONFIG_DIR.glob("**/*.yaml")):
         lines = path.read_text().splitlines()
+        unbuilt_indent = None  # indentation of the unbuilt group being read, if any
         for i, line in enumerate(lines):
-            if re.match(r"^\s*[\w-]+:", line) and path.name != "ppo_trainer.yaml" or (
-                    path.name == "ppo_trainer.yaml" and re.match(r"^\s+[\w-]+:", line)):
-                prev = next((p for p in reversed(lines[:i]) if p.strip()), "")
-                if not prev.strip().startswith("#"):
-                    missing.append(f"{path.name}:{i + 1}: {line.strip()}")
+            if not re.match(r"^\s*[\w-]+:", line):
+                continue
+            indent = len(line) - len(line.lstrip())
+            if unbuilt_indent is not None and indent > unbuilt_indent:
+                continue  # inside an unbuilt group: its comment covers the keys
+            unbuilt_indent = None
+            prev = next((p for p in reversed(lines[:i]) if p.strip()), "")
+            above = " ".join(p.strip().lstrip("#").strip() for p in lines[max(0, i - 3):i] if p.strip().startswith("#"))
+            if UNBUILT_MARK in above:
+                unbuilt_indent = indent
+            if path.name == "ppo_trainer.yaml" and indent == 0:
+                continue  # top-level groups of the root file
+            if not prev.strip().startswith("#"):
+                missing.append(f"{path.name}:{i + 1}: {line.strip()}")
     assert missing == []
 
 

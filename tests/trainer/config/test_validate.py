@@ -116,8 +116,10 @@ def _refused_value(key: str, refusal) -> object:
     if first is None or first == []:
         if key.endswith(("ranks", "profile_steps", "steps")):
             return [1]
-        if key.endswith(("_lower", "_threshold")):
+        if key.endswith(("_lower", "_threshold", "loss_scale_factor", "dro_beta")):
             return 0.5
+        if key.endswith("num_repeat_rollouts"):
+            return 2
         return {"path": "/x"} if key.endswith(("override_optimizer_config", "ref.model")) else "some_value"
     if isinstance(first, str):
         return "something_else"

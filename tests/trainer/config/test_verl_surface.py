@@ -282,3 +282,50 @@ def test_engine_strategy_is_checked(small_cfg):
     assert typed_config(small_cfg({"critic.model.fsdp_config.strategy": "fsdp"})).critic.model.fsdp_config.strategy == "fsdp"
     with pytest.raises(ConfigError, match=r"^actor_rollout_ref.ref.fsdp_config.strategy=fsdp3: must be one of fsdp2, fsdp"):
         typed_config(small_cfg({"actor_rollout_ref.ref.fsdp_config.strategy": "fsdp3"}))
+
+
+@pytest.mark.parametrize("group", sorted(__import__("rlpost.trainer.config.unsupported",
+                                                    fromlist=["UNBUILT_GROUPS"]).UNBUILT_GROUPS))
+def test_unbuilt_groups_compose_at_verl_defaults_and_refuse_any_change(small_cfg, group):
+    """verl's groups for features not built compose with verl's defaults; a change to any leaf is refused by
+    name, the leaf and the value to use named."""
+    from omegaconf import OmegaConf
+
+    from rlpost.trainer.config.defaults import package_defaults
+
+    def leaves(node, prefix):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                yield from leaves(v, f"{prefix}.{k}")
+        else:
+            yield prefix, node
+
+    tree = OmegaConf.to_container(OmegaConf.select(package_defaults(), group), resolve=False)
+    key, default = next((k, v) for k, v in leaves(tree, group) if not (isinstance(v, str) and "${" in v))
+    changed = (not default) if isinstance(default, bool) else (
+        default + 1 if isinstance(default, (int, float)) else [1] if isinstance(default, list) else "changed")
+    typed_config(small_cfg({}))  # the defaults themselves pass
+    with pytest.raises(ConfigError, match=rf"not supported yet: {key}=.* is not built\); use {key}="):
+        typed_config(small_cfg({key: changed}))
+
+
+@pytest.mark.parametrize("key, value", [
+    ("actor_rollout_ref.actor.calculate_sum_pi_squared", True), ("actor_rollout_ref.actor.use_prefix_grouper", True),
+    ("actor_rollout_ref.rollout.logprobs_mode", "raw_logprobs"), ("actor_rollout_ref.rollout.scheduling_policy",
+                                                                 "priority"),
+    ("actor_rollout_ref.actor.checkpoint.strict", False), ("critic.model.use_liger", True),
+    ("ray_kwargs.ray_init.runtime_env.py_executable", "/usr/bin/python3"),
+])
+def test_newer_verl_keys_refused_by_name(small_cfg, key, value):
+    with pytest.raises(ConfigError, match=f"not supported yet: {key}="):
+        typed_config(small_cfg({key: value}))
+
+
+def test_newer_verl_synonyms_and_accepted_keys(small_cfg):
+    with pytest.warns(ConfigWarning, match="trainer.use_v1=false accepted"):
+        typed = typed_config(small_cfg({"trainer.use_v1": False, "critic.fsdp.seed": 7,
+                                        "actor_rollout_ref.actor.calculate_entropy": True,
+                                        "actor_rollout_ref.rollout.seed": 5}))
+    assert typed.critic.model.fsdp_config.seed == 7 and typed.actor_rollout_ref.rollout.seed == 5
+    with pytest.raises(ConfigError, match="not supported yet: actor_rollout_ref.actor.pad_to_length=true"):
+        typed_config(small_cfg({"actor_rollout_ref.actor.pad_to_length": True}))
