@@ -189,8 +189,8 @@ UNBUILT_GROUPS: dict[str, str] = {
 # Keys accepted with a one-line notice when set away from their default: they choose between verl-internal
 # implementations rlpost does not have, and rlpost's single implementation behaves as described.
 NOTICES: dict[str, str] = {
-    f"{ARR}.rollout.multi_stage_wake_up": "the vLLM hybrid engine always wakes weights before the sync and the "
-                                          "KV cache after it",
+    f"{ARR}.rollout.multi_stage_wake_up": "rlpost's hybrid engines (vLLM, SGLang) always wake the weights before "
+                                          "the sync and the KV cache after it",
     f"{ARR}.rollout.skip_tokenizer_init": "rlpost always passes token ids to the engine",
     f"{ARR}.rollout.multi_turn.use_inference_chat_template": "agent loops keep the model's tokens as generated and "
                                                              "render the other messages with the tokenizer's chat "
