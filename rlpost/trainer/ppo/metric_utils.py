@@ -7,7 +7,7 @@ Shapes: B = rows, P = prompt length, R = response length.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -118,54 +118,98 @@ def compute_throughout_metrics(batch: Any, timing_raw: dict[str, float], n_gpus:
     }
 
 
-def _group_metrics(values_by_prompt: list[list[float]], n: int) -> dict[str, float]:
-    """mean@n over all samples; with n > 1 also std@n, best@n/mean, worst@n/mean over prompts."""
-    flat = [v for group in values_by_prompt for v in group]
-    out = {f"mean@{n}": float(np.mean(flat))}
-    if n > 1:
-        out[f"std@{n}"] = float(np.mean([np.std(g) for g in values_by_prompt]))
-        out[f"best@{n}/mean"] = float(np.mean([max(g) for g in values_by_prompt]))
-        out[f"worst@{n}/mean"] = float(np.mean([min(g) for g in values_by_prompt]))
+def bootstrap_metric(data: Sequence[Any], subset_size: int, reduce_fns: Sequence[Callable[[list], float]],
+                     n_bootstrap: int = 1000, seed: int = 42) -> list[tuple[float, float]]:
+    """(mean, std) of each `reduce_fn` over `n_bootstrap` subsets of `subset_size` items of `data` drawn with
+    replacement (verl's estimate of best@n / worst@n / maj@n from N >= n samples)."""
+    rng = np.random.RandomState(seed)
+    values: list[list[float]] = [[] for _ in reduce_fns]
+    for _ in range(n_bootstrap):
+        subset = [data[i] for i in rng.choice(len(data), size=subset_size, replace=True)]
+        for out, fn in zip(values, reduce_fns):
+            out.append(fn(subset))
+    return [(float(np.mean(v)), float(np.std(v))) for v in values]
+
+
+def calc_maj_val(data: Sequence[dict[str, Any]], vote_key: str, val_key: str) -> Any:
+    """`val_key` of the first item whose `vote_key` is the most common one (majority voting)."""
+    by_vote: dict[Any, list[Any]] = defaultdict(list)
+    for item in data:
+        by_vote[item[vote_key]].append(item[val_key])
+    return max(by_vote.values(), key=len)[0]
+
+
+def _prompt_metrics(values: list[float], preds: list[Any] | None, seed: int) -> dict[str, float]:
+    """mean@N (+ std@N, and best@n / worst@n (/ maj@n with `preds`) as bootstrap mean and std for n = 2, 4,
+    ..., N) of one prompt's N samples."""
+    n_all = len(values)
+    out = {f"mean@{n_all}": float(np.mean(values))}
+    if n_all == 1:
+        return out
+    out[f"std@{n_all}"] = float(np.std(values))
+    sizes = [2 ** i for i in range(1, n_all.bit_length()) if 2 ** i < n_all] + [n_all]
+    for n in sizes:
+        (best, best_std), (worst, worst_std) = bootstrap_metric(values, n, [np.max, np.min], seed=seed)
+        out.update({f"best@{n}/mean": best, f"best@{n}/std": best_std,
+                    f"worst@{n}/mean": worst, f"worst@{n}/std": worst_std})
+        if preds is not None:
+            votes = [{"val": v, "pred": p} for v, p in zip(values, preds)]
+            [(maj, maj_std)] = bootstrap_metric(votes, n, [lambda d: calc_maj_val(d, "pred", "val")], seed=seed)
+            out.update({f"maj@{n}/mean": maj, f"maj@{n}/std": maj_std})
     return out
 
 
-def process_validation_metrics(
-    data_sources: Sequence[str],
-    sample_scores: Sequence[float],
-    sample_uids: Sequence[Any] | None = None,
-    infos_dict: dict[str, Sequence[float]] | None = None,
-) -> dict[str, float]:
-    """Validation metrics per data source.
+def process_validation_metrics(data_sources: Sequence[str], sample_uids: Sequence[Any],
+                               infos_dict: dict[str, Sequence[Any]], seed: int = 42,
+                               ) -> dict[str, dict[str, dict[str, float]]]:
+    """Validation statistics per data source, variable and metric (verl's function and result shape).
 
-    Samples are grouped into prompts by `sample_uids` (each sample its own prompt when None); n is
-    the largest number of samples of one prompt in that data source.
+    Samples are grouped into prompts by `sample_uids`; each numeric variable of `infos_dict` (e.g. "reward",
+    "acc"; a "pred" entry is the answer majority voting counts) gets `_prompt_metrics` per prompt, averaged over
+    the prompts of the data source.
 
     Args:
-        data_sources: (N,) data source of each sample. sample_scores: (N,) score of each sample.
-        sample_uids: (N,) prompt id of each sample. infos_dict: extra numeric per-sample values
-            (e.g. "acc" from `reward_extra_info`), each (N,).
+        data_sources: (N,) data source of each sample. sample_uids: (N,) prompt id of each sample.
+        infos_dict: name -> (N,) values; variables of strings are skipped.
 
     Returns:
-        val-core/<data_source>/reward/mean@<n> (+ std@n, best@n/mean, worst@n/mean when n > 1) and
-        val-aux/<data_source>/<name>/<same metrics> for each entry of infos_dict.
+        {data_source: {variable: {metric: value}}}, metrics as in `_prompt_metrics` (`validation_metric_dict`
+        turns it into the logged `val-core/` and `val-aux/` keys).
     """
-    if len(sample_scores) != len(data_sources):
-        raise ValueError(f"{len(sample_scores)} scores for {len(data_sources)} data sources")
-    uids = list(sample_uids) if sample_uids is not None else list(range(len(data_sources)))
-    variables = {"reward": list(sample_scores), **{k: list(v) for k, v in (infos_dict or {}).items()}}
-    metrics: dict[str, float] = {}
-    for name, vals in variables.items():
+    for name, vals in infos_dict.items():
         if len(vals) != len(data_sources):
             raise ValueError(f"validation variable {name!r} has {len(vals)} values for {len(data_sources)} samples")
-        grouped: dict[str, dict[Any, list[float]]] = defaultdict(lambda: defaultdict(list))
-        for source, uid, v in zip(data_sources, uids, vals):
-            grouped[source][uid].append(float(v))
-        section = "val-core" if name == "reward" else "val-aux"
-        for source, prompts in grouped.items():
-            groups = list(prompts.values())
-            n = max(len(g) for g in groups)
-            for metric, value in _group_metrics(groups, n).items():
-                metrics[f"{section}/{source}/{name}/{metric}"] = value
+    grouped: dict[str, dict[Any, list[int]]] = defaultdict(lambda: defaultdict(list))
+    for i, (source, uid) in enumerate(zip(data_sources, sample_uids)):
+        grouped[source][uid].append(i)
+    preds = infos_dict.get("pred")
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for source, prompts in grouped.items():
+        per_var: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+        for rows in prompts.values():
+            for name, vals in infos_dict.items():
+                values = [vals[i] for i in rows]
+                if any(isinstance(v, str) for v in values):
+                    continue
+                prompt_preds = None if preds is None else [preds[i] for i in rows]
+                for metric, value in _prompt_metrics([float(v) for v in values], prompt_preds, seed).items():
+                    per_var[name][metric].append(value)
+        out[source] = {name: {m: float(np.mean(v)) for m, v in metrics.items()} for name, metrics in per_var.items()}
+    return out
+
+
+def validation_metric_dict(nested: dict[str, dict[str, dict[str, float]]]) -> dict[str, float]:
+    """The logged keys of `process_validation_metrics`' result, as verl names them: `val-core/<source>/<var>/
+    <metric>` for the core variable ("acc" when given, else "reward") at the largest n, its mean / maj / best;
+    `val-aux/...` for the rest."""
+    metrics = {}
+    for source, by_var in nested.items():
+        core = "acc" if "acc" in by_var else "reward"
+        for name, by_metric in by_var.items():
+            n_max = max(int(m.split("@")[-1].split("/")[0]) for m in by_metric)
+            for metric, value in by_metric.items():
+                is_core = (name == core and metric.startswith(("mean", "maj", "best")) and f"@{n_max}" in metric)
+                metrics[f"{'val-core' if is_core else 'val-aux'}/{source}/{name}/{metric}"] = value
     return metrics
 
 

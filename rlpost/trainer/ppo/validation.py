@@ -1,8 +1,10 @@
 """Validation during training, and JSONL dumps of generations.
 
 Validation generates `rollout.val_kwargs.n` responses per held-out prompt with the validation sampling
-settings, scores them with the validation reward function and reports `val-core/<data_source>/reward/mean@<n>`;
-multi-turn rollouts add the `multi_turn/*` metrics of the validation trajectories as `val-aux/multi_turn/*`.
+settings, scores them with the validation reward function and reports verl's statistics
+(`metric_utils.process_validation_metrics`): `val-core/<data_source>/<acc or reward>/mean@<n>` (+ best@n, maj@n by
+bootstrap when n > 1), the other variables and sizes under `val-aux/`; multi-turn rollouts add the `multi_turn/*`
+metrics of the validation trajectories as `val-aux/multi_turn/*`.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from omegaconf import DictConfig
 from rlpost import keys as K
 from rlpost.agent.metrics import summarize
 from rlpost.protocol import DataProto
-from rlpost.trainer.ppo.metric_utils import process_validation_metrics
+from rlpost.trainer.ppo.metric_utils import process_validation_metrics, validation_metric_dict
 
 
 # Row fields the rollout reads: prompt ids for single-turn engines, the chat and the agent-loop inputs for
@@ -96,7 +98,10 @@ class Validator:
             prompts.extend(_decode(self.tokenizer, batch.batch[K.PROMPTS]))
             responses.extend(_decode_responses(self.tokenizer, batch))
         numeric = {k: v for k, v in extra_all.items() if all(isinstance(x, (int, float, bool)) for x in v)}
-        metrics = process_validation_metrics([str(s) for s in sources], scores, uids, numeric)
+        # "pred" (the answer, often text) is what majority voting counts: passed on even when not numeric
+        infos = {"reward": scores, **{k: v for k, v in numeric.items() if k != "reward"},
+                 **({"pred": extra_all["pred"]} if "pred" in extra_all else {})}
+        metrics = validation_metric_dict(process_validation_metrics([str(s) for s in sources], uids, infos))
         metrics.update({f"val-aux/{k}": v for k, v in summarize(turns, agent_metrics).items()})
         self._log_samples(tracker, prompts, responses, scores, step)
         out_dir = self.config.trainer.validation_data_dir

@@ -91,23 +91,31 @@ def test_throughput_metrics():
     assert m["perf/total_num_tokens"] == 8.0 and m["perf/throughput"] == pytest.approx(4.0)
 
 
-def test_process_validation_metrics():
+def test_process_validation_metrics_as_verl_shapes_them():
     sources = ["gsm", "gsm", "gsm", "gsm", "math"]
-    scores = [1.0, 0.0, 1.0, 1.0, 0.5]
     uids = ["p1", "p1", "p2", "p2", "p3"]
-    m = mu.process_validation_metrics(sources, scores, uids, infos_dict={"acc": [1, 0, 0, 1, 1]})
-    assert m["val-core/gsm/reward/mean@2"] == pytest.approx(0.75)
-    assert m["val-core/gsm/reward/best@2/mean"] == pytest.approx(1.0)  # max(1, 0), max(1, 1)
-    assert m["val-core/gsm/reward/worst@2/mean"] == pytest.approx(0.5)  # min(1, 0), min(1, 1)
-    assert m["val-core/gsm/reward/std@2"] == pytest.approx((0.5 + 0.0) / 2)
-    assert m["val-core/math/reward/mean@1"] == pytest.approx(0.5)
-    assert "val-core/math/reward/best@1/mean" not in m
-    assert m["val-aux/gsm/acc/mean@2"] == pytest.approx(0.5)
-    assert mu.process_validation_metrics(sources, scores) == pytest.approx(
-        {"val-core/gsm/reward/mean@1": 0.75, "val-core/math/reward/mean@1": 0.5}
-    )
-    with pytest.raises(ValueError, match="4 scores for 5 data sources"):
-        mu.process_validation_metrics(sources, scores[:4])
+    infos = {"reward": [1.0, 0.0, 1.0, 1.0, 0.5], "acc": [1, 0, 0, 1, 1], "pred": ["7", "8", "7", "7", "x"]}
+    nested = mu.process_validation_metrics(sources, uids, infos)
+    gsm = nested["gsm"]["reward"]
+    assert gsm["mean@2"] == pytest.approx(0.75) and gsm["std@2"] == pytest.approx((0.5 + 0.0) / 2)
+    # best@2 by bootstrap: p1 ([1, 0]) draws a 1 in 3 of 4 pairs, p2 ([1, 1]) always: (0.75 + 1) / 2
+    assert gsm["best@2/mean"] == pytest.approx(0.875, abs=0.03)
+    assert gsm["worst@2/mean"] == pytest.approx((0.25 + 1) / 2, abs=0.03)
+    # maj@2: p2 always votes 7 (1.0); p1's pairs (7,7) 1, (8,8) 0, and a tie goes to the first drawn: 0.5
+    assert gsm["maj@2/mean"] == pytest.approx(0.75, abs=0.03)
+    assert "pred" not in nested["gsm"]  # text: voted on, not averaged
+    assert nested["math"]["reward"] == {"mean@1": 0.5}
+    flat = mu.validation_metric_dict(nested)
+    # with an "acc" variable it is the core one (verl's rule), at the largest n only, its mean/maj/best
+    assert flat["val-core/gsm/acc/mean@2"] == pytest.approx(0.5) and "val-core/gsm/reward/mean@2" not in flat
+    assert flat["val-aux/gsm/reward/mean@2"] == pytest.approx(0.75) and "val-aux/gsm/acc/std@2" in flat
+    assert "val-core/gsm/acc/worst@2/mean" not in flat and "val-core/gsm/acc/best@2/mean" in flat
+    plain = mu.validation_metric_dict(mu.process_validation_metrics(sources, range(5), {"reward": infos["reward"]}))
+    assert plain == pytest.approx({"val-core/gsm/reward/mean@1": 0.75, "val-core/math/reward/mean@1": 0.5})
+    with pytest.raises(ValueError, match="'reward' has 4 values for 5 samples"):
+        mu.process_validation_metrics(sources, uids, {"reward": [1.0] * 4})
+    assert mu.calc_maj_val([{"p": "A", "v": 0.9}, {"p": "B", "v": 0.8}, {"p": "A", "v": 0.7}], "p", "v") == 0.9
+
 
 
 def test_gen_parts_come_from_the_slowest_rank_and_add_up_over_generation_batches():
