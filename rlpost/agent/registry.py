@@ -47,6 +47,11 @@ def load_agent_loops(agent_loop_config_path: str | Path) -> list[str]:
         if name in AGENT_LOOPS and _same_factory(AGENT_LOOPS.get(name), factory):
             names.append(name)
             continue
+        if name in AGENT_LOOPS and AGENT_LOOPS.get(name) is cls:
+            # `@register(name)` on the class, and the YAML adds its keyword arguments (as verl lets it)
+            AGENT_LOOPS._entries[name] = factory
+            names.append(name)
+            continue
         try:
             AGENT_LOOPS.register(name)(factory)
         except ValueError as e:

@@ -9,7 +9,6 @@ Config: the `data` group, read by attribute (the composed DictConfig or the type
 
 from __future__ import annotations
 
-import importlib
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -295,23 +294,15 @@ def _plain_mapping(value: Any) -> dict[str, Any]:
 
 def load_extern_class(class_path: str, class_name: str, config_key: str, path_field: str = "path",
                       name_field: str = "name") -> type:
-    """The class `class_name` of a user file or module, read as verl's `load_extern_type` reads a path:
-    `pkg://a.b.c` (or `pkg://a/b/c`) imports the module a.b.c; `file:///abs/x.py` or a plain path loads
-    the file. Errors name `{config_key}.{path_field}` / `{config_key}.{name_field}`."""
-    from rlpost.utils.import_utils import UserCodeError, load_function_from_file
+    """The class `class_name` of a user file or module (`rlpost.utils.import_utils.load_extern_object`: `pkg://a.b.c`
+    or `pkg://a/b/c`, `file:///abs/x.py` or a plain path). Errors name `{config_key}.{path_field}` /
+    `{config_key}.{name_field}`."""
+    from rlpost.utils.import_utils import UserCodeError, load_extern_object
 
-    if str(class_path).startswith("pkg://"):
-        module_name = str(class_path)[len("pkg://"):].replace("/", ".")
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise UserCodeError(f"{config_key}.{path_field}: cannot import module {module_name!r}: {exc}") from exc
-        cls = getattr(module, class_name, None)
-        if not isinstance(cls, type):
-            raise UserCodeError(f"{config_key}.{name_field}: class {class_name!r} not found in {module_name}")
-        return cls
-    path = str(class_path)[len("file://"):] if str(class_path).startswith("file://") else str(class_path)
-    return load_function_from_file(path, class_name, config_key, path_field, name_field)
+    cls = load_extern_object(class_path, class_name, config_key, path_field, name_field)
+    if not isinstance(cls, type):
+        raise UserCodeError(f"{config_key}.{name_field}: {class_name!r} in {class_path} is not a class")
+    return cls
 
 
 def load_dataset_class(path: str, name: str) -> type:

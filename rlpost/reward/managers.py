@@ -21,6 +21,7 @@ from rlpost.reward.custom import RewardFnSpec
 from rlpost.utils.registry import Registry
 
 REWARD_MANAGERS = Registry("reward_manager")
+SPEC_ATTR = "rlpost_reward_fn_spec"  # where a resolved reward function carries the spec it came from
 SLOW_SAMPLE_S = 0.5  # seconds per sample above which the naive manager moves to worker processes
 DEFAULT_SAMPLE_TIMEOUT_S = 300.0
 logger = logging.getLogger(__name__)
@@ -58,6 +59,10 @@ class NaiveRewardManager(AbstractRewardManager):
         self.tokenizer = tokenizer
         self.num_examine = num_examine
         self.spec, self.compute_score = resolve_reward_fn(spec, compute_score)
+        if self.spec is None and (num_processes is not None or timeout != DEFAULT_SAMPLE_TIMEOUT_S):
+            raise ValueError("not supported yet: reward_model.reward_kwargs num_processes/timeout with a reward "
+                             "function given as an object (worker processes rebuild it from "
+                             "custom_reward_function.path/name)")
         self.reward_fn_key = reward_fn_key
         self.num_processes = num_processes or default_processes()
         self.timeout = float(timeout)
@@ -201,13 +206,18 @@ def load_reward_manager(config: Any, tokenizer: Any, num_examine: int = 0, **kwa
     cls, spec = reward_manager_class(config), reward_fn_spec(config)
     if "spec" in inspect.signature(cls).parameters:
         return cls(tokenizer=tokenizer, num_examine=num_examine, spec=spec, **manager_kwargs)
-    # a manager written against verl's API gets the reward function itself
+    # a manager written against verl's API gets the reward function itself (its spec attached, so a subclass of
+    # a built-in manager that passes it on keeps worker processes)
+    fn = spec.resolve()
+    setattr(fn, SPEC_ATTR, spec)
+    kwargs = {"tokenizer": tokenizer, "num_examine": num_examine, "compute_score": fn, **manager_kwargs}
     try:
-        return cls(tokenizer=tokenizer, num_examine=num_examine, compute_score=spec.resolve(), **manager_kwargs)
+        inspect.signature(cls).bind(**kwargs)
     except TypeError as exc:
-        raise ValueError(f"reward manager {cls.__name__} cannot be built with tokenizer=, num_examine=, "
-                         f"compute_score=, {', '.join(f'{k}=' for k in manager_kwargs)} ({exc}); give it verl's "
-                         "signature (tokenizer, num_examine, compute_score, reward_fn_key, **kwargs)") from exc
+        raise ValueError(f"reward manager {cls.__name__} cannot be built with {', '.join(f'{k}=' for k in kwargs)} "
+                         f"({exc}); give it verl's signature (tokenizer, num_examine, compute_score, reward_fn_key, "
+                         "**kwargs)") from exc
+    return cls(**kwargs)
 
 
 def reward_manager_class(config: Any) -> type:
@@ -249,7 +259,8 @@ def resolve_reward_fn(spec: RewardFnSpec | Callable | None,
         return default, default.resolve()
     if not callable(fn):
         raise TypeError(f"compute_score must be a function, got {type(fn).__name__}")
-    return None, fn
+    # load_reward_manager hands verl-style managers the function with its spec attached
+    return getattr(fn, SPEC_ATTR, None), fn
 
 
 def default_processes() -> int:

@@ -69,21 +69,31 @@ def import_external_libs(names: str | list[str] | None) -> None:
         importlib.import_module(str(name))
 
 
-def load_extern_type(file_path: str | None, type_name: str) -> Any:
-    """The object `type_name` from `file_path`: a Python file (`/abs/my_mod.py`) or an importable module
-    (`pkg.mod`, or `pkg://pkg.mod`); None when `file_path` is None.
+def load_extern_object(path: str, name: str, config_key: str = "load_extern_type", path_field: str = "file_path",
+                       name_field: str = "type_name") -> Any:
+    """The object `name` of a user file or module, read as verl reads such a path: `pkg://a.b.c` (or
+    `pkg://a/b/c`) or a plain dotted `a.b.c` imports the module; `file:///abs/x.py` or a file path loads the file.
 
     Raises:
-        FileNotFoundError / UserCodeError: the file is missing, does not import, or lacks the name.
-        ImportError: the module does not import, or lacks the name.
+        FileNotFoundError / UserCodeError: the file is missing, the module or file does not import, or lacks
+            `name`; messages name `{config_key}.{path_field}` / `{config_key}.{name_field}`.
     """
-    if file_path is None:
-        return None
-    if file_path.startswith("pkg://"):
-        file_path = file_path[len("pkg://"):]
-    if file_path.endswith(".py") or "/" in file_path:
-        return load_function_from_file(file_path, type_name, "load_extern_type", "file_path", "type_name")
-    module = importlib.import_module(file_path)
-    if not hasattr(module, type_name):
-        raise ImportError(f"module {file_path!r} has no attribute {type_name!r}")
-    return getattr(module, type_name)
+    path = str(path)
+    module_name = path[len("pkg://"):].replace("/", ".") if path.startswith("pkg://") else None
+    if module_name is None and not path.endswith(".py") and "/" not in path and not path.startswith("file://"):
+        module_name = path
+    if module_name is not None:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise UserCodeError(f"{config_key}.{path_field}: cannot import module {module_name!r}: {exc}") from exc
+        if not hasattr(module, name):
+            raise UserCodeError(f"{config_key}.{name_field}: {name!r} not found in module {module_name}")
+        return getattr(module, name)
+    path = path[len("file://"):] if path.startswith("file://") else path
+    return load_function_from_file(path, name, config_key, path_field, name_field)
+
+
+def load_extern_type(file_path: str | None, type_name: str) -> Any:
+    """verl's name: `load_extern_object(file_path, type_name)`, or None when `file_path` is None."""
+    return None if file_path is None else load_extern_object(file_path, type_name)

@@ -58,10 +58,10 @@ def cosine_lr_lambda(step: int, warmup: int, total: int, min_lr_ratio: float, nu
 
 def lr_schedule(optimizer: torch.optim.Optimizer, style: str, warmup: int, total: int, min_lr_ratio: float,
                 num_cycles: float, first_step: int = 0) -> LambdaLR:
-    """LambdaLR for `style` in SCHEDULES from plain values (`total` > 0 for cosine); the first update is
-    step `first_step` of the schedule (0, or 1 for `optim.zero_indexed_step=false`)."""
+    """LambdaLR for `style` in SCHEDULES from plain values (`total` > 0 for cosine); the cosine schedule's first
+    update is its step `first_step` (0, or 1 for `optim.zero_indexed_step=false`; verl shifts only that one)."""
     if style == "constant":
-        return LambdaLR(optimizer, lambda s: constant_lr_lambda(s + first_step, warmup))
+        return LambdaLR(optimizer, lambda s: constant_lr_lambda(s, warmup))
     if style != "cosine":
         raise ValueError(f"optim.lr_scheduler={style!r} is not one of {SCHEDULES}; nearest valid: 'constant'")
     if total <= 0:

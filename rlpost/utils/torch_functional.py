@@ -13,7 +13,6 @@ from typing import Any, Sequence
 import torch
 import torch.nn.functional as F
 
-from rlpost.algos import logits as _logits
 from rlpost.utils.masked import masked_mean, masked_sum, masked_var, masked_whiten
 
 __all__ = [
@@ -25,14 +24,21 @@ __all__ = [
 TRUNCATIONS = ("left", "right", "middle", "error")
 
 
+def _kernels():
+    """rlpost's log-prob/entropy kernels (they live with the algorithms; imported when used)."""
+    from rlpost.algos import logits as kernels
+
+    return kernels
+
+
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     """Entropy of softmax(logits) over the last dim. logits: (..., V) -> (...)."""
-    return _logits.entropy_from_logits(logits)
+    return _kernels().entropy_from_logits(logits)
 
 
 def entropy_from_logits_with_chunking(logits: torch.Tensor, chunk_size: int = 2048) -> torch.Tensor:
     """`entropy_from_logits` computed `chunk_size` tokens at a time (bounded float32 temporaries)."""
-    return _logits.entropy_from_logits_with_chunking(logits, chunk_size)
+    return _kernels().entropy_from_logits_with_chunking(logits, chunk_size)
 
 
 def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor, inplace_backward: bool = True) -> torch.Tensor:
@@ -42,7 +48,7 @@ def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor, inplace_bac
     same either way, so it is accepted and has no effect here.
     """
     del inplace_backward
-    return _logits.logprobs_from_logits(logits, labels)
+    return _kernels().logprobs_from_logits(logits, labels)
 
 
 def clip_by_value(x: torch.Tensor, tensor_min: torch.Tensor | float, tensor_max: torch.Tensor | float) -> torch.Tensor:

@@ -47,6 +47,7 @@ class AgentRollout:
     def __init__(self, rollout_config: Any, tokenizer: Any, arr_config: Any = None) -> None:
         self.rollout_config, self.tokenizer = rollout_config, tokenizer
         self.arr_config = arr_config
+        self._views: dict[str, Any] = {}  # trainer views by their chat-template kwargs
         self.config = AgentLoopConfig.from_rollout_config(rollout_config)
         self.resources = AgentResources.from_config(self.config)
         self.prompt_length = int(rollout_config.prompt_length)
@@ -80,7 +81,13 @@ class AgentRollout:
     def trainer_view(self, config: AgentLoopConfig) -> Any:
         """What a loop written against verl reads as `self.config`: read-only `actor_rollout_ref` (the worker's
         group) and the `data` keys a rollout knows (lengths, chat-template arguments)."""
+        import json
+
         from omegaconf import DictConfig, OmegaConf
+
+        cache_key = json.dumps(config.template_kwargs, sort_keys=True, default=str)
+        if cache_key in self._views:
+            return self._views[cache_key]
 
         def plain(cfg: Any) -> dict:
             return OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else to_plain(cfg)
@@ -88,7 +95,9 @@ class AgentRollout:
         arr = plain(self.arr_config) if self.arr_config is not None else {"rollout": plain(self.rollout_config)}
         data = {"max_prompt_length": self.prompt_length, "max_response_length": self.response_length,
                 "apply_chat_template_kwargs": dict(config.template_kwargs), "return_raw_chat": True}
-        return OmegaConf.create({"actor_rollout_ref": arr, "data": data}, flags={"readonly": True})
+        view = OmegaConf.create({"actor_rollout_ref": arr, "data": data}, flags={"readonly": True})
+        self._views[cache_key] = view
+        return view
 
     async def _run(self, rows: list[dict], engine: AgentEngine, config: AgentLoopConfig,
                    params: dict[str, Any]) -> list[AgentLoopOutput]:

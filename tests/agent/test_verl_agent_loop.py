@@ -166,6 +166,7 @@ def test_a_verl_loop_runs_in_the_worker_and_its_turns_are_masked(tokenizer):
 
 
 def test_init_class_runs_once_and_the_output_metrics_are_renamed(tokenizer):
+    InitClassAgentLoop._class_initialized, InitClassAgentLoop.calls = False, 0  # class state lives per process
     rollout = Rollout(tokenizer)
     out = worker_rollout(tokenizer, "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=3").generate_sequences(
         rollout, prompts(tokenizer, ["verl_init_class_test_agent"] * 3))
@@ -195,6 +196,8 @@ def test_what_is_not_supported_is_named():
     manager = AsyncLLMServerManager(generate, context_length=8)
     with pytest.raises(ValueError, match=r"not supported yet: generate\(image_data=...\)"):
         asyncio.run(manager.generate("r", prompt_ids=[1], sampling_params={}, image_data=[object()]))
+    with pytest.raises(ValueError, match=r"not supported yet: sampling_params \['stop'\]"):
+        asyncio.run(manager.generate("r", prompt_ids=[1], sampling_params={"stop": ["\n"], "top_p": 1.0}))
     with pytest.raises(ValueError, match=r"not supported yet: sampling_params\['repetition_penalty'\]=1.1"):
         asyncio.run(manager.generate("r", prompt_ids=[1], sampling_params={"repetition_penalty": 1.1}))
     with pytest.raises(ValueError, match="a conversation of 8 tokens leaves no room in the engine's 8"):
@@ -215,3 +218,22 @@ def test_a_verl_loop_outside_the_rollout_worker_is_told_what_it_needs(tokenizer)
     rows = [{keys.RAW_PROMPT: [{"role": "user", "content": "q"}], keys.AGENT_NAME: "verl_two_turn_test_agent"}]
     with pytest.raises(RuntimeError, match="needs the trainer view"):
         asyncio.run(run_agent_loops(rows, generate, AgentLoopConfig(response_length=R), tokenizer))
+
+
+def test_a_yaml_entry_gives_a_decorated_loop_its_keyword_arguments(tmp_path, tokenizer):
+    """verl's pattern: `@register(name)` on the class and an agent_loop_config_path entry of the same name with
+    constructor arguments; the entry's arguments reach the loop."""
+    from rlpost.agent import AGENT_LOOPS, load_agent_loops
+
+    path = tmp_path / "loops.yaml"
+    path.write_text("- name: verl_two_turn_test_agent\n"
+                    f"  _target_: {__name__}.TwoTurnAgentLoop\n  nudge: Try again.\n")
+    before = AGENT_LOOPS.get("verl_two_turn_test_agent")
+    try:
+        assert load_agent_loops(path) == ["verl_two_turn_test_agent"]
+        rollout = Rollout(tokenizer)
+        out = worker_rollout(tokenizer).generate_sequences(rollout, prompts(tokenizer, ["verl_two_turn_test_agent"]))
+        n = int(out.batch[keys.ATTENTION_MASK][0, P:].sum())
+        assert "Try again." in tokenizer.decode(out.batch[keys.RESPONSES][0, :n])
+    finally:
+        AGENT_LOOPS._entries["verl_two_turn_test_agent"] = before

@@ -9,7 +9,7 @@ import pytest
 
 from _compose import SMALL, compose_config
 from rlpost import keys
-from rlpost.reward import load_reward_manager
+from rlpost.reward import RewardFnSpec, load_reward_manager
 from rlpost.utils.import_utils import UserCodeError
 from rlpost.trainer.config import ConfigError
 
@@ -57,10 +57,15 @@ def test_a_verl_style_subclass_of_a_builtin_manager(make_batch, tokenizer):
 
     try:
         manager = load_reward_manager(cfg("reward_model.reward_manager=verl_style_naive_test"), tokenizer)
-        assert manager.spec is None  # a plain function: scored in this process
+        # the function it got carries its spec: worker processes can still rebuild it
+        assert manager.spec == RewardFnSpec() and manager._can_parallelise() is (manager.num_processes > 1)
         assert manager(make_batch(["#### 3", "#### 4"], ["3", "3"])).sum().item() == 2.0
         default = NaiveRewardManager(tokenizer, 0)  # verl's default: the built-in scorers
         assert default(make_batch(["#### 3"], ["3"])).sum().item() == 1.0
+        plain = NaiveRewardManager(tokenizer, 0, lambda **kw: 0.5)  # a function of the user's own: no spec
+        assert plain.spec is None and plain(make_batch(["#### 3"], ["3"])).sum().item() == 0.5
+        with pytest.raises(ValueError, match="not supported yet: reward_model.reward_kwargs num_processes/timeout"):
+            NaiveRewardManager(tokenizer, 0, lambda **kw: 0.5, timeout=3)
     finally:
         from rlpost.reward.managers import REWARD_MANAGERS
 
@@ -86,6 +91,29 @@ def test_what_cannot_be_loaded_is_named(tokenizer, tmp_path):
     with pytest.raises(ValueError, match="reward manager M cannot be built with tokenizer=, num_examine=, "
                                          "compute_score=, reward_fn_key="):
         load_reward_manager(cfg(*importlib_source(path=bad, name="M")), tokenizer)
+
+
+def test_a_verl_style_prime_subclass_keeps_its_worker_processes(make_batch, tokenizer):
+    from rlpost.reward.managers import REWARD_MANAGERS
+    from rlpost.workers.reward_manager import PrimeRewardManager, register
+
+    @register("verl_style_prime_test")
+    class Prime(PrimeRewardManager):
+        def __init__(self, tokenizer, num_examine, compute_score=None, reward_fn_key="data_source", **kwargs):
+            super().__init__(tokenizer, num_examine, compute_score, reward_fn_key, num_processes=2)
+
+    try:
+        manager = load_reward_manager(cfg("reward_model.reward_manager=verl_style_prime_test"), tokenizer)
+        assert manager.spec == RewardFnSpec()
+        assert manager(make_batch(["#### 3", "#### 4"], ["3", "3"])).sum().item() == 1.0  # scored in 2 processes
+    finally:
+        REWARD_MANAGERS._entries.pop("verl_style_prime_test")
+
+
+def test_a_manager_file_is_read_only_with_importlib(tokenizer):
+    with pytest.raises(ConfigError, match="reward.reward_manager.module.path=/x.py, reward.reward_manager.source="
+                                          "register: the file is read only with source=importlib"):
+        cfg("reward.reward_manager.module.path=/x.py")
 
 
 @pytest.mark.parametrize("module, names", [

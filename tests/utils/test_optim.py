@@ -89,8 +89,10 @@ def test_verl_lr_scheduler_type_and_one_indexed_steps():
         warnings.simplefilter("error", ConfigWarning)  # verl's current spelling: copied without a warning
         optim = _optim("lr_scheduler_type=cosine", "lr_warmup_steps=0")
     assert optim.lr_scheduler == "cosine"
-    # zero_indexed_step=false: the first update is step 1 of the warmup (1/2 of lr, not 0)
-    opt, sched = _sched(_optim("lr_warmup_steps=2", "zero_indexed_step=false"), 10)
-    assert _lrs(sched, opt, 3) == [0.5, 1.0, 1.0]
+    # zero_indexed_step=false: the cosine schedule's first update is step 1 of the warmup (1/2 of lr, not 0)
+    opt, sched = _sched(_optim("lr_warmup_steps=2", "lr_scheduler=cosine", "zero_indexed_step=false"), 10)
+    assert _lrs(sched, opt, 2) == pytest.approx([0.5, 1.0])
+    opt, sched = _sched(_optim("lr_warmup_steps=2", "zero_indexed_step=false"), 10)  # constant: unshifted
+    assert _lrs(sched, opt, 3) == [0.0, 0.5, 1.0]
     with pytest.raises(Exception, match="lr_scheduler_type='linear' and .*lr_scheduler='cosine' are two spellings"):
         _optim("lr_scheduler_type=linear", "lr_scheduler=cosine")

@@ -121,10 +121,12 @@ def test_load_extern_type_from_a_file_or_a_module(tmp_path):
     path.write_text("class MySampler:\n    pass\n")
     assert load_extern_type(str(path), "MySampler").__name__ == "MySampler"
     assert load_extern_type("pkg://rlpost.utils.hdfs_io", "copy") is hdfs_io.copy
+    assert load_extern_type("pkg://rlpost/utils/hdfs_io", "copy") is hdfs_io.copy  # verl's slash form
+    assert load_extern_type("rlpost.utils.hdfs_io", "exists") is hdfs_io.exists
     assert load_extern_type(None, "anything") is None
     with pytest.raises(UserCodeError, match="load_extern_type.type_name: 'Nope' not found"):
         load_extern_type(str(path), "Nope")
-    with pytest.raises(ImportError, match="has no attribute 'Nope'"):
+    with pytest.raises(UserCodeError, match="'Nope' not found in module rlpost.utils.hdfs_io"):
         load_extern_type("rlpost.utils.hdfs_io", "Nope")
 
 

@@ -43,6 +43,9 @@ _VERL_METRIC_NAMES = {"generate_sequences": "generate_s", "tool_calls": "tool_ca
                       "compute_score": "compute_score_s", "num_preempted": "num_preempted"}
 # sampling keys verl passes that change nothing at these values
 _NEUTRAL_SAMPLING = {"repetition_penalty": 1.0}
+# the sampling keys rlpost's engines take (rlpost.rollout.base.SamplingSpec) and the caller's budget
+_ENGINE_SAMPLING = frozenset({"greedy", "temperature", "top_k", "top_p", "ignore_eos", "logprobs", "max_tokens",
+                              "max_new_tokens"})
 
 
 @dataclass
@@ -81,7 +84,8 @@ class AgentLoopOutput(_base.AgentLoopOutput):
 
     def __post_init__(self) -> None:
         for name in ("routed_experts", "multi_modal_data", "mm_processor_kwargs", "mm_processor_output"):
-            if getattr(self, name):
+            value = getattr(self, name)
+            if value is not None and not (hasattr(value, "__len__") and len(value) == 0):
                 raise ValueError(f"not supported yet: AgentLoopOutput.{name} (rlpost's agent loops are text only)")
         metrics = self.metrics
         if isinstance(metrics, AgentLoopMetrics):
@@ -120,6 +124,10 @@ class AsyncLLMServerManager:
             if params.get(key, neutral) != neutral:
                 raise ValueError(f"not supported yet: sampling_params[{key!r}]={params[key]!r} (only {neutral})")
             params.pop(key, None)
+        unknown = sorted(set(params) - _ENGINE_SAMPLING)
+        if unknown:
+            raise ValueError(f"not supported yet: sampling_params {unknown} (rlpost's engines take "
+                             f"{sorted(_ENGINE_SAMPLING)})")
         asked = params.pop("max_new_tokens", None)
         asked = params.get("max_tokens", asked)
         room = self.context_length - len(prompt_ids)

@@ -206,7 +206,13 @@ def check_combinations(c: PPOTrainerConfig) -> None:
              f"custom_reward_function.path={c.custom_reward_function.path}",
              "a reward function that queries a (generative) reward model served by the reward loop is not built",
              "reward_model.use_reward_loop=false")
+    if rollout.seed is not None and rollout.name == "hf":
+        fail(f"not supported yet: {ARR}.rollout.seed={rollout.seed} with {ARR}.rollout.name=hf",
+             "the HF engine samples with torch's generator as the trainer seeds it", f"{ARR}.rollout.seed=null")
     manager = c.reward.reward_manager
+    if manager.module.path and manager.source != "importlib":
+        fail(f"reward.reward_manager.module.path={manager.module.path}, reward.reward_manager.source={manager.source}",
+             "the file is read only with source=importlib", "reward.reward_manager.source=importlib")
     if manager.source == "importlib" and not manager.module.path:
         fail("reward.reward_manager.source=importlib, reward.reward_manager.module.path=null",
              "importlib loads the reward manager class from a file of yours",

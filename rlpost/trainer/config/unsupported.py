@@ -251,8 +251,9 @@ def check_not_supported(cfg: DictConfig, spelled: Mapping[str, str] | None = Non
         changed = _first_change(_raw_tree(cfg, group), _raw_tree(package_defaults(), group), group)
         if changed is not None:
             key, value, default = changed
-            raise ConfigError(f"not supported yet: {key}={_show(value)} ({area} is not built); "
-                              f"use {key}={_show(default)}.")
+            fix = (f"remove the override of {key}" if isinstance(default, str) and "${" in default
+                   else f"use {key}={_show(default)}")
+            raise ConfigError(f"not supported yet: {key}={_show(value)} ({area} is not built); {fix}.")
 
 
 def notices(cfg: DictConfig) -> list[str]:

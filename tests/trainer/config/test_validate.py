@@ -120,6 +120,8 @@ def _refused_value(key: str, refusal) -> object:
             return 0.5
         if key.endswith("num_repeat_rollouts"):
             return 2
+        if key.endswith("modules_to_save"):
+            return ["visual.merger"]
         return {"path": "/x"} if key.endswith(("override_optimizer_config", "ref.model")) else "some_value"
     if isinstance(first, str):
         return "something_else"

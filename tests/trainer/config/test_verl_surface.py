@@ -329,3 +329,14 @@ def test_newer_verl_synonyms_and_accepted_keys(small_cfg):
     assert typed.critic.model.fsdp_config.seed == 7 and typed.actor_rollout_ref.rollout.seed == 5
     with pytest.raises(ConfigError, match="not supported yet: actor_rollout_ref.actor.pad_to_length=true"):
         typed_config(small_cfg({"actor_rollout_ref.actor.pad_to_length": True}))
+
+
+def test_rollout_seed_is_refused_on_the_hf_engine_and_interpolated_defaults_say_remove(small_cfg):
+    with pytest.raises(ConfigError, match="not supported yet: actor_rollout_ref.rollout.seed=3 with "
+                                          "actor_rollout_ref.rollout.name=hf"):
+        typed_config(small_cfg({"actor_rollout_ref.rollout.name": "hf", "actor_rollout_ref.rollout.seed": 3}))
+    # a leaf of an unbuilt group that follows another key: changing that other key is not a change of the leaf
+    typed_config(small_cfg({"actor_rollout_ref.rollout.name": "hf", "trainer.project_name": "p"}))
+    with pytest.raises(ConfigError, match="teacher_model.inference.name=vllm .*; remove the override of "
+                                          "distillation.teacher_models.teacher_model.inference.name"):
+        typed_config(small_cfg({"distillation.teacher_models.teacher_model.inference.name": "vllm"}))
