@@ -1,4 +1,4 @@
-"""More policy losses, registered under verl's names: clip_cov, kl_cov, geo_mean, cispo, sapo.
+"""More policy losses, registered under verl's names: clip_cov, kl_cov, geo_mean, cispo, sapo, topr.
 
 Shapes: B = batch rows, R = response length. Same calling convention and return tuple as the losses
 in `losses.py`; every loss here needs the actor config. Keys read:
@@ -6,6 +6,7 @@ in `losses.py`; every loss here needs the actor config. Keys read:
     kl_cov:   policy_loss.{kl_cov_ratio, ppo_kl_coef}
     geo_mean, cispo: clip_ratio, clip_ratio_low/high
     sapo:     tau_pos, tau_neg
+    topr:     policy_loss.{topr_negative_ratio_lower, topr_negative_ratio_upper}
 """
 
 from __future__ import annotations
@@ -225,3 +226,43 @@ def compute_policy_loss_sapo(
     pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
     zero = torch.zeros_like(pg_loss).detach()
     return pg_loss, zero, masked_mean(-log_ratio, response_mask).detach(), zero
+
+
+@register_policy_loss("topr")
+def compute_policy_loss_topr(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> LossTuple:
+    """TOPR (Tapered Off-Policy REINFORCE, Le Roux et al. 2025): REINFORCE with an asymmetric importance weight.
+
+    L_t = -sg[w_t] * A_t * log_prob_t, where w_t = 1 where A_t >= 0 and, where A_t < 0,
+    w_t = clip(s_i, lower, upper) with s_i = exp(mean_t(log_prob - old_log_prob)) over row i's valid tokens
+    (the length-normalised sequence ratio) and [lower, upper] = policy_loss.topr_negative_ratio_{lower,upper}
+    (verl's [0, 1]). On-policy (s_i = 1) it is plain REINFORCE.
+
+    Returns:
+        pg_loss, pg_clipfrac (negative-advantage tokens whose ratio was tapered), ppo_kl, 0.
+    """
+    if config is None:
+        raise ValueError("policy loss 'topr' needs the actor config (policy_loss.topr_negative_ratio_lower/upper)")
+    pl = cfg_value(config, "policy_loss")
+    lower, upper = (float(cfg_value(pl, f"topr_negative_ratio_{k}")) for k in ("lower", "upper"))
+    if not 0.0 <= lower <= upper:
+        raise ValueError(f"actor.policy_loss.topr_negative_ratio_lower={lower}, topr_negative_ratio_upper={upper}: "
+                         "need 0 <= lower <= upper (verl: 0.0, 1.0)")
+    mask = response_mask.to(log_prob.dtype)
+    log_ratio = log_prob - old_log_prob
+    seq_log_ratio = (log_ratio * mask).sum(dim=-1) / mask.sum(dim=-1).clamp_min(1)
+    seq_ratio = torch.exp(seq_log_ratio.clamp(-20.0, 20.0)).detach().unsqueeze(-1).expand_as(log_prob)
+    negative = advantages < 0
+    weight = torch.where(negative, seq_ratio.clamp(lower, upper), torch.ones_like(seq_ratio))
+    pg_losses = apply_is_weights(-weight * advantages * log_prob, rollout_is_weights)
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
+    tapered = negative & ((seq_ratio < lower) | (seq_ratio > upper))
+    pg_clipfrac = masked_mean(tapered.to(pg_loss.dtype), response_mask)
+    return pg_loss, pg_clipfrac, masked_mean(-log_ratio, response_mask).detach(), torch.zeros_like(pg_clipfrac)

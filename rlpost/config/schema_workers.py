@@ -171,6 +171,8 @@ class PolicyLossConfig(BaseConfig):
     kl_cov_ratio: float
     ppo_kl_coef: float
     dro_beta: float | None
+    topr_negative_ratio_lower: float
+    topr_negative_ratio_upper: float
     tau_pos: float
     tau_neg: float
 

@@ -1,4 +1,4 @@
-"""clip_cov, kl_cov, geo_mean, cispo and sapo policy losses against hand-computed examples."""
+"""clip_cov, kl_cov, geo_mean, cispo, sapo and topr policy losses against hand-computed examples."""
 
 import math
 from types import SimpleNamespace
@@ -27,7 +27,7 @@ def _cfg(**policy_loss):
 
 
 def test_new_losses_are_registered_under_verl_names():
-    for name in ("clip_cov", "kl_cov", "geo_mean", "cispo", "sapo"):
+    for name in ("clip_cov", "kl_cov", "geo_mean", "cispo", "sapo", "topr"):
         assert name in ca.POLICY_LOSSES
 
 
@@ -167,6 +167,35 @@ def test_sapo_soft_gate_by_hand():
 
 def test_losses_that_need_a_config_say_so():
     z = torch.zeros(1, 2)
-    for name in ("clip_cov", "kl_cov", "geo_mean", "cispo", "sapo"):
+    for name in ("clip_cov", "kl_cov", "geo_mean", "cispo", "sapo", "topr"):
         with pytest.raises(ValueError, match="config"):
             ca.get_policy_loss_fn(name)(z, z, z, z + 1)
+
+
+def test_topr_tapers_only_negative_sequences_by_hand():
+    # old log-probs 0, so each token's log-ratio is its log-prob. Rows (2 tokens each):
+    #   row0 A=-1, log r = [ln 4, 0] -> s = exp(ln 4 / 2) = 2 -> w = clip(2, 0, 1) = 1 (tapered)
+    #   row1 A=-1, log r = [ln 1/4, 0] -> s = 1/2 -> w = 1/2
+    #   row2 A=+1, log r = [ln 1/2, ln 1/2] -> w = 1 (positive: no importance weight)
+    # L_t = -w * A * log_prob_t; token-mean over 6: (ln 4 + 0.5 ln 1/4 - 2 ln 1/2) / 6 = ln 2 / 2
+    log_prob = torch.tensor([[math.log(4), 0.0], [math.log(0.25), 0.0], [math.log(0.5), math.log(0.5)]],
+                            requires_grad=True)
+    adv = torch.tensor([[-1.0, -1.0], [-1.0, -1.0], [1.0, 1.0]])
+    cfg = _cfg(topr_negative_ratio_lower=0.0, topr_negative_ratio_upper=1.0)
+    loss, clipfrac, ppo_kl, lower = ca.get_policy_loss_fn("topr")(
+        torch.zeros(3, 2), log_prob, adv, torch.ones(3, 2), "token-mean", cfg)
+    _close(loss, math.log(2) / 2)
+    _close(clipfrac, 2 / 6)  # row0's two tokens were tapered
+    _close(ppo_kl, math.log(2) / 3)
+    _close(lower, 0.0)
+    loss.backward()
+    _close(log_prob.grad, [[1 / 6, 1 / 6], [0.5 / 6, 0.5 / 6], [-1 / 6, -1 / 6]])  # -w * A / 6: weights detached
+    # a narrower taper [0.6, 0.8]: row0 -> 0.8, row1 -> 0.6
+    loss2, clipfrac2, _, _ = ca.compute_policy_loss_topr(
+        torch.zeros(3, 2), log_prob.detach(), adv, torch.ones(3, 2), "token-mean",
+        _cfg(topr_negative_ratio_lower=0.6, topr_negative_ratio_upper=0.8))
+    _close(loss2, (0.8 * math.log(4) + 0.6 * math.log(0.25) - 2 * math.log(0.5)) / 6)
+    _close(clipfrac2, 4 / 6)
+    with pytest.raises(ValueError, match="topr_negative_ratio_lower=0.9, topr_negative_ratio_upper=0.5"):
+        ca.compute_policy_loss_topr(torch.zeros(3, 2), log_prob, adv, torch.ones(3, 2), config=_cfg(
+            topr_negative_ratio_lower=0.9, topr_negative_ratio_upper=0.5))

@@ -51,7 +51,6 @@ REFUSED = {
 NOT_BUILT = {
     "codapo_qwen2_5_math_1_5b_fsdp": "unknown key 'algorithm.codapo_top_k'",
     "gdpo_qwen3_8b_fsdp": "unknown key 'algorithm.gdpo_reward_keys'",
-    "topr_qwen3_8b_fsdp": "unknown key 'actor_rollout_ref.actor.policy_loss.topr_negative_ratio_lower'",
     "grpo_qwen3_vl_30b_a3b_fsdp": "algorithm.rollout_correction.rollout_rs_threshold='0.6_1.6': expected float",
 }
 # Scripts refused by a value rule, with the start of the message (checked after the feature checks: the

@@ -34,7 +34,7 @@ def test_every_registered_name_validates(small_cfg, key, names):
 
 
 def test_verl_names_are_registered():
-    assert {"gspo", "gpg", "clip_cov", "kl_cov", "geo_mean", "cispo", "sapo", "vanilla"} <= set(policy_losses())
+    assert {"gspo", "gpg", "clip_cov", "kl_cov", "geo_mean", "cispo", "sapo", "topr", "vanilla"} <= set(policy_losses())
     assert {"grpo_passk", "rloo_vectorized", "grpo_vectorized", "grpo", "gae"} <= set(adv_estimators())
     assert {"low_var_kl+", "k1", "k2", "k3", "k3+"} <= set(kl_estimators())
     assert "seq-mean-token-sum-norm" in loss_agg_modes()
