@@ -5,7 +5,8 @@ own recomputed log-probs); the gap biases the gradient. With ratio rho = pi_old 
     IS  (`rollout_is`):  multiply each token loss by min(rho, threshold) (token) or by the clipped
         product of the row's token ratios (sequence), optionally rescaled to mean 1.
     RS  (`rollout_rs`):  drop tokens (token) or whole rows (sequence, geometric) whose ratio falls
-        outside [1 / threshold, threshold] from `response_mask`.
+        outside [1 / threshold, threshold] from `response_mask`; or verl's criteria (token_k1 ...
+        seq_max_k3), comma-separated.
 Shapes: B = batch rows, R = response length. Option names and meanings follow verl's
 `algorithm.rollout_correction` (rollout_corr_helper).
 """
@@ -13,6 +14,7 @@ Shapes: B = batch rows, R = response length. Option names and meanings follow ve
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -28,31 +30,124 @@ from rlpost.utils.masked import masked_mean
 
 IS_LEVELS = ("token", "sequence")
 RS_LEVELS = ("token", "sequence", "geometric")
+# verl's rejection criteria: <level>_<estimator>, the level token or a row's sum / mean / max of the token values
+RS_CRITERIA = ("token_k1", "token_k2", "token_k3", "seq_sum_k1", "seq_sum_k2", "seq_sum_k3", "seq_mean_k1",
+               "seq_mean_k2", "seq_mean_k3", "seq_max_k2", "seq_max_k3")
 LOSS_TYPES = ("ppo_clip", "reinforce")
 _SAFETY_BOUND = 20.0  # |log-ratio| cap before exp(): exp(20) ~ 4.9e8 stays finite in float32
 
 
-def _check(cfg: Any) -> tuple[str | None, float, str | None, float, bool, str]:
-    """Reads and validates the config; returns (is_level, is_thr, rs_level, rs_thr, bypass, loss_type)."""
-    is_level, is_thr = cfg_value(cfg, "rollout_is"), float(cfg_value(cfg, "rollout_is_threshold"))
+@dataclass(frozen=True)
+class Criterion:
+    """One rejection criterion: keep a token (or row) whose statistic lies in [lower, upper].
+
+    k1 compares the ratio itself (its log against log lower / log upper); k2 is 0.5 * log(rho)^2 and k3
+    rho - 1 - log(rho), each against `upper` only (lower = -inf)."""
+
+    name: str
+    level: str  # token, sum, mean or max
+    k: int
+    lower: float
+    upper: float
+
+
+def _band(text: str, what: str) -> tuple[float, float]:
+    """(lower, upper) of a 'lower_upper' threshold, or of a single float u > 1 as [1/u, u]."""
+    try:
+        parts = [float(x) for x in str(text).split("_")]
+    except ValueError:
+        parts = []
+    if len(parts) == 1 and parts[0] > 1:
+        return 1.0 / parts[0], parts[0]
+    if len(parts) != 2 or not 0 < parts[0] < parts[1]:
+        raise ValueError(f"{what}={text!r} is invalid: give a ratio band 'lower_upper' with 0 < lower < upper "
+                         "(e.g. '0.5_2.0')")
+    return parts[0], parts[1]
+
+
+def parse_rejection(rollout_rs: str | None, threshold: Any) -> list[Criterion] | None:
+    """verl's comma-separated criteria (all must hold) with one threshold each, comma-separated too: a ratio band
+    'lower_upper' for *_k1, an upper bound for *_k2 / *_k3. None for off or rlpost's single levels (RS_LEVELS).
+
+    Raises:
+        ValueError: an unknown criterion, a threshold count that does not match, a bad threshold.
+    """
+    if rollout_rs is None or rollout_rs in RS_LEVELS:
+        return None
+    names = [n.strip() for n in str(rollout_rs).split(",") if n.strip()]
+    unknown = [n for n in names if n not in RS_CRITERIA]
+    if unknown or not names:
+        raise ValueError(f"rollout_correction.rollout_rs={rollout_rs!r}: unknown criteria {unknown}; use null, one of "
+                         f"{RS_LEVELS}, or criteria out of {RS_CRITERIA} separated by commas")
+    texts = [t.strip() for t in str(threshold).split(",")] if threshold is not None else []
+    if len(texts) != len(names):
+        raise ValueError(f"rollout_correction.rollout_rs={rollout_rs!r} needs one rollout_rs_threshold per "
+                         f"criterion, comma-separated (got {threshold!r}), e.g. '0.5_2.0' for a *_k1 criterion "
+                         "and '0.005' for *_k2 / *_k3")
+    out = []
+    for name, text in zip(names, texts):
+        level, k = ("token" if name.startswith("token") else name.split("_")[1]), int(name[-1])
+        what = f"rollout_correction.rollout_rs_threshold ({name})"
+        if k == 1:
+            lower, upper = _band(text, what)
+        else:
+            try:
+                upper = float(text)
+            except ValueError:
+                upper = -1.0
+            if upper <= 0:
+                raise ValueError(f"{what}={text!r} is invalid: an upper bound > 0 (e.g. 0.005)")
+            lower = -math.inf
+        out.append(Criterion(name, level, k, lower, upper))
+    return out
+
+
+def parse_is_threshold(threshold: Any) -> tuple[float | None, float]:
+    """(lower or None, upper) of rollout_is_threshold: a float u > 0 truncates weights at u (TIS); 'lower_upper'
+    zeroes weights outside [lower, upper] (IcePop)."""
+    if isinstance(threshold, (int, float)) and not isinstance(threshold, bool):
+        if threshold <= 0:
+            raise ValueError(f"rollout_correction.rollout_is_threshold={threshold} is invalid: must be > 0 (e.g. 2.0)")
+        return None, float(threshold)
+    if "_" not in str(threshold):
+        return parse_is_threshold(float(threshold))
+    parts = str(threshold).split("_")
+    try:
+        lower, upper = (float(x) for x in parts)
+    except ValueError:
+        lower, upper = 0.0, 0.0
+    if len(parts) != 2 or not 0 <= lower < upper:
+        raise ValueError(f"rollout_correction.rollout_is_threshold={threshold!r} is invalid: a float > 0 (truncation) "
+                         "or 'lower_upper' with 0 <= lower < upper (IcePop, e.g. '0.5_5.0')")
+    return lower, upper
+
+
+def _check(cfg: Any) -> tuple[str | None, tuple[float | None, float], str | None, float, list[Criterion] | None,
+                              bool, str]:
+    """Reads and validates the config: (is_level, (is_lower, is_upper), rs_level, rs_thr, criteria, bypass,
+    loss_type); `criteria` is set for verl's criteria (then rs_level is None)."""
+    is_level, is_band = cfg_value(cfg, "rollout_is"), parse_is_threshold(cfg_value(cfg, "rollout_is_threshold"))
     rs_level, loss_type = cfg_value(cfg, "rollout_rs"), cfg_value(cfg, "loss_type")
     bypass, rs_thr = bool(cfg_value(cfg, "bypass_mode")), cfg_value(cfg, "rollout_rs_threshold")
-    rs_thr = float(rs_thr if rs_thr is not None else is_thr)
     if is_level not in (None, *IS_LEVELS):
         raise ValueError(f"rollout_correction.rollout_is={is_level!r} is invalid: must be null or one of {IS_LEVELS}")
-    if rs_level not in (None, *RS_LEVELS):
-        raise ValueError(f"rollout_correction.rollout_rs={rs_level!r} is invalid: must be null or one of {RS_LEVELS}")
+    criteria = parse_rejection(rs_level, rs_thr)
+    if criteria is not None:
+        rs_level, rs_thr = None, 0.0
+    elif rs_level is not None:
+        if rs_thr is None and is_band[0] is not None:
+            raise ValueError("rollout_correction.rollout_rs needs rollout_rs_threshold when rollout_is_threshold is "
+                             "a band")
+        rs_thr = float(rs_thr if rs_thr is not None else is_band[1])
+        if rs_thr <= 1:
+            raise ValueError(f"rollout_correction.rollout_rs_threshold={rs_thr} is invalid: must be > 1, the "
+                             "accepted ratios being [1/threshold, threshold] (e.g. 2.0, or 1.001 for geometric)")
     if loss_type not in LOSS_TYPES:
         raise ValueError(f"rollout_correction.loss_type={loss_type!r} is invalid: must be one of {LOSS_TYPES}")
     if loss_type == "reinforce" and not bypass:
         raise ValueError("rollout_correction.loss_type='reinforce' applies in bypass mode only: "
                          "set bypass_mode=true or loss_type='ppo_clip'")
-    if is_level is not None and is_thr <= 0:
-        raise ValueError(f"rollout_correction.rollout_is_threshold={is_thr} is invalid: must be > 0 (e.g. 2.0)")
-    if rs_level is not None and rs_thr <= 1:
-        raise ValueError(f"rollout_correction.rollout_rs_threshold={rs_thr} is invalid: must be > 1, the "
-                         "accepted ratios being [1/threshold, threshold] (e.g. 2.0, or 1.001 for geometric)")
-    return is_level, is_thr, rs_level, rs_thr, bypass, loss_type
+    return is_level, is_band, rs_level, rs_thr, criteria, bypass, loss_type
 
 
 def _row_log_ratio(log_ratio: torch.Tensor, mask: torch.Tensor, mean: bool) -> torch.Tensor:
@@ -69,6 +164,25 @@ def _rejection_mask(log_ratio: torch.Tensor, mask: torch.Tensor, level: str, thr
     return inside.expand_as(log_ratio).to(mask.dtype)
 
 
+def _criterion_mask(log_ratio: torch.Tensor, mask: torch.Tensor, c: Criterion) -> torch.Tensor:
+    """(B, R) 1 where criterion `c` keeps the token (token level) or its row (sum / mean / max levels)."""
+    if c.k == 1:
+        value = log_ratio
+    elif c.k == 2:
+        value = 0.5 * log_ratio ** 2
+    else:
+        value = torch.expm1(log_ratio.clamp(max=_SAFETY_BOUND)) - log_ratio
+    value = value * mask
+    if c.level == "sum":
+        value = value.sum(-1, keepdim=True)
+    elif c.level == "mean":
+        value = value.sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp_min(1)
+    elif c.level == "max":
+        value = value.masked_fill(mask == 0, float("-inf")).max(-1, keepdim=True).values
+    lower, upper = (math.log(c.lower), math.log(c.upper)) if c.k == 1 else (c.lower, c.upper)
+    return ((value >= lower) & (value <= upper)).expand_as(log_ratio).to(mask.dtype)
+
+
 def compute_rollout_correction(
     old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, response_mask: torch.Tensor, cfg: Any
 ) -> tuple[torch.Tensor | None, torch.Tensor, dict[str, float]]:
@@ -76,13 +190,17 @@ def compute_rollout_correction(
 
     log rho_t = old_log_prob - rollout_log_prob (clamped to +-20 before exp).
     IS weights (cfg.rollout_is): token: w_t = min(rho_t, thr); sequence: w_t = min(exp(sum_t' log rho_t'),
-        thr) on every valid token of the row (thr = rollout_is_threshold). With
+        thr) on every valid token of the row (thr = rollout_is_threshold); a threshold 'lower_upper' (IcePop)
+        zeroes the weights outside [lower, upper] instead, their tokens staying in the mask. With
         rollout_is_batch_normalize the truncated weights are divided by their mean over the kept
         valid tokens (token) or kept sequences (sequence), so the weights that reach the loss
         average 1. Weights are detached and 0 where the returned mask is 0.
     Rejection (cfg.rollout_rs, threshold rollout_rs_threshold or else rollout_is_threshold): token:
         drop tokens with rho_t outside [1/thr, thr]; sequence: drop rows whose product of ratios is
-        outside; geometric: drop rows whose geometric-mean ratio exp(mean_t log rho_t) is outside.
+        outside; geometric: drop rows whose geometric-mean ratio exp(mean_t log rho_t) is outside. verl's
+        criteria (`parse_rejection`, comma-separated, all must hold): *_k1 keep the ratio (token), the row's
+        product (seq_sum) or geometric mean (seq_mean) in its band; *_k2 / *_k3 keep 0.5 log(rho)^2 /
+        rho - 1 - log(rho) of the token, or the row's sum / mean / max of it, at most the threshold.
     Bypass mode (old_log_prob are then the training policy's current log-probs): with loss_type
         ppo_clip no weights are returned (the PPO ratio pi / pi_rollout already corrects), with
         reinforce the weights are returned for -w * A * log pi.
@@ -96,17 +214,23 @@ def compute_rollout_correction(
     Returns:
         weights (B, R) or None (rollout_is null, or bypass ppo_clip), response mask after rejection
         (B, R), metrics under rollout_corr/: log_ratio_mean, k3_kl, rejected_frac (valid tokens
-        dropped), rejected_seq_frac (rows losing a token); with IS also is_weight_mean/max/min (of
-        the truncated weights before normalisation, over kept valid tokens), truncated_frac (share of
-        those tokens whose weight hit the threshold) and is_batch_norm_factor when normalising.
+        dropped), rejected_seq_frac (rows losing a token), rollout_rs_<criterion>_masked_fraction per
+        criterion; with IS also is_weight_mean/max/min (of the truncated weights before normalisation, over
+        kept valid tokens), truncated_frac (share of those tokens whose weight hit the threshold, or left
+        the band) and is_batch_norm_factor when normalising.
     """
-    is_level, is_thr, rs_level, rs_thr, bypass, loss_type = _check(cfg)
+    is_level, (is_lower, is_thr), rs_level, rs_thr, criteria, bypass, loss_type = _check(cfg)
     mask = response_mask.to(old_log_prob.dtype)
     log_ratio = (old_log_prob - rollout_log_prob).detach().to(mask.dtype)
     log_ratio = torch.where(mask.bool(), log_ratio, torch.zeros_like(log_ratio))  # padding may hold garbage
     keep = mask if rs_level is None else mask * _rejection_mask(log_ratio, mask, rs_level, rs_thr)
+    per_criterion = {}
+    for c in criteria or ():
+        kept = _criterion_mask(log_ratio, mask, c)
+        per_criterion[f"rollout_corr/rollout_rs_{c.name}_masked_fraction"] = float(masked_mean(1.0 - kept, mask))
+        keep = keep * kept
     valid_rows = mask.sum(-1) > 0
-    metrics = {
+    metrics = {**per_criterion,
         "rollout_corr/log_ratio_mean": float(masked_mean(log_ratio, mask)),
         "rollout_corr/k3_kl": float(masked_mean(torch.expm1(log_ratio.clamp(max=_SAFETY_BOUND)) - log_ratio, mask)),
         "rollout_corr/rejected_frac": float(masked_mean(1.0 - keep, mask)),
@@ -118,12 +242,14 @@ def compute_rollout_correction(
     row_level = is_level == "sequence"
     lr = _row_log_ratio(log_ratio, mask, mean=False) if row_level else log_ratio
     raw = torch.exp(lr.clamp(-_SAFETY_BOUND, _SAFETY_BOUND)).expand_as(log_ratio)
-    weights = raw.clamp(max=is_thr) * keep
+    outside = raw > is_thr if is_lower is None else (raw < is_lower) | (raw > is_thr)
+    # truncation (TIS) caps a weight; a band (IcePop) zeroes it, the token staying in the mask
+    weights = (raw.clamp(max=is_thr) if is_lower is None else raw * (~outside)) * keep
     metrics.update({
         "rollout_corr/is_weight_mean": float(masked_mean(weights, keep)),
         "rollout_corr/is_weight_max": float(weights.masked_fill(keep == 0, float("-inf")).max()) if keep.any() else 0.0,
         "rollout_corr/is_weight_min": float(weights.masked_fill(keep == 0, float("inf")).min()) if keep.any() else 0.0,
-        "rollout_corr/truncated_frac": float(masked_mean((raw > is_thr).to(mask.dtype), keep)),
+        "rollout_corr/truncated_frac": float(masked_mean(outside.to(mask.dtype), keep)),
     })
     if cfg_value(cfg, "rollout_is_batch_normalize"):
         kept_rows = keep.sum(-1) > 0

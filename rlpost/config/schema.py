@@ -317,10 +317,10 @@ class RolloutCorrectionConfig(BaseConfig):
     """`algorithm.rollout_correction`: importance weights / rejection from the rollout's log-probs."""
 
     rollout_is: str | None
-    rollout_is_threshold: float
+    rollout_is_threshold: float | str
     rollout_is_batch_normalize: bool
     rollout_rs: str | None
-    rollout_rs_threshold: float | None
+    rollout_rs_threshold: float | str | None
     rollout_rs_threshold_lower: float | None
     rollout_token_veto_threshold: float | None
     bypass_mode: bool

@@ -112,7 +112,7 @@ def test_bypass_mode_and_bad_settings():
         _run(loss_type="reinforce")
     with pytest.raises(ValueError, match="rollout_is='tokens' is invalid"):
         _run(rollout_is="tokens")
-    with pytest.raises(ValueError, match="rollout_rs='seq' is invalid"):
+    with pytest.raises(ValueError, match=r"rollout_rs='seq': unknown criteria \['seq'\]"):
         _run(rollout_rs="seq")
     with pytest.raises(ValueError, match="rollout_rs_threshold=0.5 is invalid: must be > 1"):
         _run(rollout_rs="token", rollout_rs_threshold=0.5)
@@ -142,3 +142,36 @@ def test_bypass_mode_policy_loss():
     _close(clipfrac, 1.0)
     with pytest.raises(ValueError, match="needs rollout_correction.bypass_mode=true"):
         fn(old, log_prob, adv, mask, "token-mean", _bypass_actor_cfg())
+
+
+def test_verl_rejection_criteria_by_hand():
+    """Ratios row0 [0.4, 1.5, 3.0], row1 [1.2, 0.8]. token_k1 0.5_2.0 drops 0.4 and 3.0; seq_mean_k1 0.9_1.1
+    drops row0 (geometric mean 1.8 ** (1/3) = 1.216) and keeps row1 (0.96 ** 0.5 = 0.980); token_k2 with 0.1 drops
+    the tokens with 0.5 * log(r)^2 > 0.1, i.e. r outside [0.64, 1.56]: 0.4 and 3.0 again."""
+    _, mask, m = _run(rollout_is=None, rollout_rs="token_k1", rollout_rs_threshold="0.5_2.0")
+    _close(mask, [[0, 1, 0], [1, 1, 0]])
+    _close(torch.tensor(m["rollout_corr/rollout_rs_token_k1_masked_fraction"]), 2 / 5)
+    _, mask, _ = _run(rollout_is=None, rollout_rs="seq_mean_k1", rollout_rs_threshold="0.9_1.1")
+    _close(mask, [[0, 0, 0], [1, 1, 0]])
+    _, mask, _ = _run(rollout_is=None, rollout_rs="token_k2", rollout_rs_threshold=0.1)
+    _close(mask, [[0, 1, 0], [1, 1, 0]])
+    # k3 per row, max: row0's largest token value is r=3.0: 3 - 1 - ln 3 = 0.901; row1's is r=0.8: 0.023
+    _, mask, _ = _run(rollout_is=None, rollout_rs="seq_max_k3", rollout_rs_threshold=0.5)
+    _close(mask, [[0, 0, 0], [1, 1, 0]])
+    # two criteria, both must hold: token_k1 then seq_sum_k1 on the product (row1's 0.96 is in 0.95_1.05)
+    _, mask, m = _run(rollout_is=None, rollout_rs="token_k1,seq_sum_k1", rollout_rs_threshold="0.5_2.0,0.95_1.05")
+    _close(mask, [[0, 0, 0], [1, 1, 0]])
+    assert "rollout_corr/rollout_rs_seq_sum_k1_masked_fraction" in m
+    with pytest.raises(ValueError, match="needs one rollout_rs_threshold per criterion"):
+        _run(rollout_rs="token_k1,seq_mean_k3", rollout_rs_threshold="0.5_2.0")
+    with pytest.raises(ValueError, match="ratio band 'lower_upper'"):
+        _run(rollout_rs="token_k1", rollout_rs_threshold="2.0_0.5")
+
+
+def test_icepop_band_zeroes_weights_outside_and_keeps_the_tokens():
+    w, mask, m = _run(rollout_is="token", rollout_is_threshold="0.5_2.0")
+    _close(mask, MASK)  # the band does not reject
+    _close(w, [[0.0, 1.5, 0.0], [1.2, 0.8, 0.0]])
+    _close(torch.tensor(m["rollout_corr/truncated_frac"]), 2 / 5)
+    with pytest.raises(ValueError, match="rollout_is_threshold='1_0.5' is invalid"):
+        _run(rollout_is_threshold="1_0.5")

@@ -71,7 +71,6 @@ def enums() -> dict[str, tuple[Any, ...]]:
         "algorithm.kl_ctrl.type": ("fixed", "adaptive"),
         "algorithm.pf_ppo.reweight_method": ("pow", "max_min", "max_random"),
         "algorithm.rollout_correction.rollout_is": (None, "token", "sequence"),
-        "algorithm.rollout_correction.rollout_rs": (None, "token", "sequence", "geometric"),
         "algorithm.rollout_correction.loss_type": ("ppo_clip", "reinforce"),
         f"{ARR}.actor.kl_loss_type": kl_names,
         f"{ARR}.actor.loss_agg_mode": agg,

@@ -56,7 +56,7 @@ POSITIVE_FLOATS = (
     f"{ARR}.actor.clip_ratio_high", f"{ARR}.actor.optim.num_cycles", "critic.grad_clip",
     "critic.cliprange_value", "critic.optim.num_cycles", "algorithm.kl_ctrl.target_kl",
     "trainer.rollout_drift_warn", "trainer.ray_call_timeout", "trainer.ray_stall_timeout",
-    "algorithm.rollout_correction.rollout_is_threshold", f"{ARR}.actor.tau_pos",
+    f"{ARR}.actor.tau_pos",
     f"{ARR}.actor.tau_neg", f"{ARR}.rollout.multi_turn.tool_timeout_s",
 )
 OPEN_UNIT = (f"{ARR}.rollout.gpu_memory_utilization", f"{ARR}.rollout.top_p", f"{ARR}.rollout.val_kwargs.top_p")
@@ -182,6 +182,13 @@ def check_combinations(c: PPOTrainerConfig) -> None:
         fail(f"data.gen_batch_size={c.data.gen_batch_size}, algorithm.filter_groups.enable=false",
              "generation batches differ from training batches only with dynamic sampling",
              "algorithm.filter_groups.enable=true (or remove data.gen_batch_size)")
+    try:  # thresholds may be strings ('lower_upper' bands, one per rejection criterion): the algorithm parses them
+        from rlpost.algos.rollout_correction import parse_is_threshold, parse_rejection
+
+        parse_is_threshold(corr.rollout_is_threshold)
+        parse_rejection(corr.rollout_rs, corr.rollout_rs_threshold)
+    except ValueError as err:
+        raise ConfigError(f"algorithm.{err}") from None
     if corr.bypass_mode and corr.loss_type != "ppo_clip":
         fail(f"not supported yet: algorithm.rollout_correction.loss_type={corr.loss_type} with bypass_mode=true",
              "bypass mode trains with PPO clipping against the rollout log-probs",

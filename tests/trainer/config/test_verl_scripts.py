@@ -51,7 +51,6 @@ REFUSED = {
 NOT_BUILT = {
     "codapo_qwen2_5_math_1_5b_fsdp": "unknown key 'algorithm.codapo_top_k'",
     "gdpo_qwen3_8b_fsdp": "unknown key 'algorithm.gdpo_reward_keys'",
-    "grpo_qwen3_vl_30b_a3b_fsdp": "algorithm.rollout_correction.rollout_rs_threshold='0.6_1.6': expected float",
 }
 # Scripts refused by a value rule, with the start of the message (checked after the feature checks: the
 # Qwen3 script's use_liger=true passed its start-up check before its batch sizes were refused).
