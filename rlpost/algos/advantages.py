@@ -4,7 +4,7 @@ Shapes: B = batch rows (prompts x n responses), R = response length.
 
 Calling convention: every registered estimator is called by keyword with the same fields,
     fn(token_level_rewards=..., response_mask=..., values=..., index=..., reward_baselines=...,
-       gamma=..., lam=..., norm_adv_by_std_in_grpo=..., epsilon=..., config=...)
+       gamma=..., lam=..., norm_adv_by_std_in_grpo=..., epsilon=..., config=..., non_tensor_batch=...)
 and takes what it needs, absorbing the rest through `**kwargs`; `compute_advantage` does that call.
 A custom estimator registered with `@register_adv_est(name)` must accept the same keywords. Each
 returns `(advantages, returns)`, both (B, R) and zero where `response_mask` is 0.
@@ -39,6 +39,7 @@ class AdvantageEstimator(str, Enum):
     GRPO_PASSK = "grpo_passk"
     GRPO_VECTORIZED = "grpo_vectorized"
     RLOO_VECTORIZED = "rloo_vectorized"
+    GDPO = "gdpo"
 
 
 def register_adv_est(name: str | AdvantageEstimator) -> Callable[[AdvEstimatorFn], AdvEstimatorFn]:
@@ -364,6 +365,51 @@ def compute_gpg_outcome_advantage(
     return adv, adv
 
 
+@register_adv_est(AdvantageEstimator.GDPO)
+def compute_gdpo_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray,
+    epsilon: float = 1e-6,
+    norm_adv_by_std_in_grpo: bool = True,
+    config: Any = None,
+    non_tensor_batch: dict[str, np.ndarray] | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GDPO (group reward-decoupled normalisation): GRPO's group normalisation applied to each reward
+    component on its own, the components summed with weights, then whitened over the batch.
+
+    c_k,i = row i's value of component k (`non_tensor_batch[key_k]`, from the reward function's dict);
+    A_i = sum_k w_k * (c_k,i - mean_g c_k) / (std_g c_k + eps) (no division with norm_adv_by_std_in_grpo=False),
+    then whitened over the valid tokens. Keys: `algorithm.gdpo_reward_keys`, weights
+    `algorithm.gdpo_reward_weights` (null: 1.0 each). The row's own total score is not used.
+
+    Raises:
+        ValueError: no keys configured, weights of another length, or a component missing from the batch.
+    """
+    keys = list(getattr(config, "gdpo_reward_keys", None) or [])
+    weights = list(getattr(config, "gdpo_reward_weights", None) or [1.0] * len(keys))
+    if not keys or len(weights) != len(keys):
+        raise ValueError(f"adv_estimator=gdpo needs algorithm.gdpo_reward_keys (got {keys}) and as many "
+                         f"algorithm.gdpo_reward_weights (got {weights}) or null")
+    fields = non_tensor_batch or {}
+    missing = [k for k in keys if k not in fields]
+    if missing:
+        raise ValueError(f"gdpo reward components {missing} are not in the batch: the reward function must return "
+                         f"them in its dict beside 'score' (the batch has {sorted(fields)})")
+    gid = _group_ids(index, token_level_rewards.shape[0])
+    with torch.no_grad():
+        total = torch.zeros(token_level_rewards.shape[0], dtype=torch.float32)
+        for key, weight in zip(keys, weights):
+            values = torch.as_tensor(np.asarray(fields[key], dtype=np.float32))
+            mean, std, _ = _group_mean_std(values, gid)
+            part = values - mean
+            total += float(weight) * (part / (std + epsilon) if norm_adv_by_std_in_grpo else part)
+        adv = masked_whiten(total.unsqueeze(-1).expand_as(response_mask).to(torch.float32), response_mask)
+        adv = adv * response_mask
+    return adv, adv
+
+
 def compute_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -377,6 +423,7 @@ def compute_advantage(
     norm_adv_by_std_in_grpo: bool = True,
     epsilon: float = 1e-6,
     config: Any = None,
+    non_tensor_batch: dict[str, np.ndarray] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Runs the estimator named `adv_estimator` with the uniform keyword call (module docstring).
 
@@ -386,6 +433,7 @@ def compute_advantage(
         values: (B, R) critic values (gae). index: (B,) uids (group estimators).
         reward_baselines: (B,) greedy scores (remax). gamma, lam, norm_adv_by_std_in_grpo, epsilon:
             from `algorithm.*`. config: the `algorithm` config, passed through for custom estimators.
+        non_tensor_batch: the batch's per-row fields (the reward's extra values: gdpo's components).
 
     Returns:
         advantages (B, R), returns (B, R).
@@ -402,4 +450,5 @@ def compute_advantage(
         norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
         epsilon=epsilon,
         config=config,
+        non_tensor_batch=non_tensor_batch,
     )

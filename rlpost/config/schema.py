@@ -344,6 +344,8 @@ class AlgorithmConfig(BaseConfig):
     lam: float
     adv_estimator: str
     norm_adv_by_std_in_grpo: bool
+    gdpo_reward_keys: list[str] | None
+    gdpo_reward_weights: list[float] | None
     use_kl_in_reward: bool
     kl_penalty: str
     kl_ctrl: KlCtrlConfig

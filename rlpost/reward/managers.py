@@ -108,6 +108,12 @@ class NaiveRewardManager(AbstractRewardManager):
         return base.finish(data, samples, self.score_samples(samples), self.num_examine, return_dict)
 
 
+@REWARD_MANAGERS.register("gdpo")
+class GDPORewardManager(NaiveRewardManager):
+    """verl's manager for adv_estimator=gdpo: the naive manager, whose dict results already put each component
+    (`accuracy_reward`, `format_reward`, ...) beside the `score` into the batch, where gdpo reads them."""
+
+
 @REWARD_MANAGERS.register("batch")
 class BatchRewardManager(NaiveRewardManager):
     """Calls the user function once with lists: `fn(data_sources=, solution_strs=, ground_truths=,

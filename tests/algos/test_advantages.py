@@ -222,3 +222,28 @@ def test_vectorized_names_by_hand():
     _close(adv, [[v * m for m in row] for v, row in zip([1.0, -1.0, 0.5, 0.5, -1.0, 2.0], mask.tolist())])
     dr, _ = ca.compute_advantage(rewards, mask, "grpo_vectorized", index=index, norm_adv_by_std_in_grpo=False)
     _close(dr, [[v * m for m in row] for v, row in zip([0.5, -0.5, 1 / 3, 1 / 3, -2 / 3, 2.0], mask.tolist())])
+
+
+def test_gdpo_normalises_each_component_in_its_group_then_whitens():
+    """Groups a = rows 0, 1 and b = rows 2, 3; components acc [1, 0, 0, 1], fmt [0, 1, 0, 1], weights [1, 0.5].
+    Two-member groups normalise to +-1/sqrt(2) (unbiased std of [1, 0] is 1/sqrt(2)): acc -> [.707, -.707,
+    -.707, .707], fmt -> [-.707, .707, -.707, .707]; weighted sums [.354, -.354, -1.061, 1.061], whitened over
+    the valid tokens (two per row, so each value twice)."""
+    from types import SimpleNamespace
+
+    s = 1 / math.sqrt(2)
+    sums = [s - 0.5 * s, -s + 0.5 * s, -s - 0.5 * s, s + 0.5 * s]
+    fields = {"acc": np.array([1.0, 0.0, 0.0, 1.0], dtype=object), "fmt": np.array([0, 1, 0, 1], dtype=object)}
+    cfg = SimpleNamespace(gdpo_reward_keys=["acc", "fmt"], gdpo_reward_weights=[1.0, 0.5])
+    adv, ret = ca.compute_advantage(torch.zeros(4, 2), torch.ones(4, 2), "gdpo", index=np.array(["a", "a", "b", "b"]),
+                                    config=cfg, non_tensor_batch=fields)
+    expected = _whiten([v for v in sums for _ in range(2)])
+    _close(adv, torch.tensor(expected).reshape(4, 2), atol=1e-4)
+    assert torch.equal(adv, ret)
+    # the rows' own total score plays no part; a missing component or no keys is named
+    with pytest.raises(ValueError, match=r"gdpo reward components \['fmt'\] are not in the batch"):
+        ca.compute_advantage(torch.zeros(4, 2), torch.ones(4, 2), "gdpo", index=np.array(["a", "a", "b", "b"]),
+                             config=cfg, non_tensor_batch={"acc": fields["acc"]})
+    with pytest.raises(ValueError, match="needs algorithm.gdpo_reward_keys"):
+        ca.compute_advantage(torch.zeros(4, 2), torch.ones(4, 2), "gdpo", index=np.array(["a", "a", "b", "b"]),
+                             config=SimpleNamespace(gdpo_reward_keys=None, gdpo_reward_weights=None))

@@ -19,7 +19,7 @@ from rlpost.utils.liger import LIGER_REQUIREMENT, liger_model_types
 ARR = "actor_rollout_ref"
 # Estimators that compare the n responses of a prompt with each other: they need rollout.n > 1.
 GROUP_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus_baseline", "opo", "gpg", "grpo_passk",
-                    "rloo_vectorized", "grpo_vectorized")
+                    "rloo_vectorized", "grpo_vectorized", "gdpo")
 
 POSITIVE_INTS = (
     "data.train_batch_size", "data.max_prompt_length", "data.max_response_length",
@@ -216,6 +216,23 @@ def check_combinations(c: PPOTrainerConfig) -> None:
     if rollout.seed is not None and rollout.name == "hf":
         fail(f"not supported yet: {ARR}.rollout.seed={rollout.seed} with {ARR}.rollout.name=hf",
              "the HF engine samples with torch's generator as the trainer seeds it", f"{ARR}.rollout.seed=null")
+    check_reward_choices(c)
+    check_sglang(c)
+    if c.trainer.resume_mode == "resume_path" and not c.trainer.resume_from_path:
+        fail("trainer.resume_mode=resume_path, trainer.resume_from_path=null",
+             "resume_path needs the checkpoint folder", "trainer.resume_from_path=/abs/ckpt/global_step_N "
+             "(or trainer.resume_mode=auto)")
+
+
+def check_reward_choices(c: PPOTrainerConfig) -> None:
+    """gdpo's reward components; where a reward-manager class comes from."""
+    algo = c.algorithm
+    keys, weights = algo.gdpo_reward_keys, algo.gdpo_reward_weights
+    if algo.adv_estimator == "gdpo" and (not keys or (weights is not None and len(weights) != len(keys))):
+        fail(f"algorithm.adv_estimator=gdpo, algorithm.gdpo_reward_keys={keys}, "
+             f"algorithm.gdpo_reward_weights={weights}",
+             "gdpo normalises each named reward component (returned by the reward function beside 'score')",
+             "algorithm.gdpo_reward_keys=[accuracy_reward,format_reward] (weights null, or one per key)")
     manager = c.reward.reward_manager
     if manager.module.path and manager.source != "importlib":
         fail(f"reward.reward_manager.module.path={manager.module.path}, reward.reward_manager.source={manager.source}",
@@ -224,11 +241,6 @@ def check_combinations(c: PPOTrainerConfig) -> None:
         fail("reward.reward_manager.source=importlib, reward.reward_manager.module.path=null",
              "importlib loads the reward manager class from a file of yours",
              "reward.reward_manager.module.path=/abs/path/my_manager.py (and module.name=MyRewardManager)")
-    check_sglang(c)
-    if c.trainer.resume_mode == "resume_path" and not c.trainer.resume_from_path:
-        fail("trainer.resume_mode=resume_path, trainer.resume_from_path=null",
-             "resume_path needs the checkpoint folder", "trainer.resume_from_path=/abs/ckpt/global_step_N "
-             "(or trainer.resume_mode=auto)")
 
 
 def check_sglang(c: PPOTrainerConfig) -> None:

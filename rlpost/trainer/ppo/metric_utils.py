@@ -118,6 +118,16 @@ def compute_throughout_metrics(batch: Any, timing_raw: dict[str, float], n_gpus:
     }
 
 
+def reward_component_metrics(fields: dict[str, Any], keys: Sequence[str]) -> dict[str, float]:
+    """`gdpo/<key>/{mean,std,max,min}` of each reward component's per-row values (verl's names)."""
+    out = {}
+    for key in keys:
+        values = np.asarray(fields[key], dtype=np.float64)
+        out.update({f"gdpo/{key}/mean": float(values.mean()), f"gdpo/{key}/std": float(values.std()),
+                    f"gdpo/{key}/max": float(values.max()), f"gdpo/{key}/min": float(values.min())})
+    return out
+
+
 def bootstrap_metric(data: Sequence[Any], subset_size: int, reduce_fns: Sequence[Callable[[list], float]],
                      n_bootstrap: int = 1000, seed: int = 42) -> list[tuple[float, float]]:
     """(mean, std) of each `reduce_fn` over `n_bootstrap` subsets of `subset_size` items of `data` drawn with

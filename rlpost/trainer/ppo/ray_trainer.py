@@ -51,6 +51,7 @@ from rlpost.trainer.ppo.metric_utils import (
     compute_throughout_metrics,
     compute_timing_metrics,
     reduce_metrics,
+    reward_component_metrics,
 )
 from rlpost.trainer.ppo.roles import WorkerGroups, build_worker_groups, plan_roles
 from rlpost.trainer.ppo.rollout_driver import PREPARED, build_rollouts
@@ -463,8 +464,11 @@ class RayPPOTrainer:
             values=batch.batch.get(K.VALUES), index=batch.non_tensor_batch[K.UID],
             reward_baselines=batch.batch.get(K.REWARD_BASELINES), gamma=self.algo.gamma, lam=self.algo.lam,
             norm_adv_by_std_in_grpo=self.algo.norm_adv_by_std_in_grpo, config=self.algo,
+            non_tensor_batch=batch.non_tensor_batch,
         )
         batch.batch[K.ADVANTAGES], batch.batch[K.RETURNS] = adv, ret
+        if self.algo.adv_estimator == "gdpo":
+            metrics.update(reward_component_metrics(batch.non_tensor_batch, self.algo.gdpo_reward_keys))
         if self.algo.use_pf_ppo:
             idx = core_algos.pf_ppo_sample_indices(
                 scores.sum(-1), self.algo.pf_ppo.reweight_method, self.algo.pf_ppo.weight_pow)

@@ -50,7 +50,6 @@ REFUSED = {
 # start of this message (an unknown key, or a value of a shape rlpost's key does not take).
 NOT_BUILT = {
     "codapo_qwen2_5_math_1_5b_fsdp": "unknown key 'algorithm.codapo_top_k'",
-    "gdpo_qwen3_8b_fsdp": "unknown key 'algorithm.gdpo_reward_keys'",
 }
 # Scripts refused by a value rule, with the start of the message (checked after the feature checks: the
 # Qwen3 script's use_liger=true passed its start-up check before its batch sizes were refused).

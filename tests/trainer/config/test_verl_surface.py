@@ -340,3 +340,15 @@ def test_rollout_seed_is_refused_on_the_hf_engine_and_interpolated_defaults_say_
     with pytest.raises(ConfigError, match="teacher_model.inference.name=vllm .*; remove the override of "
                                           "distillation.teacher_models.teacher_model.inference.name"):
         typed_config(small_cfg({"distillation.teacher_models.teacher_model.inference.name": "vllm"}))
+
+
+def test_gdpo_needs_its_reward_components(small_cfg):
+    gdpo = {"algorithm.adv_estimator": "gdpo", "actor_rollout_ref.rollout.n": 2}
+    with pytest.raises(ConfigError, match="algorithm.adv_estimator=gdpo, algorithm.gdpo_reward_keys=None"):
+        typed_config(small_cfg(gdpo))
+    with pytest.raises(ConfigError, match=r"gdpo_reward_weights=\[1.0\]: gdpo normalises"):
+        typed_config(small_cfg({**gdpo, "algorithm.gdpo_reward_keys": ["acc", "fmt"],
+                                "algorithm.gdpo_reward_weights": [1.0]}))
+    typed = typed_config(small_cfg({**gdpo, "algorithm.gdpo_reward_keys": ["acc", "fmt"],
+                                    "reward.reward_manager.name": "gdpo"}))
+    assert typed.algorithm.gdpo_reward_keys == ["acc", "fmt"] and typed.reward_model.reward_manager == "gdpo"

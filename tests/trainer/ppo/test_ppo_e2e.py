@@ -65,16 +65,17 @@ def check_metrics(rows: list[dict], extra: tuple[str, ...] = ()) -> None:
     assert any(k.startswith("val-core/rlpost/arith/reward/mean@") for k in train[-1]), "validation did not run"
 
 
-def test_grpo_with_kl_loss_engine_knobs_and_a_torch_profile(workspace):
-    """GRPO with the KL loss against the reference and the engine's own log-probs, with the FSDP engine knobs on
-    (reward in the background, forward prefetch, activation offload, a 1 MB weight-sync bucket): each knob is
-    checked for equal values in its own test; here they run in the loop. The torch profiler captures step 2 on
-    every rank. The reward manager is a class written against verl's API, loaded from its file
-    (examples/reward_manager/offset_reward_manager.py: the built-in score + reward_kwargs.offset). (One run for
-    all: each run costs a Ray start, two workers and their models.)"""
+def test_gdpo_with_kl_loss_engine_knobs_and_a_torch_profile(workspace):
+    """GDPO (GRPO's group normalisation per reward component) with the KL loss against the reference and the
+    engine's own log-probs, with the FSDP engine knobs on (reward in the background, forward prefetch, activation
+    offload, a 1 MB weight-sync bucket): each knob is checked for equal values in its own test; here they run in
+    the loop. The torch profiler captures step 2 on every rank. The reward manager is a class written against
+    verl's API, loaded from its file (examples/reward_manager/offset_reward_manager.py: the built-in score +
+    reward_kwargs.offset, and the score alone as the `base_score` component gdpo normalises). (One run for all:
+    each run costs a Ray start, two workers and their models.)"""
     profile = workspace["root"] / "profile"
     manager = REPO / "examples/reward_manager/offset_reward_manager.py"
-    rows = run_main_ppo(workspace, "grpo", "algorithm.adv_estimator=grpo",
+    rows = run_main_ppo(workspace, "gdpo", "algorithm.adv_estimator=gdpo", "algorithm.gdpo_reward_keys=[base_score]",
                         "reward.reward_manager.source=importlib", f"reward.reward_manager.module.path={manager}",
                         "reward.reward_manager.module.name=OffsetRewardManager", "+reward_model.reward_kwargs.offset=10",
                         "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_coef=0.01",
@@ -90,6 +91,8 @@ def test_grpo_with_kl_loss_engine_knobs_and_a_torch_profile(workspace):
     assert rows[-1]["training/rollout_probs_diff_mean"] < 0.05
     train = [r for r in rows if "timing_s/step" in r]
     assert all(10 <= r["critic/score/min"] <= r["critic/score/max"] <= 11 for r in train)  # the manager's offset
+    assert all(0 <= r["gdpo/base_score/mean"] <= 1 for r in train)  # the component, without the offset
+    assert all(abs(r["critic/advantages/mean"]) < 1e-4 for r in train)  # gdpo whitens over the batch
     # actor, rollout (follows the actor's switch) and the reference share each process: one trace per rank
     assert sorted(p.name for p in profile.iterdir()) == ["step2_actor+rollout_rank0.json", "step2_actor+rollout_rank1.json"]
     for path in profile.iterdir():
