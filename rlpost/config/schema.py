@@ -346,6 +346,9 @@ class AlgorithmConfig(BaseConfig):
     norm_adv_by_std_in_grpo: bool
     gdpo_reward_keys: list[str] | None
     gdpo_reward_weights: list[float] | None
+    codapo_top_k: int | None
+    codapo_weight_offset: float | None
+    codapo_accuracy_key: str | None
     use_kl_in_reward: bool
     kl_penalty: str
     kl_ctrl: KlCtrlConfig

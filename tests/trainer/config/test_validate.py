@@ -116,9 +116,9 @@ def _refused_value(key: str, refusal) -> object:
     if first is None or first == []:
         if key.endswith(("ranks", "profile_steps", "steps")):
             return [1]
-        if key.endswith(("_lower", "_threshold", "loss_scale_factor", "dro_beta")):
+        if key.endswith(("_lower", "_threshold", "loss_scale_factor", "dro_beta", "weight_offset")):
             return 0.5
-        if key.endswith("num_repeat_rollouts"):
+        if key.endswith(("num_repeat_rollouts", "codapo_top_k")):
             return 2
         if key.endswith("modules_to_save"):
             return ["visual.merger"]
