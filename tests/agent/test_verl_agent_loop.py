@@ -26,7 +26,6 @@ from rlpost.workers.agent_rollout import AgentRollout
 P, R = 64, 48
 
 
-@register("verl_two_turn_test_agent")
 class TwoTurnAgentLoop(AgentLoopBase):
     """Written as verl's loops are: answer, get a user nudge, answer again; the nudge is masked out."""
 
@@ -61,7 +60,6 @@ class TwoTurnAgentLoop(AgentLoopBase):
                                extra_fields={"turn_scores": [0.5]})
 
 
-@register("verl_init_class_test_agent")
 class InitClassAgentLoop(AgentLoopBase):
     """verl's older style: shared settings stored on the class by `init_class`, once."""
 
@@ -84,6 +82,19 @@ class InitClassAgentLoop(AgentLoopBase):
         return AgentLoopOutput(prompt_ids=prompt_ids, response_ids=out.token_ids, response_mask=[1] * len(out.token_ids),
                                response_logprobs=out.log_probs, num_turns=2,
                                metrics=AgentLoopMetrics(generate_sequences=0.25), reward_score=float(self.max_turns))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def registered_loops():
+    """The two loops, registered with verl's decorator for this module's tests only (the registry is the
+    process's: other tests list its names)."""
+    from rlpost.agent import AGENT_LOOPS
+
+    register("verl_two_turn_test_agent")(TwoTurnAgentLoop)
+    register("verl_init_class_test_agent")(InitClassAgentLoop)
+    yield
+    for name in ("verl_two_turn_test_agent", "verl_init_class_test_agent"):
+        AGENT_LOOPS._entries.pop(name, None)
 
 
 class CountingEngine(AgentEngine):
