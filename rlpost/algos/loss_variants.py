@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from rlpost.algos.losses import _clip_params, agg_loss, apply_is_weights, cfg_value, register_policy_loss
+from rlpost.algos.losses import _clip_params, agg_loss, apply_is_weights, cfg_value, register_policy_loss, row_mean
 from rlpost.utils.masked import masked_mean
 
 LossTuple = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
@@ -257,7 +257,7 @@ def compute_policy_loss_topr(
                          "need 0 <= lower <= upper (verl: 0.0, 1.0)")
     mask = response_mask.to(log_prob.dtype)
     log_ratio = log_prob - old_log_prob
-    seq_log_ratio = (log_ratio * mask).sum(dim=-1) / mask.sum(dim=-1).clamp_min(1)
+    seq_log_ratio = row_mean(log_ratio, mask)
     seq_ratio = torch.exp(seq_log_ratio.clamp(-20.0, 20.0)).detach().unsqueeze(-1).expand_as(log_prob)
     negative = advantages < 0
     weight = torch.where(negative, seq_ratio.clamp(lower, upper), torch.ones_like(seq_ratio))

@@ -51,6 +51,12 @@ def cfg_value(config: Any, key: str) -> Any:
         raise ValueError(f"the config has no key {key!r}; every key an algorithm reads must be set") from err
 
 
+def row_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(B,) mean of each row's valid entries of `values` (B, R); 0 for a row without any."""
+    mask = mask.to(values.dtype)
+    return (values * mask).sum(dim=-1) / mask.sum(dim=-1).clamp_min(1)
+
+
 def _per_row(loss_mat: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(row token sums (B,), row valid-token counts (B,)); masked garbage (even nan) is dropped."""
     m = mask.to(loss_mat.dtype)
@@ -213,7 +219,7 @@ def compute_policy_loss_gspo(
     p = _clip_params(config, clip_ratio=None, clip_ratio_low=clip_ratio_low, clip_ratio_high=clip_ratio_high)
     mask = response_mask.to(log_prob.dtype)
     log_ratio = log_prob - old_log_prob
-    seq_log_ratio = (log_ratio * mask).sum(dim=-1) / mask.sum(dim=-1).clamp_min(1)
+    seq_log_ratio = row_mean(log_ratio, mask)
     token_log_ratio = log_prob - log_prob.detach() + seq_log_ratio.detach().unsqueeze(-1)
     ratio = torch.exp(token_log_ratio.clamp(max=10.0))
     unclipped = -advantages * ratio

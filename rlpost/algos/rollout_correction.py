@@ -25,6 +25,7 @@ from rlpost.algos.losses import (
     cfg_value,
     compute_policy_loss_vanilla,
     register_policy_loss,
+    row_mean,
 )
 from rlpost.utils.masked import masked_mean
 
@@ -152,8 +153,9 @@ def _check(cfg: Any) -> tuple[str | None, tuple[float | None, float], str | None
 
 def _row_log_ratio(log_ratio: torch.Tensor, mask: torch.Tensor, mean: bool) -> torch.Tensor:
     """(B, 1) sum (or mean) of the token log-ratios over each row's valid tokens."""
-    total = (log_ratio * mask).sum(dim=-1, keepdim=True)
-    return total / mask.sum(dim=-1, keepdim=True).clamp_min(1) if mean else total
+    if mean:
+        return row_mean(log_ratio, mask).unsqueeze(-1)
+    return (log_ratio * mask).sum(dim=-1, keepdim=True)
 
 
 def _rejection_mask(log_ratio: torch.Tensor, mask: torch.Tensor, level: str, thr: float) -> torch.Tensor:
