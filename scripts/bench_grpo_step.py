@@ -112,6 +112,10 @@ def grpo_step(worker: Any, prompts: torch.Tensor, n: int) -> dict[str, float]:
         gen_in.meta_info.update({keys.META_DO_SAMPLE: True, keys.META_VALIDATE: False})
         with timer("gen", timing):
             batch = worker.generate_sequences(gen_in)
+        gen_metrics = batch.meta_info.get(keys.META_METRICS, {})
+        for part in ("gen_wake", "gen_engine", "gen_sleep"):  # the worker's own split of gen
+            if f"timing_s/{part}" in gen_metrics:
+                timing[part] = float(gen_metrics[f"timing_s/{part}"])
         with timer("reward", timing):  # synthetic score on the last response token
             mask = batch.batch[keys.RESPONSE_MASK]
             scores = torch.zeros(mask.shape)
