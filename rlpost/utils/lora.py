@@ -1,8 +1,9 @@
 """LoRA through PEFT: wrap a loaded HF model, check a config against a model, and turn the live (FSDP2-sharded)
 adapter into what the rollout engine and the checkpoint need.
 
-Config keys read (verl's names, `actor_rollout_ref.model` or `critic.model`): lora_rank (0 = off), lora_alpha,
-target_modules ("all-linear" or a list of module names), exclude_modules, lora_adapter_path.
+Config keys read (verl's names, `actor_rollout_ref.model` or `critic.model`): lora_rank (0 = off unless
+lora_adapter_path is set), lora_alpha, target_modules ("all-linear" or a list of module names), exclude_modules,
+lora_adapter_path (a saved adapter to train further: its own rank, alpha and target modules, as in verl).
 
 Names: PEFT injects its layers into the HF model, so inside the model a targeted linear `X` holds
 `X.base_layer.weight` (frozen) and `X.lora_A.default.weight` (r, in), `X.lora_B.default.weight` (out, r).
@@ -12,21 +13,19 @@ The merged weight of `X` is `W + scaling * B @ A`, `scaling = lora_alpha / r`. A
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Iterable, Iterator
 
 import torch
 
+from rlpost.utils.lora_config import lora_enabled, saved_adapter_config
+
+__all__ = ["lora_enabled"]  # re-exported: the workers import it from here
+
 ADAPTER_NAME = "default"
 ADAPTER_DIR = "lora_adapter"  # sub-folder of a checkpoint holding the PEFT adapter
 _PEFT_PREFIX = "base_model.model."
 _SAVED_COPY = f".modules_to_save.{ADAPTER_NAME}."  # a fully trained module (a value model's head)
-
-
-def lora_enabled(model_cfg: Any) -> bool:
-    """True when the model group asks for LoRA (`lora_rank` > 0)."""
-    return int(model_cfg.lora_rank) > 0
 
 
 def _targets(value: Any) -> str | list[str]:
@@ -111,18 +110,18 @@ def check_target_modules(model_cfg: Any, group: str) -> None:
 
 
 def check_adapter_folder(path: str, model_cfg: Any, model: torch.nn.Module | None, group: str) -> None:
-    """`lora_adapter_path` is a PEFT adapter folder of this rank whose layers fit `model` (when given).
+    """`lora_adapter_path` is a PEFT adapter folder, of `lora_rank` when that is set, whose layers fit `model` (when
+    given).
 
     Raises:
         ValueError: naming the file and what differs (missing file, rank, layer names or shapes).
     """
     config_file = os.path.join(os.path.expanduser(path), "adapter_config.json")
-    if not os.path.isfile(config_file):
-        raise ValueError(f"{group}.lora_adapter_path={path!r}: {config_file} not found; give a folder written by "
-                         f"PEFT's save_pretrained or a checkpoint's actor/{ADAPTER_DIR}, or set it to null")
-    with open(config_file) as f:
-        saved = json.load(f)
-    if int(saved.get("r", -1)) != int(model_cfg.lora_rank):
+    saved = saved_adapter_config(path)
+    if saved is None:
+        raise ValueError(f"{group}.lora_adapter_path={path!r}: {config_file} not found or not JSON; give a folder "
+                         f"written by PEFT's save_pretrained or a checkpoint's actor/{ADAPTER_DIR}, or set it to null")
+    if int(model_cfg.lora_rank) > 0 and int(saved.get("r", -1)) != int(model_cfg.lora_rank):
         raise ValueError(f"{group}.lora_adapter_path={path!r}: {config_file} has r={saved.get('r')} but "
                          f"{group}.lora_rank={model_cfg.lora_rank}; set {group}.lora_rank={saved.get('r')}")
     if model is None:

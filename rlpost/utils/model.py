@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 
 from rlpost.utils.import_utils import import_external_libs
 from rlpost.utils.liger import apply_liger
+from rlpost.utils.lora_config import lora_enabled
 from rlpost.utils.packed_attention import use_packed_attention
 from rlpost.utils.shm import local_model_path
 
@@ -64,7 +65,7 @@ def loads_on_rank0_only(model_cfg: Any) -> bool:
     survive materialisation). One copy of the full weights in host memory instead of one per rank."""
     import torch.distributed as dist
 
-    if not (dist.is_initialized() and dist.get_world_size() > 1) or int(getattr(model_cfg, "lora_rank", 0) or 0) > 0:
+    if not (dist.is_initialized() and dist.get_world_size() > 1) or lora_enabled(model_cfg):
         return False
     import_external_libs(model_cfg.external_lib)  # registers the model types their configs name
     trust = bool(model_cfg.trust_remote_code)

@@ -115,9 +115,10 @@ class _FSDPRole(ProfiledWorker):
         `total_training_steps` (None: `optim.total_training_steps`, see `rlpost.utils.optim.resolve_total_steps`).
         With `model.enable_activation_offload` the forward's saved activations wait on the host.
 
-        With `lora_rank` > 0 the base loads in the compute dtype and stays frozen; PEFT adapters (float32) are
-        the only parameters the optimizer sees. Returns (module, optimizer, scheduler, peft model or None);
-        `module` is the HF model (holding the adapters), the one that is sharded and run.
+        With LoRA on (`lora_rank` > 0 or a `lora_adapter_path`) the base loads in the compute dtype and stays
+        frozen; PEFT adapters (float32) are the only parameters the optimizer sees. Returns (module, optimizer,
+        scheduler, peft model or None); `module` is the HF model (holding the adapters), the one that is sharded
+        and run.
         """
         lora = lora_enabled(model_cfg)
         dtype = compute_dtype(self.device, fsdp_cfg.mixed_precision.param_dtype) if lora else \
@@ -167,7 +168,7 @@ class ActorRolloutRefWorker(_FSDPRole):
     Attributes:
         mini_batch_rows: rows per PPO mini-batch on this rank (actor.ppo_mini_batch_size x rollout.n / ranks);
             None without an actor.
-        actor_peft: the PEFT model around `actor_module` with LoRA (model.lora_rank > 0), else None. The
+        actor_peft: the PEFT model around `actor_module` with LoRA (`lora_enabled`), else None. The
             reference policy of a LoRA actor is the actor with its adapters disabled (no second model).
     """
 

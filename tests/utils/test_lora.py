@@ -78,7 +78,7 @@ def test_target_modules_matching_nothing_lists_the_linear_layers(tiny_model_dir)
 def test_adapter_folder_errors_name_the_file_and_the_difference(tiny_model_dir, tmp_path):
     from rlpost.utils.tiny_model import build_tiny_model
 
-    with pytest.raises(ValueError, match="adapter_config.json not found"):
+    with pytest.raises(ValueError, match="adapter_config.json not found or not JSON"):
         check_adapter_folder(str(tmp_path / "none"), _model_cfg(tiny_model_dir), None, f"{ARR}.model")
     model, peft_model = _trained_peft(tiny_model_dir)
     save_adapter(str(tmp_path / "a"), adapter_tensors(model.state_dict().items()), peft_model.peft_config["default"])
@@ -101,7 +101,6 @@ def test_adapter_folder_errors_name_the_file_and_the_difference(tiny_model_dir, 
     (f"{ARR}.model.lora_rank=-1", "lora_rank=-1: must be 0 (LoRA off) or a rank >= 1"),
     (f"{ARR}.model.lora_alpha=0", "lora_alpha=0: the LoRA scaling must be > 0"),
     ("critic.model.lora_rank=-2", "critic.model.lora_rank=-2"),
-    (f"{ARR}.model.lora_adapter_path=/x", "a saved adapter is trained further only with LoRA on"),
 ])
 def test_bad_lora_sizes_are_config_errors(override, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
@@ -130,3 +129,37 @@ def test_main_ppo_stops_on_unmatched_target_modules_before_ray(tiny_model_dir, t
     err = capsys.readouterr().err
     assert status == 2, err
     assert err.startswith("error: actor_rollout_ref.model.target_modules=") and "'gate_proj'" in err
+
+
+def test_a_saved_adapter_alone_turns_lora_on_with_its_own_rank(tiny_model_dir, tmp_path):
+    """As in verl: `lora_adapter_path` without `lora_rank` trains that adapter further; rank, alpha and target
+    modules are the adapter's own (PEFT reads them from adapter_config.json)."""
+    from rlpost.trainer.config.plan import dry_run_plan
+    from rlpost.utils.lora_config import lora_enabled, lora_rank_of
+
+    model, peft_model = _trained_peft(tiny_model_dir)
+    save_adapter(str(tmp_path / "a"), adapter_tensors(model.state_dict().items()), peft_model.peft_config["default"])
+    cfg = compose_config(*SMALL, f"{ARR}.model.path={tiny_model_dir}", f"{ARR}.model.lora_adapter_path={tmp_path}/a",
+                         f"{ARR}.actor.use_kl_loss=true")
+    model_cfg = cfg.actor_rollout_ref.model
+    assert model_cfg.lora_rank == 0 and lora_enabled(model_cfg) and lora_rank_of(model_cfg) == 4
+    check_adapter_folder(str(tmp_path / "a"), model_cfg, None, f"{ARR}.model")  # any saved rank fits rank 0
+    plan = dry_run_plan(cfg)
+    assert f"LoRA: actor trains the adapters saved in {tmp_path}/a (rank 4, its own alpha and target modules)" in plan
+    assert "reference log-probs = the actor with its adapters disabled" in plan
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    wrapped = apply_lora(base, model_cfg, f"{ARR}.model")
+    assert wrapped.peft_config["default"].r == 4 and any(p.requires_grad for p in wrapped.parameters())
+    ids = torch.tensor([[3, 9, 27, 81, 12]])
+    with torch.no_grad():
+        torch.testing.assert_close(wrapped(ids).logits, peft_model(ids).logits, atol=1e-6, rtol=0)
+    assert not lora_enabled(compose_config(*SMALL).actor_rollout_ref.model)
+    missing = compose_config(*SMALL, f"{ARR}.model.lora_adapter_path={tmp_path}/none").actor_rollout_ref.model
+    assert lora_enabled(missing) and lora_rank_of(missing) is None  # start-up's check names the missing file
+
+
+def test_sglang_with_only_a_saved_adapter_is_refused_by_name():
+    with pytest.raises(ConfigError, match="not supported yet: actor_rollout_ref.model.lora_adapter_path=/x with"):
+        compose_config(*SMALL, f"{ARR}.model.lora_adapter_path=/x", f"{ARR}.rollout.name=sglang", "trainer.device=cuda")

@@ -83,12 +83,12 @@ def _run(rank: int, model_dir: str, tmp: str) -> None:
 
 
 def _run_merged(rank: int, model_dir: str, tmp: str) -> None:
-    """merge=true from the adapter saved by `_run` (one rank): the engine gets full merged weights and no LoRA
-    slot."""
+    """merge=true from the adapter saved by `_run` (one rank), given as verl does: the path alone, the rank read
+    from the adapter. The engine gets full merged weights and no LoRA slot."""
     from rlpost.workers.fsdp_workers import ActorRolloutRefWorker
 
     adapter = f"{tmp}/ckpt/lora_adapter"
-    cfg = arr_config(model_dir, *LORA, "actor_rollout_ref.model.lora.merge=true",
+    cfg = arr_config(model_dir, *[o for o in LORA if ".lora_rank=" not in o], "actor_rollout_ref.model.lora.merge=true",
                      f"actor_rollout_ref.model.lora_adapter_path={adapter}",
                      "actor_rollout_ref.actor.fsdp_config.param_offload=true",
                      "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true", rollout="vllm")

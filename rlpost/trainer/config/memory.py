@@ -16,6 +16,7 @@ from rlpost.config.schema import PPOTrainerConfig
 from rlpost.trainer.config.batch_rules import n_devices
 from rlpost.trainer.config.errors import ConfigError
 from rlpost.trainer.config.roles import need_critic, need_reference_policy
+from rlpost.utils.lora_config import lora_enabled
 from rlpost.utils.memory_estimate import (CHUNK_TOKENS, GIB, OVERHEAD_BYTES, ModelShape, PhaseEstimate, TrainSetup,
                                           forward_bytes, load_shape, onloaded_bytes, resident_bytes,
                                           update_bytes)
@@ -70,7 +71,7 @@ class RunMemory:
     def __init__(self, c: PPOTrainerConfig, actor: ModelShape, critic: ModelShape | None = None) -> None:
         self.c, self.actor, self.critic = c, actor, critic
         arr = c.actor_rollout_ref
-        lora = arr.model.lora_rank > 0
+        lora = lora_enabled(arr.model)
         self.actor_setup = _setup(c, arr.actor.fsdp_config, arr.model.enable_gradient_checkpointing,
                                   arr.actor.entropy_coeff != 0, lora, False)
         self.ref_setup = None
@@ -80,7 +81,7 @@ class RunMemory:
         if critic is not None:
             cm = c.critic.model
             self.critic_setup = _setup(c, cm.fsdp_config, cm.enable_gradient_checkpointing, False,
-                                       cm.lora_rank > 0, True)
+                                       lora_enabled(cm), True)
 
     def resident(self) -> dict[str, int]:
         """Bytes per device kept between phases, by role part."""

@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 from rlpost.config.schema import PPOTrainerConfig
-from rlpost.trainer.config.rules import ARR, fail
+from rlpost.trainer.config.rules import ARR, fail, lora_key
+from rlpost.utils.lora_config import lora_enabled
 
 
 def check_placement(c: PPOTrainerConfig) -> None:
@@ -31,8 +32,8 @@ def check_placement(c: PPOTrainerConfig) -> None:
         fail(f"{ARR}.rollout.n_gpus_per_node={rollout.n_gpus_per_node}, {ARR}.rollout.tensor_model_parallel_size={tp}",
              "each node's rollout devices hold whole tensor-parallel engines",
              f"{ARR}.rollout.tensor_model_parallel_size=1 or n_gpus_per_node a multiple of {tp}")
-    if arr.model.lora_rank > 0 and not arr.model.lora.merge:
-        fail(f"not supported yet: {ARR}.model.lora.merge=false with {ARR}.model.lora_rank={arr.model.lora_rank} and "
+    if lora_enabled(arr.model) and not arr.model.lora.merge:
+        fail(f"not supported yet: {ARR}.model.lora.merge=false with {lora_key(arr.model)} and "
              f"{ARR}.hybrid_engine=false", "the broadcast to separate rollout devices sends full weights (adapters "
              "merged), the engine does not serve the adapter", f"{ARR}.model.lora.merge=true")
     if trainer.staleness > 0 and not rollout.calculate_log_probs:

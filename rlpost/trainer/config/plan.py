@@ -10,6 +10,7 @@ from rlpost.trainer.config.placement_rules import split_plan
 from rlpost.trainer.config.roles import need_critic, need_reference_policy, need_reward_model
 from rlpost.trainer.config.rules import sequence_parallel_roles
 from rlpost.config.schema import PPOTrainerConfig
+from rlpost.utils.lora_config import lora_enabled, lora_rank_of
 
 
 def parquet_rows(files: str | list[str] | None) -> int | None:
@@ -107,17 +108,25 @@ def _roles(c: PPOTrainerConfig) -> list[str]:
 
 def _lora(c: PPOTrainerConfig) -> list[str]:
     model, lines = c.actor_rollout_ref.model, []
-    if model.lora_rank > 0:
+    if lora_enabled(model):
         sync = ("adapter folded into the base, full weights synced" if model.lora.merge
                 else "engine loads the base from model.path and serves the adapter; only adapter tensors synced")
-        lines.append(f"LoRA: actor trains rank-{model.lora_rank} adapters (alpha {model.lora_alpha}, target_modules="
-                     f"{model.target_modules}) on a frozen base; rollout: {sync} (model.lora.merge="
+        lines.append(f"LoRA: actor trains {_adapters(model)} on a frozen base; rollout: {sync} (model.lora.merge="
                      f"{str(model.lora.merge).lower()})")
         if need_reference_policy(c):
             lines.append("LoRA: reference log-probs = the actor with its adapters disabled (no reference model loaded)")
-    if need_critic(c) and c.critic.model.lora_rank > 0:
-        lines.append(f"LoRA: critic trains rank-{c.critic.model.lora_rank} adapters and its value head")
+    if need_critic(c) and lora_enabled(c.critic.model):
+        lines.append(f"LoRA: critic trains {_adapters(c.critic.model)} and its value head")
     return lines
+
+
+def _adapters(model: Any) -> str:
+    """"rank-8 adapters (alpha 16, target_modules=all-linear)", or those of the saved adapter it starts from."""
+    if model.lora_adapter_path is None:
+        return f"rank-{model.lora_rank} adapters (alpha {model.lora_alpha}, target_modules={model.target_modules})"
+    rank = lora_rank_of(model)
+    return (f"the adapters saved in {model.lora_adapter_path} (" + (f"rank {rank}, " if rank else "")
+            + "its own alpha and target modules)")
 
 
 def _sequence_parallel(c: PPOTrainerConfig, devices: int) -> list[str]:

@@ -15,6 +15,7 @@ from rlpost.trainer.config.errors import ConfigError, warn
 from rlpost.trainer.config.roles import need_critic, need_reference_policy, need_reward_model
 from rlpost.config.schema import PPOTrainerConfig
 from rlpost.utils.liger import LIGER_REQUIREMENT, liger_model_types
+from rlpost.utils.lora_config import lora_enabled
 
 ARR = "actor_rollout_ref"
 # Estimators that compare the n responses of a prompt with each other: they need rollout.n > 1.
@@ -261,6 +262,13 @@ def check_sglang(c: PPOTrainerConfig) -> None:
             raise ConfigError(str(err)) from err
 
 
+def lora_key(model: Any) -> str:
+    """The key that turns LoRA on, for messages: lora_rank, or lora_adapter_path when only that is set."""
+    if model.lora_rank > 0:
+        return f"{ARR}.model.lora_rank={model.lora_rank}"
+    return f"{ARR}.model.lora_adapter_path={model.lora_adapter_path}"
+
+
 def check_lora(c: PPOTrainerConfig) -> None:
     """LoRA sizes of the policy and the critic; engines that can take the trained adapter."""
     for group, model in ((f"{ARR}.model", c.actor_rollout_ref.model), ("critic.model", c.critic.model)):
@@ -269,19 +277,16 @@ def check_lora(c: PPOTrainerConfig) -> None:
         if model.lora_alpha <= 0:
             fail(f"{group}.lora_alpha={model.lora_alpha}", "the LoRA scaling must be > 0",
                  f"{group}.lora_alpha={max(2 * model.lora_rank, 16)}")
-        if model.lora_adapter_path is not None and model.lora_rank == 0:
-            fail(f"{group}.lora_adapter_path={model.lora_adapter_path}, {group}.lora_rank=0",
-                 "a saved adapter is trained further only with LoRA on", f"{group}.lora_rank=<the adapter's r>")
     arr, rollout = c.actor_rollout_ref, c.actor_rollout_ref.rollout
     sp_actor, sp_ref = arr.actor.ulysses_sequence_parallel_size, arr.ref.ulysses_sequence_parallel_size
-    if arr.model.lora_rank > 0 and need_reference_policy(c) and sp_ref != sp_actor:
-        fail(f"{ARR}.model.lora_rank={arr.model.lora_rank}, {ARR}.ref.ulysses_sequence_parallel_size={sp_ref}, "
+    if lora_enabled(arr.model) and need_reference_policy(c) and sp_ref != sp_actor:
+        fail(f"{lora_key(arr.model)}, {ARR}.ref.ulysses_sequence_parallel_size={sp_ref}, "
              f"{ARR}.actor.ulysses_sequence_parallel_size={sp_actor}",
              "with LoRA the reference is the actor with its adapters off, so it runs with the actor's layout",
              f"{ARR}.ref.ulysses_sequence_parallel_size={sp_actor}")
-    if c.actor_rollout_ref.model.lora_rank > 0 and rollout.name == "sglang":
-        fail(f"not supported yet: {ARR}.model.lora_rank={c.actor_rollout_ref.model.lora_rank} with "
-             f"{ARR}.rollout.name=sglang", "LoRA weights reach the vLLM and HF engines only",
+    if lora_enabled(arr.model) and rollout.name == "sglang":
+        fail(f"not supported yet: {lora_key(arr.model)} with {ARR}.rollout.name=sglang",
+             "LoRA weights reach the vLLM and HF engines only",
              f"{ARR}.rollout.name=vllm")
 
 

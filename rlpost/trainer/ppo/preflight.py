@@ -41,8 +41,8 @@ def check_model_and_data_paths(config: Any) -> None:
 
 
 def check_lora_inputs(config: Any) -> None:
-    """With LoRA on: `target_modules` select layers of the model, and a `lora_adapter_path` is an adapter folder
-    of the configured rank (its layer shapes are checked when the workers load it)."""
+    """With LoRA on: a `lora_adapter_path` is an adapter folder (of `lora_rank` when that is set; its layer shapes
+    are checked when the workers load it), else `target_modules` select layers of the model."""
     from rlpost.utils.lora import check_adapter_folder, check_target_modules, lora_enabled
 
     groups = {"actor_rollout_ref.model": config.actor_rollout_ref.model}
@@ -52,11 +52,13 @@ def check_lora_inputs(config: Any) -> None:
         if not lora_enabled(model_cfg):
             continue
         if importlib.util.find_spec("peft") is None:
-            raise ValueError(f"{group}.lora_rank={model_cfg.lora_rank} needs PEFT, which is not installed: "
-                             "pip install 'rlpost[lora]' (or peft), or set the rank to 0")
-        check_target_modules(model_cfg, group)
-        if model_cfg.lora_adapter_path is not None:
+            raise ValueError(f"{group}.lora_rank={model_cfg.lora_rank}, {group}.lora_adapter_path="
+                             f"{model_cfg.lora_adapter_path}: LoRA needs PEFT, which is not installed: "
+                             "pip install 'rlpost[lora]' (or peft), or set the rank to 0 and the path to null")
+        if model_cfg.lora_adapter_path is not None:  # the saved adapter names its own target modules
             check_adapter_folder(str(model_cfg.lora_adapter_path), model_cfg, None, group)
+        else:
+            check_target_modules(model_cfg, group)
 
 
 def check_output_folder(config: Any) -> None:

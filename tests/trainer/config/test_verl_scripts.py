@@ -59,9 +59,6 @@ BREAKS_A_RULE = {
     # verl's own script leaves rollout.n at 1 for rloo
     "rollout_correction_qwen2_5_7b_fsdp": "algorithm.adv_estimator=rloo, actor_rollout_ref.rollout.n=1: rloo "
                                           "compares the responses of one prompt",
-    # rlpost takes the LoRA rank from lora_rank, not from the adapter's own config
-    "tuning_lora_qwen3_8b_from_adapter_fsdp": "actor_rollout_ref.model.lora_adapter_path=/home/user/lora_adapter, "
-                                              "actor_rollout_ref.model.lora_rank=0: a saved adapter",
 }
 
 def dry_run(compose_fn, overrides: list[str], capsys) -> tuple[int, str, str, list[str]]:
