@@ -15,6 +15,7 @@ RESPONSE_MASK = "response_mask"  # (B, R) 1 on generated tokens up to and includ
 ROLLOUT_LOG_PROBS = "rollout_log_probs"  # (B, R) log-probs the engine sampled with
 OLD_LOG_PROBS = "old_log_probs"  # (B, R) actor log-probs before the update
 ENTROPYS = "entropys"  # (B, R) per-token entropy of the actor
+SUM_PI_SQUARED = "sum_pi_squared"  # (B, R) sum over the vocabulary of the actor's squared probabilities (OTB)
 REF_LOG_PROB = "ref_log_prob"  # (B, R) reference-policy log-probs
 VALUES = "values"  # (B, R) critic values
 RM_SCORES = "rm_scores"  # (B, R) reward-model score placed on the last response token

@@ -20,6 +20,8 @@ from rlpost.algos.advantages import (
     compute_gae_advantage_return,
     compute_gpg_outcome_advantage,
     compute_gdpo_outcome_advantage,
+    compute_optimal_token_baseline_advantage,
+    compute_tir_optimal_token_baseline_advantage,
     compute_grpo_outcome_advantage,
     compute_grpo_passk_outcome_advantage,
     compute_opo_outcome_advantage,
@@ -72,7 +74,8 @@ compute_rloo_vectorized_outcome_advantage = compute_rloo_outcome_advantage
 
 __all__ = [
     "ADV_ESTIMATORS", "AdvantageEstimator", "compute_advantage", "compute_gae_advantage_return",
-    "compute_gdpo_outcome_advantage", "compute_gpg_outcome_advantage", "compute_grpo_outcome_advantage",
+    "compute_gdpo_outcome_advantage", "compute_optimal_token_baseline_advantage",
+    "compute_tir_optimal_token_baseline_advantage", "compute_gpg_outcome_advantage", "compute_grpo_outcome_advantage",
     "compute_grpo_passk_outcome_advantage",
     "compute_grpo_vectorized_outcome_advantage", "compute_opo_outcome_advantage",
     "compute_reinforce_plus_plus_baseline_outcome_advantage", "compute_reinforce_plus_plus_outcome_advantage",

@@ -174,15 +174,29 @@ def _logp_entropy_grad(z: torch.Tensor, index: torch.Tensor, with_entropy: bool)
     return torch.stack([logp, ent], dim=-1)
 
 
+def _logp_entropy_pi2(z: torch.Tensor, index: torch.Tensor, with_entropy: bool) -> torch.Tensor:
+    """(n, 3) [log-prob, entropy, sum over the vocabulary of p^2] of float32 logits z (n, V); no autograd."""
+    logp_all = torch.log_softmax(z, dim=-1)
+    logp = logp_all.gather(-1, index).squeeze(-1)
+    ent = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else torch.zeros_like(logp)
+    return torch.stack([logp, ent, logp_all.mul_(2).exp_().sum(-1)], dim=-1)
+
+
 def _logp_entropy_nograd(z: torch.Tensor, index: torch.Tensor, with_entropy: bool) -> torch.Tensor:
     """As `_logp_entropy_grad`, one pass without writing a (n, V) result (no autograd)."""
     _, logp, ent = chunk_stats(z, index.squeeze(-1), with_entropy)
     return torch.stack([logp, ent], dim=-1)
 
 
+def _tempered(rows: torch.Tensor, temperature: float) -> torch.Tensor:
+    z = rows.float()
+    return z / temperature if temperature != 1.0 else z
+
+
 def token_logp_entropy(logits: torch.Tensor, labels: torch.Tensor, temperature: float = 1.0,
                        with_entropy: bool = False, chunk: int = _CHUNK_TOKENS, checkpoint: bool = False,
-                       compile_fn: Any = eager, kernel: str = "auto") -> torch.Tensor:
+                       compile_fn: Any = eager, kernel: str = "auto", with_sum_pi_squared: bool = False
+                       ) -> torch.Tensor:
     """Log-prob of `labels` (and entropy) under softmax(logits / temperature), maths in float32.
 
     On CUDA (compute capability >= 8.0) with Triton (`kernel` "auto") one Triton pass per row
@@ -197,12 +211,20 @@ def token_logp_entropy(logits: torch.Tensor, labels: torch.Tensor, temperature: 
         checkpoint: recompute each chunk's log-softmax/entropy in backward instead of saving it.
         compile_fn: wraps the per-chunk maths (`rlpost.utils.fused_logprob.compiled` or `eager`).
         kernel: "auto" (Triton on CUDA when it imports) or "torch".
+        with_sum_pi_squared: also sum_v p(v)^2 per row (the optimal token baseline's statistic), through the
+            PyTorch chunks (no Triton kernel), without autograd.
 
     Returns:
-        (n, 1) log-probs, or (n, 2) [log-prob, entropy] when `with_entropy`; float32.
+        (n, 1) log-probs, or (n, 2) [log-prob, entropy] when `with_entropy`, or (n, 3) [log-prob, entropy (0
+        unless asked), sum p^2] with `with_sum_pi_squared`; float32.
     """
     if kernel not in ("auto", "torch"):
         raise ValueError(f"kernel must be 'auto' or 'torch', got {kernel!r}")
+    if with_sum_pi_squared:
+        if torch.is_grad_enabled() and logits.requires_grad:
+            raise ValueError("with_sum_pi_squared is a statistic of the log-prob pass: call it without autograd")
+        return torch.cat([_logp_entropy_pi2(_tempered(rows, temperature), index[:, None].long(), with_entropy)
+                          for rows, index in zip(logits.split(chunk), labels.split(chunk))])
     if kernel == "auto" and triton_logprob.supports(logits):
         return triton_logprob.logp_entropy(logits, labels, temperature, with_entropy)
     grad = torch.is_grad_enabled() and logits.requires_grad
@@ -210,9 +232,7 @@ def token_logp_entropy(logits: torch.Tensor, labels: torch.Tensor, temperature: 
     parts = []
     # split, not slices: the backward of one slice would zero-fill and add a whole (n, V) gradient per chunk
     for rows, index in zip(logits.split(chunk), labels.split(chunk)):
-        z = rows.float()
-        if temperature != 1.0:
-            z = z / temperature
+        z = _tempered(rows, temperature)
         index = index[:, None].long()
         if grad and checkpoint:
             both = torch.utils.checkpoint.checkpoint(body, z, index, with_entropy, use_reentrant=False)
@@ -265,16 +285,23 @@ class DataParallelPPOActor:
     def _forward_micro_batch(self, mb: TensorDict, temperature: float, calculate_entropy: bool
                              ) -> tuple[torch.Tensor | None, torch.Tensor]:
         """Entropy (b, R) or None and log-probs (b, R) of the response tokens, logits / temperature."""
+        both = self._forward_stats(mb, temperature, calculate_entropy, False)
+        return (both[..., 1] if calculate_entropy else None), both[..., 0]
+
+    def _forward_stats(self, mb: TensorDict, temperature: float, calculate_entropy: bool,
+                       calculate_sum_pi_squared: bool) -> torch.Tensor:
+        """(b, R, K) per response token: log-prob, then entropy (when asked, or as a 0 column before sum p^2),
+        then sum p^2 (when asked; through the model's own head and PyTorch chunks, not the fused head)."""
         # half the rows per chunk: the fused backward holds its (chunk, V) float32 logits and probabilities
         fused = FusedHeadOptions(temperature, calculate_entropy, self._chunk // 2, self._compile_fn) \
-            if self.use_fused_kernels else None
+            if self.use_fused_kernels and not calculate_sum_pi_squared else None
 
         def fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
             return token_logp_entropy(logits, labels, temperature, calculate_entropy, self._chunk,
-                                      bool(self.config.entropy_checkpointing), self._compile_fn, self.logprob_kernel)
+                                      bool(self.config.entropy_checkpointing), self._compile_fn, self.logprob_kernel,
+                                      calculate_sum_pi_squared)
 
-        both = forward_response_logits(self.module, mb, self.use_remove_padding, fn, self.sp, fused)
-        return (both[..., 1] if calculate_entropy else None), both[..., 0]
+        return forward_response_logits(self.module, mb, self.use_remove_padding, fn, self.sp, fused)
 
     @torch.no_grad()
     def compute_log_prob(self, data: Any, calculate_entropy: bool = False
@@ -284,22 +311,29 @@ class DataParallelPPOActor:
         Reads batch `input_ids`, `attention_mask`, `position_ids`, `responses`; meta_info `temperature`,
         `micro_batch_size`, `use_dynamic_bsz`, `max_token_len`.
         """
+        stats = self.compute_log_prob_stats(data, calculate_entropy, False)
+        return stats[keys.OLD_LOG_PROBS], stats.get(keys.ENTROPYS)
+
+    @torch.no_grad()
+    def compute_log_prob_stats(self, data: Any, calculate_entropy: bool, calculate_sum_pi_squared: bool
+                               ) -> dict[str, torch.Tensor]:
+        """`compute_log_prob`'s pass returning {old_log_probs, entropys (when asked), sum_pi_squared (when
+        asked)}, each (B, R) in the rows' order."""
         meta = data.meta_info
         tensors = {k: data.batch[k] for k in _MODEL_INPUTS}
         micros, rev = micro_batches(tensors, int(meta.get("micro_batch_size") or 1),
                                     bool(meta.get("use_dynamic_bsz", False)), int(meta.get("max_token_len") or 0))
         temperature = float(meta.get(keys.META_TEMPERATURE, 1.0))
-        logps, ents = [], []
-        for mb in micros:
-            ent, logp = self._forward_micro_batch(mb, temperature, calculate_entropy)
-            logps.append(logp)
-            ents.append(ent)
-        log_probs = torch.cat(logps)
-        entropys = torch.cat(ents) if calculate_entropy else None
+        per_tok = torch.cat([self._forward_stats(mb, temperature, calculate_entropy, calculate_sum_pi_squared)
+                             .reshape(*mb[keys.RESPONSES].shape, -1) for mb in micros])
         if rev is not None:
-            log_probs = log_probs[rev]
-            entropys = entropys[rev] if entropys is not None else None
-        return log_probs, entropys
+            per_tok = per_tok[rev]
+        out = {keys.OLD_LOG_PROBS: per_tok[..., 0]}
+        if calculate_entropy:
+            out[keys.ENTROPYS] = per_tok[..., 1]
+        if calculate_sum_pi_squared:
+            out[keys.SUM_PI_SQUARED] = per_tok[..., 2]
+        return out
 
     def _micro_loss(self, mb: TensorDict, temperature: float
                     ) -> tuple[torch.Tensor, dict[str, torch.Tensor | float]]:

@@ -352,15 +352,18 @@ class ActorRolloutRefWorker(_FSDPRole):
     @phase("old_log_prob")
     def compute_log_prob(self, data: DataProto) -> DataProto:
         """Reads `input_ids`, `attention_mask`, `position_ids`, `responses`; writes `old_log_probs`,
-        `entropys` (B, R). Micro-batching from rollout.log_prob_* keys."""
+        `entropys` (B, R), and `sum_pi_squared` (B, R) with actor.calculate_sum_pi_squared. Micro-batching from
+        rollout.log_prob_* keys."""
         fsdp_cfg = self.config.actor.fsdp_config
         self._onload(self.actor_module, None, fsdp_cfg)
         rows = len(data)
         data, start = group_rows(data, *sp_parts(self.actor_sp))
         self._log_prob_meta(data, self.config.rollout, self.actor_sp)
-        log_probs, ents = self.actor.compute_log_prob(_on_device(data, self.device), calculate_entropy=True)
+        stats = self.actor.compute_log_prob_stats(
+            _on_device(data, self.device), calculate_entropy=True,
+            calculate_sum_pi_squared=bool(self.config.actor.calculate_sum_pi_squared))
         self._offload(self.actor_module, None, fsdp_cfg)
-        out = DataProto.from_dict(tensors=_to_cpu({keys.OLD_LOG_PROBS: log_probs, keys.ENTROPYS: ents}),
+        out = DataProto.from_dict(tensors=_to_cpu(stats),
                                   meta_info={keys.META_TEMPERATURE: data.meta_info[keys.META_TEMPERATURE]})
         return own_rows(out, start, rows)
 

@@ -247,3 +247,66 @@ def test_gdpo_normalises_each_component_in_its_group_then_whitens():
     with pytest.raises(ValueError, match="needs algorithm.gdpo_reward_keys"):
         ca.compute_advantage(torch.zeros(4, 2), torch.ones(4, 2), "gdpo", index=np.array(["a", "a", "b", "b"]),
                              config=SimpleNamespace(gdpo_reward_keys=None, gdpo_reward_weights=None))
+
+
+def _otb_inputs():
+    """Group a = rows 0 (3 tokens) and 1 (2 tokens), group b = row 2 (1 token); pi and sum p^2 chosen so that
+    w = 1 - 2 pi + sum p^2 is 0.5 per token in row 0 and [1.0, 0.5] in row 1."""
+    mask = torch.tensor([[1.0, 1, 1], [1, 1, 0], [1, 0, 0]])
+    rewards = torch.tensor([[0.0, 0, 1], [0, 2, 0], [0.7, 0, 0]])
+    pi = torch.tensor([[0.5, 0.5, 0.5], [0.25, 0.5, 0.5], [0.5, 0.5, 0.5]])
+    return rewards, mask, np.array(["a", "a", "b"]), pi.log(), torch.full((3, 3), 0.5)
+
+
+def test_optimal_token_baseline_by_hand():
+    """W (cumulative w): row 0 [0.5, 1.0, 1.5], row 1 [1.0, 1.5]; returns G: row 0 [1, 1, 1], row 1 [2, 2].
+    B_0 = (1 x 0.5 + 2 x 1.0) / 1.5 = 5/3; B_1 = (1 x 1.0 + 2 x 1.5) / 2.5 = 1.6; B_2 = 1 (row 0 alone), but row 0
+    is the group's single longest row past the second-longest: no baseline there (zero tail). Row 2 is a group
+    of one: A = G."""
+    rewards, mask, index, logp, pi2 = _otb_inputs()
+    adv, ret = ca.compute_advantage(rewards, mask, "optimal_token_baseline", index=index, old_log_probs=logp,
+                                    sum_pi_squared=pi2)
+    _close(ret, [[1, 1, 1], [2, 2, 0], [0.7, 0, 0]])
+    _close(adv, [[1 - 5 / 3, 1 - 1.6, 1.0], [2 - 5 / 3, 2 - 1.6, 0], [0.7, 0, 0]])
+    adv, _ = ca.compute_optimal_token_baseline_advantage(rewards, mask, index, logp, pi2, handle_zero_tail=False)
+    assert adv[0, 2].item() == pytest.approx(0.0, abs=1e-6)  # B_2 = row 0's own return
+    # rollout importance weights scale w by rho^2: rho = 2 on row 1 gives W = [4, 6]; B_0 = (0.5 + 8) / 4.5
+    rho = torch.ones(3, 3)
+    rho[1] = 2.0
+    adv, _ = ca.compute_advantage(rewards, mask, "optimal_token_baseline", index=index, old_log_probs=logp,
+                                  sum_pi_squared=pi2, rollout_is_weights=rho)
+    assert adv[0, 0].item() == pytest.approx(1 - 8.5 / 4.5, abs=1e-5)
+    with pytest.raises(ValueError, match="calculate_sum_pi_squared=true"):
+        ca.compute_advantage(rewards, mask, "optimal_token_baseline", index=index, old_log_probs=logp)
+
+
+def test_tir_optimal_token_baseline_aligns_the_trained_tokens():
+    """Row 0 trains positions 0, 2, 3 (position 1 is a tool's output), row 1 positions 0, 1; w = 0.5 per trained
+    token. Aligned by trained-token count: W row 0 [0.5, 1.0, 1.5], row 1 [0.5, 1.0]; G row 0 [1, 1, 1], row 1
+    [3, 3]. B = [(0.5 + 1.5) / 1, (1 + 3) / 2] = [2, 2], then row 0's third trained token alone (zero tail)."""
+    mask = torch.tensor([[1.0, 0, 1, 1], [1, 1, 0, 0]])
+    rewards = torch.tensor([[0.0, 0, 0, 1], [0, 3, 0, 0]])
+    logp, pi2 = torch.full((2, 4), 0.5).log(), torch.full((2, 4), 0.5)
+    adv, ret = ca.compute_advantage(rewards, mask, "tir_optimal_token_baseline", index=np.array(["a", "a"]),
+                                    old_log_probs=logp, sum_pi_squared=pi2)
+    _close(adv, [[-1, 0, -1, 1], [1, 1, 0, 0]])
+    _close(ret, [[1, 1, 1, 1], [3, 3, 0, 0]])
+    # without a tool token in between both estimators agree
+    rewards, mask, index, logp, pi2 = _otb_inputs()
+    _close(ca.compute_advantage(rewards, mask, "tir_optimal_token_baseline", index=index, old_log_probs=logp,
+                                sum_pi_squared=pi2)[0],
+           ca.compute_advantage(rewards, mask, "optimal_token_baseline", index=index, old_log_probs=logp,
+                                sum_pi_squared=pi2)[0])
+
+
+def test_every_estimator_takes_the_log_prob_statistics_keywords():
+    """The uniform call passes old_log_probs / sum_pi_squared / rollout_is_weights to every estimator."""
+    rewards, mask, index, logp, pi2 = _otb_inputs()
+    index = np.array(["a", "a", "a"])
+    for name in ca.ADV_ESTIMATORS.names():
+        if name == "gdpo":
+            continue  # needs its reward components (tested above)
+        adv, _ = ca.compute_advantage(rewards, mask, name, index=index, values=torch.zeros(3, 3),
+                                      reward_baselines=torch.zeros(3), old_log_probs=logp, sum_pi_squared=pi2,
+                                      rollout_is_weights=torch.ones(3, 3))
+        assert adv.shape == (3, 3) and torch.isfinite(adv).all(), name

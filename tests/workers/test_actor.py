@@ -83,3 +83,51 @@ def test_head_on_response_positions_equals_full_logits(tiny_model_dir, rmpad):
     real = mb[keys.RESPONSE_MASK].bool()
     torch.testing.assert_close(fast[real], full[real], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(fast[real], padded[real], atol=1e-4, rtol=1e-4)
+
+
+def test_sum_pi_squared_is_the_tempered_distributions_and_needs_no_autograd():
+    g = torch.Generator().manual_seed(1)
+    logits = (torch.randn(7, 11, generator=g) * 3).to(torch.bfloat16)
+    labels = torch.randint(0, 11, (7,), generator=g)
+    out = token_logp_entropy(logits, labels, temperature=0.7, chunk=3, with_sum_pi_squared=True)
+    probs = torch.softmax(logits.float() / 0.7, dim=-1)
+    assert out.shape == (7, 3)
+    torch.testing.assert_close(out[:, 0], probs.log().gather(-1, labels[:, None]).squeeze(-1))
+    assert torch.equal(out[:, 1], torch.zeros(7))  # entropy not asked for
+    torch.testing.assert_close(out[:, 2], (probs ** 2).sum(-1))
+    both = token_logp_entropy(logits, labels, temperature=0.7, with_entropy=True, with_sum_pi_squared=True)
+    torch.testing.assert_close(both[:, 1], entropy_from_logits(logits.float() / 0.7))
+    with pytest.raises(ValueError, match="without autograd"):
+        token_logp_entropy(logits.float().requires_grad_(), labels, with_sum_pi_squared=True)
+
+
+def test_actor_log_prob_stats_add_sum_pi_squared_on_packed_rows(tiny_model_dir):
+    """`compute_log_prob_stats` with the statistic: the same log-probs and entropies as without it (padded and
+    packed rows), and sum p^2 of the model's own next-token distributions, with the fused head configured."""
+    from types import SimpleNamespace
+
+    from transformers import AutoModelForCausalLM
+
+    from rlpost.protocol import DataProto
+    from rlpost.workers.actor import DataParallelPPOActor
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    mb = make_batch(model.config.vocab_size)
+    config = SimpleNamespace(entropy_from_logits_with_chunking=False, entropy_from_logits_chunk_size=2048,
+                             use_torch_compile=False, entropy_checkpointing=False)
+    data = DataProto.from_dict(tensors={k: mb[k] for k in (keys.INPUT_IDS, keys.ATTENTION_MASK, keys.POSITION_IDS,
+                                                           keys.RESPONSES)},
+                               meta_info={"micro_batch_size": 3, keys.META_TEMPERATURE: 1.0})
+    for rmpad in (False, True):
+        actor = DataParallelPPOActor(config, model, use_remove_padding=rmpad, use_fused_kernels=True)
+        stats = actor.compute_log_prob_stats(data, calculate_entropy=True, calculate_sum_pi_squared=True)
+        logp, ent = actor.compute_log_prob(data, calculate_entropy=True)
+        real = mb[keys.RESPONSE_MASK].bool()
+        torch.testing.assert_close(stats[keys.OLD_LOG_PROBS][real], logp[real], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(stats[keys.ENTROPYS][real], ent[real], atol=1e-5, rtol=1e-5)
+        with torch.no_grad():
+            logits = model(input_ids=mb[keys.INPUT_IDS], attention_mask=mb[keys.ATTENTION_MASK],
+                           position_ids=mb[keys.POSITION_IDS]).logits
+        r = mb[keys.RESPONSES].shape[1]
+        want = (torch.softmax(logits[:, -r - 1:-1].float(), -1) ** 2).sum(-1)
+        torch.testing.assert_close(stats[keys.SUM_PI_SQUARED][real], want[real], atol=1e-5, rtol=1e-5)

@@ -20,7 +20,10 @@ from rlpost.utils.lora_config import lora_enabled
 ARR = "actor_rollout_ref"
 # Estimators that compare the n responses of a prompt with each other: they need rollout.n > 1.
 GROUP_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus_baseline", "opo", "gpg", "grpo_passk",
-                    "rloo_vectorized", "grpo_vectorized", "gdpo")
+                    "rloo_vectorized", "grpo_vectorized", "gdpo", "optimal_token_baseline",
+                    "tir_optimal_token_baseline")
+# Estimators that read the actor's sum over the vocabulary of p^2 (`actor.calculate_sum_pi_squared`).
+SUM_PI_SQUARED_ESTIMATORS = ("optimal_token_baseline", "tir_optimal_token_baseline")
 
 POSITIVE_INTS = (
     "data.train_batch_size", "data.max_prompt_length", "data.max_response_length",
@@ -158,6 +161,10 @@ def check_combinations(c: PPOTrainerConfig) -> None:
         fail(f"algorithm.adv_estimator={algo.adv_estimator}, {ARR}.rollout.n=1",
              f"{algo.adv_estimator} compares the responses of one prompt, so it needs rollout.n > 1",
              f"{ARR}.rollout.n=4 (or algorithm.adv_estimator=gae)")
+    if algo.adv_estimator in SUM_PI_SQUARED_ESTIMATORS and not c.actor_rollout_ref.actor.calculate_sum_pi_squared:
+        fail(f"algorithm.adv_estimator={algo.adv_estimator}, {ARR}.actor.calculate_sum_pi_squared=false",
+             "the optimal token baseline weighs each token by the actor's sum over the vocabulary of p^2",
+             f"{ARR}.actor.calculate_sum_pi_squared=true")
     val = rollout.val_kwargs
     if val.do_sample and val.temperature == 0:
         fail(f"{ARR}.rollout.val_kwargs.do_sample=true, {ARR}.rollout.val_kwargs.temperature=0",

@@ -464,7 +464,8 @@ class RayPPOTrainer:
             values=batch.batch.get(K.VALUES), index=batch.non_tensor_batch[K.UID],
             reward_baselines=batch.batch.get(K.REWARD_BASELINES), gamma=self.algo.gamma, lam=self.algo.lam,
             norm_adv_by_std_in_grpo=self.algo.norm_adv_by_std_in_grpo, config=self.algo,
-            non_tensor_batch=batch.non_tensor_batch,
+            non_tensor_batch=batch.non_tensor_batch, old_log_probs=batch.batch.get(K.OLD_LOG_PROBS),
+            sum_pi_squared=batch.batch.get(K.SUM_PI_SQUARED), rollout_is_weights=batch.batch.get(K.ROLLOUT_IS_WEIGHTS),
         )
         batch.batch[K.ADVANTAGES], batch.batch[K.RETURNS] = adv, ret
         if self.algo.adv_estimator == "gdpo":

@@ -36,7 +36,6 @@ REFUSED = {
     "on_policy_distillation_qwen3_8b_fsdp": "distillation.enabled",
     "on_policy_distillation_qwen3_8b_mopd_fsdp": "distillation.enabled",
     "on_policy_distillation_qwen3_vl_8b_fsdp": "distillation.enabled",
-    "otb_qwen3_8b_fsdp": "actor_rollout_ref.actor.calculate_sum_pi_squared",
     "prefix_grouper_qwen3_8b_fsdp": "actor_rollout_ref.actor.use_prefix_grouper",
     "sglang_multiturn_geo3k_qwen2_5_3b_geo3k_multiturn_fsdp": "actor_rollout_ref.rollout.tensor_model_parallel_size",
     "sglang_multiturn_qwen2_5_0_5b_gsm8k_multiturn_curriculum_fsdp":

@@ -28,6 +28,8 @@ def test_every_registered_name_validates(small_cfg, key, names):
         extra = {"trainer.device": "cuda"} if name == "sglang" else {}
         if name == "gdpo":  # normalises the reward components it is given
             extra = {"algorithm.gdpo_reward_keys": ["acc"]}
+        if name in ("optimal_token_baseline", "tir_optimal_token_baseline"):  # weighs tokens by sum p^2
+            extra = {"actor_rollout_ref.actor.calculate_sum_pi_squared": True}
         typed = typed_config(small_cfg({**group, **extra, key: name}))
         node = typed
         for part in key.split("."):
@@ -312,7 +314,7 @@ def test_unbuilt_groups_compose_at_verl_defaults_and_refuse_any_change(small_cfg
 
 
 @pytest.mark.parametrize("key, value", [
-    ("actor_rollout_ref.actor.calculate_sum_pi_squared", True), ("actor_rollout_ref.actor.use_prefix_grouper", True),
+    ("actor_rollout_ref.actor.use_prefix_grouper", True),
     ("actor_rollout_ref.rollout.logprobs_mode", "raw_logprobs"), ("actor_rollout_ref.rollout.scheduling_policy",
                                                                  "priority"),
     ("actor_rollout_ref.actor.checkpoint.strict", False), ("critic.model.use_liger", True),

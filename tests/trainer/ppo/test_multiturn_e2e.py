@@ -23,6 +23,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 
 REPO = Path(__file__).resolve().parents[3]
 TOOLS = REPO / "examples/multiturn/config/tool_config/calculator_tool_config.yaml"
+OFFSET = REPO / "examples" / "reward_manager" / "offset_reward_manager.py"
 INTERACTION = REPO / "examples/multiturn/config/interaction_config/gsm8k_interaction_config.yaml"
 AGENT_LOOPS = REPO / "examples/multiturn/config/agent_loop_config/calculator_agent_loop.yaml"
 MULTI_TURN = ["multi_turn/num_turns/mean", "multi_turn/num_turns/max", "multi_turn/tool_calls/mean",
@@ -125,12 +126,26 @@ def test_grpo_tool_agent_with_calculator_on_split_rollout_devices(workspace):
     check_masks(dump)
 
 
-def test_grpo_tool_agent_with_calculator_and_gsm8k_interaction(workspace):
-    """vLLM engine: the calculator's calls are made, run and fed back, and the GSM8K interaction answers."""
+def test_tir_otb_tool_agent_with_calculator_and_gsm8k_interaction(workspace):
+    """vLLM engine: the calculator's calls are made, run and fed back, and the GSM8K interaction answers. The
+    estimator is verl's multi-turn optimal token baseline (tir_optimal_token_baseline), which weighs each trained
+    token by the actor's sum p^2 (actor.calculate_sum_pi_squared; GRPO runs multi-turn in the other tests)."""
     rows, dump = run_main_ppo(workspace, "interaction", "data_gsm8k", "data.max_response_length=192",
                               f"actor_rollout_ref.rollout.multi_turn.interaction_config_path={INTERACTION}",
-                              "actor_rollout_ref.rollout.multi_turn.max_user_turns=3")
+                              "actor_rollout_ref.rollout.multi_turn.max_user_turns=3",
+                              "algorithm.adv_estimator=tir_optimal_token_baseline",
+                              "actor_rollout_ref.actor.calculate_sum_pi_squared=true",
+                              "reward.reward_manager.source=importlib", f"reward.reward_manager.module.path={OFFSET}",
+                              "reward.reward_manager.module.name=OffsetRewardManager",
+                              "+reward_model.reward_kwargs.offset=1")
     train = check(rows)
+    # OTB's returns are the rewards-to-go (the scores, 1-2 with the offset) and its advantages those minus the
+    # group's token baselines, weighted averages of the same returns (GRPO returns its advantages as the returns)
+    for r in train:
+        assert 1 <= r["critic/returns/min"] <= r["critic/returns/max"] <= 2
+        spread = r["critic/score/max"] - r["critic/score/min"]
+        assert -spread - 1e-5 <= r["critic/advantages/min"] <= r["critic/advantages/max"] <= 2 + 1e-5
+        assert abs(r["critic/advantages/mean"]) < r["critic/returns/mean"] - 0.5
     assert all(r["multi_turn/interaction_turns/mean"] > 0 for r in train)
     assert all(r["multi_turn/tool_calls/mean"] > 0 for r in train)
     retried = [d for d in dump if d["interaction_turns"] > 0 and "Your response is" in d["response"]]
