@@ -165,7 +165,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             args.json_out.write_text(json.dumps(res, indent=1))  # a run cut short keeps its rounds
     finally:
         bare.stdin.close()
-        bare.wait(timeout=120)
+        try:
+            bare.wait(timeout=120)
+        except subprocess.TimeoutExpired:  # keep the original error, if any, in front
+            bare.kill()
     return res
 
 

@@ -32,6 +32,7 @@ from rlpost.algos.advantages import (
     get_adv_estimator_fn,
     register_adv_est,
 )
+from rlpost.algos.codapo import compute_codapo_outcome_advantage
 from rlpost.algos.filter_groups import group_metric, kept_group_rows
 from rlpost.algos.kl import (
     KL_ESTIMATORS,
@@ -74,7 +75,7 @@ compute_rloo_vectorized_outcome_advantage = compute_rloo_outcome_advantage
 
 __all__ = [
     "ADV_ESTIMATORS", "AdvantageEstimator", "compute_advantage", "compute_gae_advantage_return",
-    "compute_gdpo_outcome_advantage", "compute_optimal_token_baseline_advantage",
+    "compute_gdpo_outcome_advantage", "compute_codapo_outcome_advantage", "compute_optimal_token_baseline_advantage",
     "compute_tir_optimal_token_baseline_advantage", "compute_gpg_outcome_advantage", "compute_grpo_outcome_advantage",
     "compute_grpo_passk_outcome_advantage",
     "compute_grpo_vectorized_outcome_advantage", "compute_opo_outcome_advantage",

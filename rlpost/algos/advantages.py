@@ -5,7 +5,7 @@ Shapes: B = batch rows (prompts x n responses), R = response length.
 Calling convention: every registered estimator is called by keyword with the same fields,
     fn(token_level_rewards=..., response_mask=..., values=..., index=..., reward_baselines=...,
        gamma=..., lam=..., norm_adv_by_std_in_grpo=..., epsilon=..., config=..., non_tensor_batch=...,
-       old_log_probs=..., sum_pi_squared=..., rollout_is_weights=...)
+       old_log_probs=..., sum_pi_squared=..., rollout_is_weights=..., rollout_log_probs=...)
 and takes what it needs, absorbing the rest through `**kwargs`; `compute_advantage` does that call.
 A custom estimator registered with `@register_adv_est(name)` must accept the same keywords. Each
 returns `(advantages, returns)`, both (B, R) and zero where `response_mask` is 0.
@@ -43,6 +43,7 @@ class AdvantageEstimator(str, Enum):
     GDPO = "gdpo"
     OPTIMAL_TOKEN_BASELINE = "optimal_token_baseline"
     TIR_OPTIMAL_TOKEN_BASELINE = "tir_optimal_token_baseline"
+    CODAPO = "codapo"  # registered by rlpost.algos.codapo
 
 
 def register_adv_est(name: str | AdvantageEstimator) -> Callable[[AdvEstimatorFn], AdvEstimatorFn]:
@@ -473,7 +474,7 @@ def compute_optimal_token_baseline_advantage(
         mask = response_mask.to(torch.float32)
         returns = (token_level_rewards * mask).flip(-1).cumsum(-1).flip(-1)
         w_cum = _otb_weights(mask, old_log_probs, sum_pi_squared, rollout_is_weights)
-        gid = _group_ids(index, token_level_rewards.shape[0])
+        gid = _group_ids(index, token_level_rewards.shape[0]).to(returns.device)
         if not by_trained_token:
             baselines = _otb_baseline(returns, w_cum, mask, gid, handle_zero_tail, otb_epsilon)
             return (returns - baselines) * mask, returns
@@ -482,13 +483,14 @@ def compute_optimal_token_baseline_advantage(
         width = int(lengths.max()) if lengths.numel() else 0
         # left-align each row's trained tokens: (B, width)
         slot = (valid.cumsum(-1) - 1).clamp_min(0)
-        packed_g = torch.zeros(returns.shape[0], width, dtype=returns.dtype)
+        packed_g = returns.new_zeros(returns.shape[0], width)
         packed_w = torch.zeros_like(packed_g)
         rows, cols = valid.nonzero(as_tuple=True)
         packed_g[rows, slot[rows, cols]] = returns[rows, cols]
         packed_w[rows, slot[rows, cols]] = w_cum[rows, cols].to(packed_w.dtype)
-        packed_mask = (torch.arange(width)[None, :] < lengths[:, None]).to(torch.float32)
-        gid = torch.where(lengths > 0, gid, -1 - torch.arange(len(gid)))  # empty rows: groups of their own
+        packed_mask = (torch.arange(width, device=returns.device)[None, :] < lengths[:, None]).to(torch.float32)
+        # empty rows: groups of their own
+        gid = torch.where(lengths > 0, gid, -1 - torch.arange(len(gid), device=returns.device))
         baselines = _otb_baseline(packed_g, packed_w, packed_mask, gid, handle_zero_tail, otb_epsilon)
         adv = torch.zeros_like(returns)
         adv[rows, cols] = (packed_g - baselines)[rows, slot[rows, cols]]
@@ -524,6 +526,7 @@ def compute_advantage(
     old_log_probs: torch.Tensor | None = None,
     sum_pi_squared: torch.Tensor | None = None,
     rollout_is_weights: torch.Tensor | None = None,
+    rollout_log_probs: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Runs the estimator named `adv_estimator` with the uniform keyword call (module docstring).
 
@@ -534,8 +537,8 @@ def compute_advantage(
         reward_baselines: (B,) greedy scores (remax). gamma, lam, norm_adv_by_std_in_grpo, epsilon:
             from `algorithm.*`. config: the `algorithm` config, passed through for custom estimators.
         non_tensor_batch: the batch's per-row fields (the reward's extra values: gdpo's components).
-        old_log_probs, sum_pi_squared, rollout_is_weights: (B, R) from the actor's log-prob pass and rollout
-            correction (the optimal-token-baseline estimators), or None.
+        old_log_probs, sum_pi_squared, rollout_is_weights, rollout_log_probs: (B, R) from the actor's log-prob
+            pass, rollout correction and the engine (the optimal-token-baseline estimators, codapo), or None.
 
     Returns:
         advantages (B, R), returns (B, R).
@@ -556,4 +559,5 @@ def compute_advantage(
         old_log_probs=old_log_probs,
         sum_pi_squared=sum_pi_squared,
         rollout_is_weights=rollout_is_weights,
+        rollout_log_probs=rollout_log_probs,
     )

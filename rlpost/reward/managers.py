@@ -151,7 +151,8 @@ class BatchRewardManager(NaiveRewardManager):
 @REWARD_MANAGERS.register("dapo")
 class DAPORewardManager(NaiveRewardManager):
     """Naive scoring plus DAPO's soft overlong penalty: with L = max_resp_len - overlong_buffer.len,
-    a response of length l > L gets `min(-(l - L) / buffer_len * penalty_factor, 0)` added."""
+    a response of length l > L gets `min(-(l - L) / buffer_len * penalty_factor, 0)` added. A scorer's plain number
+    is also recorded as the extra value `acc` (before the penalty), as verl's dapo manager does (CoDaPO reads it)."""
 
     def __init__(self, tokenizer: Any, num_examine: int, spec: RewardFnSpec | Callable | None = None,
                  reward_fn_key: str = keys.DATA_SOURCE, max_resp_len: int | None = None,
@@ -170,7 +171,7 @@ class DAPORewardManager(NaiveRewardManager):
         if keys.RM_SCORES in data.batch.keys():
             return base.rm_scores_passthrough(data, return_dict)
         samples = base.decode_batch(data, self.tokenizer, self.reward_fn_key)
-        results = self.score_samples(samples)
+        results = [r if isinstance(r, dict) else {"score": r, "acc": r} for r in self.score_samples(samples)]
         if self.buffer is not None and self.buffer.enable:
             results = [self._penalise(r, s) for r, s in zip(results, samples)]
         return base.finish(data, samples, results, self.num_examine, return_dict)

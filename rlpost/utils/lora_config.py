@@ -10,7 +10,7 @@ from typing import Any
 
 def lora_enabled(model_cfg: Any) -> bool:
     """True when the model group trains LoRA adapters: `lora_rank` > 0 or a `lora_adapter_path` to start from."""
-    return int(model_cfg.lora_rank) > 0 or getattr(model_cfg, "lora_adapter_path", None) is not None
+    return int(getattr(model_cfg, "lora_rank", 0) or 0) > 0 or bool(getattr(model_cfg, "lora_adapter_path", None))
 
 
 def saved_adapter_config(path: str) -> dict[str, Any] | None:
@@ -26,8 +26,8 @@ def saved_adapter_config(path: str) -> dict[str, Any] | None:
 def lora_rank_of(model_cfg: Any) -> int | None:
     """The adapters' rank: `lora_rank` when set, else the saved adapter's `r` (None while that is unreadable;
     start-up's `check_adapter_folder` names the missing file)."""
-    if int(model_cfg.lora_rank) > 0:
+    if int(getattr(model_cfg, "lora_rank", 0) or 0) > 0:
         return int(model_cfg.lora_rank)
     path = getattr(model_cfg, "lora_adapter_path", None)
-    saved = saved_adapter_config(str(path)) if path is not None else None
+    saved = saved_adapter_config(str(path)) if path else None
     return None if saved is None or saved.get("r") is None else int(saved["r"])

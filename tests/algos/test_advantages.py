@@ -307,6 +307,39 @@ def test_every_estimator_takes_the_log_prob_statistics_keywords():
         if name == "gdpo":
             continue  # needs its reward components (tested above)
         adv, _ = ca.compute_advantage(rewards, mask, name, index=index, values=torch.zeros(3, 3),
+                                      non_tensor_batch={"acc": np.array([1, 0, 1], dtype=object)},
                                       reward_baselines=torch.zeros(3), old_log_probs=logp, sum_pi_squared=pi2,
                                       rollout_is_weights=torch.ones(3, 3))
         assert adv.shape == (3, 3) and torch.isfinite(adv).all(), name
+
+
+def test_codapo_values_weights_and_focused_questions_by_hand():
+    """Questions a (rows 0-1) and b (rows 2-3). a: one of two correct (d = 0.5), mean token log-probs -1 and -3
+    -> c = exp(-2), v = exp(-2) x (1 - 0) = 0.1353. b: both correct (d = 0), c = exp(-0.5), v = c x (1 - 1) = 0.
+    GRPO on scores [1, 0, 1, 1]: a -> +-0.7071, b -> 0 (equal scores). CoDaPO = (v + 0.1) x GRPO."""
+    from types import SimpleNamespace
+
+    from rlpost.algos.codapo import question_values, round_robin, top_questions
+
+    mask = torch.tensor([[1.0, 1, 0], [1, 1, 1], [1, 0, 0], [1, 1, 0]])
+    logp = torch.tensor([[-1.0, -1, 0], [-3, -3, -3], [-0.5, 0, 0], [-0.5, -0.5, 0]])
+    rewards = torch.zeros(4, 3)
+    rewards[0, 1], rewards[2, 0], rewards[3, 1] = 1.0, 1.0, 1.0
+    index = np.array(["a", "a", "b", "b"])
+    values = question_values(torch.tensor([1.0, 0, 1, 1]), logp, mask, index)
+    _close(values, [math.exp(-2)] * 2 + [0.0] * 2)
+    cfg = SimpleNamespace(codapo_top_k=None, codapo_weight_offset=None, codapo_accuracy_key=None)  # verl's defaults
+    fields = {"acc": np.array([1, 0, True, 1], dtype=object)}
+    adv, _ = ca.compute_advantage(rewards, mask, "codapo", index=index, config=cfg, non_tensor_batch=fields,
+                                  old_log_probs=logp)
+    w = math.exp(-2) + 0.1
+    _close(adv, [[w * 0.70711, w * 0.70711, 0], [-w * 0.70711] * 3, [0, 0, 0], [0, 0, 0]], atol=1e-4)
+    # the engine's own log-probs, when the rollout returned them, set the confidence instead
+    adv_rollout, _ = ca.compute_advantage(rewards, mask, "codapo", index=index, config=cfg, non_tensor_batch=fields,
+                                          old_log_probs=logp, rollout_log_probs=torch.zeros(4, 3))
+    _close(adv_rollout[0], [1.1 * 0.70711, 1.1 * 0.70711, 0], atol=1e-4)  # c = 1, v = 1
+    assert top_questions(values, index, 1) == ["a"] and top_questions(values, index, 2) == ["a", "b"]
+    assert round_robin([2, 0], 5) == [2, 0, 2, 0, 2]
+    with pytest.raises(ValueError, match="batch lacks .*reward.reward_manager.name=dapo"):
+        ca.compute_advantage(rewards, mask, "codapo", index=index, config=cfg, non_tensor_batch={},
+                             old_log_probs=logp)

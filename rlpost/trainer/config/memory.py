@@ -138,7 +138,9 @@ class RunMemory:
                knob(f"{ARR}.rollout", "log_prob_micro_batch_size_per_gpu", rollout.log_prob_micro_batch_size_per_gpu,
                     rollout.log_prob_use_dynamic_bsz, "log_prob_max_token_len_per_gpu",
                     rollout.log_prob_max_token_len_per_gpu,
-                    fwd("old_log_prob", self.actor, s, rollout.log_prob_use_dynamic_bsz))]
+                    # sum p^2 (calculate_sum_pi_squared) goes through the float32 PyTorch chunks, not Triton
+                    fwd("old_log_prob", self.actor, replace(s, float32_chunks=s.float32_chunks or bool(
+                        actor.calculate_sum_pi_squared)), rollout.log_prob_use_dynamic_bsz))]
         if self.ref_setup is not None:
             ref = arr.ref
             out.append(knob(f"{ARR}.ref", "log_prob_micro_batch_size_per_gpu", ref.log_prob_micro_batch_size_per_gpu,

@@ -21,7 +21,7 @@ ARR = "actor_rollout_ref"
 # Estimators that compare the n responses of a prompt with each other: they need rollout.n > 1.
 GROUP_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus_baseline", "opo", "gpg", "grpo_passk",
                     "rloo_vectorized", "grpo_vectorized", "gdpo", "optimal_token_baseline",
-                    "tir_optimal_token_baseline")
+                    "tir_optimal_token_baseline", "codapo")
 # Estimators that read the actor's sum over the vocabulary of p^2 (`actor.calculate_sum_pi_squared`).
 SUM_PI_SQUARED_ESTIMATORS = ("optimal_token_baseline", "tir_optimal_token_baseline")
 
@@ -161,10 +161,19 @@ def check_combinations(c: PPOTrainerConfig) -> None:
         fail(f"algorithm.adv_estimator={algo.adv_estimator}, {ARR}.rollout.n=1",
              f"{algo.adv_estimator} compares the responses of one prompt, so it needs rollout.n > 1",
              f"{ARR}.rollout.n=4 (or algorithm.adv_estimator=gae)")
-    if algo.adv_estimator in SUM_PI_SQUARED_ESTIMATORS and not c.actor_rollout_ref.actor.calculate_sum_pi_squared:
+    actor = c.actor_rollout_ref.actor
+    if algo.adv_estimator in SUM_PI_SQUARED_ESTIMATORS and not actor.calculate_sum_pi_squared:
         fail(f"algorithm.adv_estimator={algo.adv_estimator}, {ARR}.actor.calculate_sum_pi_squared=false",
              "the optimal token baseline weighs each token by the actor's sum over the vocabulary of p^2",
              f"{ARR}.actor.calculate_sum_pi_squared=true")
+    if algo.adv_estimator in SUM_PI_SQUARED_ESTIMATORS and algo.rollout_correction.bypass_mode:
+        fail(f"algorithm.adv_estimator={algo.adv_estimator}, algorithm.rollout_correction.bypass_mode=true",
+             "bypass mode takes the engine's log-probs instead of the actor's pass, which computes sum p^2",
+             "algorithm.rollout_correction.bypass_mode=false")
+    if actor.calculate_sum_pi_squared and c.actor_rollout_ref.model.use_fused_kernels:
+        fail(f"{ARR}.actor.calculate_sum_pi_squared=true, {ARR}.model.use_fused_kernels=true",
+             "the fused LM head returns log-probs and entropies only; sum p^2 needs the logits",
+             f"{ARR}.model.use_fused_kernels=false")
     val = rollout.val_kwargs
     if val.do_sample and val.temperature == 0:
         fail(f"{ARR}.rollout.val_kwargs.do_sample=true, {ARR}.rollout.val_kwargs.temperature=0",
@@ -225,11 +234,44 @@ def check_combinations(c: PPOTrainerConfig) -> None:
         fail(f"not supported yet: {ARR}.rollout.seed={rollout.seed} with {ARR}.rollout.name=hf",
              "the HF engine samples with torch's generator as the trainer seeds it", f"{ARR}.rollout.seed=null")
     check_reward_choices(c)
+    check_codapo(c)
     check_sglang(c)
     if c.trainer.resume_mode == "resume_path" and not c.trainer.resume_from_path:
         fail("trainer.resume_mode=resume_path, trainer.resume_from_path=null",
              "resume_path needs the checkpoint folder", "trainer.resume_from_path=/abs/ckpt/global_step_N "
              "(or trainer.resume_mode=auto)")
+
+
+def check_codapo(c: PPOTrainerConfig) -> None:
+    """CoDaPO's focused batch: its size, and the step order it needs (each focused batch is built from the step
+    before it, so nothing may be generated ahead or filtered away)."""
+    from rlpost.algos.codapo import codapo_settings
+
+    algo = c.algorithm
+    set_keys = [f"algorithm.codapo_{k}" for k in ("top_k", "weight_offset", "accuracy_key")
+                if getattr(algo, f"codapo_{k}") is not None]
+    if algo.adv_estimator != "codapo":
+        if set_keys:
+            warn(f"{', '.join(set_keys)} are read only with algorithm.adv_estimator=codapo (it is "
+                 f"{algo.adv_estimator}).")
+        return
+    top_k, offset, _ = codapo_settings(algo)
+    batch = c.data.train_batch_size
+    if not 1 <= top_k <= batch:
+        fail(f"algorithm.codapo_top_k={top_k}, data.train_batch_size={batch}",
+             "the focused step repeats the best codapo_top_k questions of a batch",
+             f"algorithm.codapo_top_k={min(4, batch)}")
+    if offset < 0:
+        fail(f"algorithm.codapo_weight_offset={offset}", "the floor of a question's weight must be >= 0",
+             "algorithm.codapo_weight_offset=0.1")
+    if algo.filter_groups.enable:
+        fail("algorithm.adv_estimator=codapo, algorithm.filter_groups.enable=true",
+             "filtering would change the questions between their valuation and the focused step",
+             "algorithm.filter_groups.enable=false")
+    if c.trainer.staleness > 0:
+        fail(f"algorithm.adv_estimator=codapo, trainer.staleness={c.trainer.staleness}",
+             "the focused batch is chosen from the step before it, so no generation may run ahead",
+             "trainer.staleness=0")
 
 
 def check_reward_choices(c: PPOTrainerConfig) -> None:

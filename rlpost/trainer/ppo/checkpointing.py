@@ -55,15 +55,18 @@ def already_complete(step: int, total_steps: int) -> str:
 
 
 class TrainerCheckpointer:
-    """Saves and restores actor, critic and data-loader state per `trainer.*` checkpoint keys, and the batches
-    `rollouts` generated ahead of training (`rlpost.trainer.ppo.rollout_driver`)."""
+    """Saves and restores actor, critic and data-loader state per `trainer.*` checkpoint keys, the batches
+    `rollouts` generated ahead of training (`rlpost.trainer.ppo.rollout_driver`) and CoDaPO's pending focused
+    batch (`rlpost.trainer.ppo.codapo_cycle`)."""
 
-    def __init__(self, config: DictConfig, workers: Any, train_dataloader, rollouts: Any = None):
+    def __init__(self, config: DictConfig, workers: Any, train_dataloader, rollouts: Any = None,
+                 codapo: Any = None):
         self.config = config
         self.trainer_cfg = config.trainer
         self.workers = workers
         self.loader = train_dataloader
         self.rollouts = rollouts
+        self.extra_state = [s for s in (rollouts, codapo) if s is not None]  # each with save(folder) / load(folder)
         self.manager = CheckpointManager(os.path.expanduser(self.trainer_cfg.default_local_dir))
         self.world_size = self.trainer_cfg.n_gpus_per_node * self.trainer_cfg.nnodes
         self.start_epoch = 0
@@ -96,8 +99,8 @@ class TrainerCheckpointer:
             self.workers.critic.save_checkpoint(
                 os.path.join(tmp, "critic"), global_step=step, save_contents=critic_contents)
         torch.save(self.loader.state_dict(), os.path.join(tmp, DATA_FILE))
-        if self.rollouts is not None:
-            self.rollouts.save(tmp)
+        for state in self.extra_state:
+            state.save(tmp)
 
     def maybe_resume(self) -> int:
         """Load the checkpoint `trainer.resume_mode` selects; returns its step (0 when starting fresh)."""
@@ -116,8 +119,8 @@ class TrainerCheckpointer:
         data_file = os.path.join(path, DATA_FILE)
         if os.path.exists(data_file):
             self.loader.load_state_dict(torch.load(data_file, weights_only=False))
-        if self.rollouts is not None:
-            self.rollouts.load(path)
+        for state in self.extra_state:
+            state.load(path)
         self.start_epoch = int(manifest.get("epoch", 0))
         print(f"[rlpost] resumed from {path} (step {step}); continuing at step {step + 1}")
         if self.trainer_cfg.del_local_ckpt_after_load:

@@ -47,8 +47,9 @@ def create_dataloaders(config: DictConfig, tokenizer: Any, processor: Any = None
 
 
 def total_training_steps(config: DictConfig, batches_per_epoch: int) -> int:
-    """`trainer.total_training_steps` when set, else epochs x batches per epoch."""
-    steps = batches_per_epoch * config.trainer.total_epochs
+    """`trainer.total_training_steps` when set, else epochs x batches per epoch (x 2 with CoDaPO: each batch is
+    an original and a focused step)."""
+    steps = batches_per_epoch * config.trainer.total_epochs * (2 if config.algorithm.adv_estimator == "codapo" else 1)
     if config.trainer.total_training_steps is not None:
         steps = int(config.trainer.total_training_steps)
     return steps

@@ -40,6 +40,7 @@ from rlpost.protocol import DataProto
 from rlpost.single_controller.ray import RayWorkerGroup, ResourcePoolManager, Role
 from rlpost.trainer.ppo import core_algos
 from rlpost.trainer.ppo.checkpointing import TrainerCheckpointer, already_complete
+from rlpost.trainer.ppo.codapo_cycle import CodapoCycle
 from rlpost.trainer.ppo.core_algos import AdvantageEstimator, apply_kl_penalty, compute_advantage
 from rlpost.trainer.ppo.dynamic_sampling import DataExhausted, first_groups, next_batch
 from rlpost.trainer.ppo.preflight import estimate_metrics
@@ -120,6 +121,7 @@ class RayPPOTrainer:
         self.workers: WorkerGroups | None = None
         self.profiler, self.memory_estimate = ProfileSchedule(self.typed_config, {}), {}  # set in init_workers
         self.global_steps, self.epoch, self.tracker = 0, 0, None
+        self.codapo = CodapoCycle(self.algo) if self.algo.adv_estimator == "codapo" else None
         self._create_dataloader(train_dataset, val_dataset, collate_fn, train_sampler)
 
     def _create_dataloader(self, train_dataset, val_dataset, collate_fn, train_sampler) -> None:
@@ -142,7 +144,8 @@ class RayPPOTrainer:
         self.rollouts = build_rollouts(self.typed_config, self.workers, self._prepare, self._gen_inputs)
         self.validator = Validator(self.config, self.tokenizer, self.rollouts, self.val_reward_fn,
                                    self.val_dataloader)
-        self.checkpointer = TrainerCheckpointer(self.config, self.workers, self.train_dataloader, self.rollouts)
+        self.checkpointer = TrainerCheckpointer(self.config, self.workers, self.train_dataloader, self.rollouts,
+                                                self.codapo)
         self.profiler = ProfileSchedule(self.typed_config, {
             "actor": self.actor_rollout_wg, "rollout": self.actor_rollout_wg, "ref": self.ref_policy_wg,
             "critic": self.critic_wg, "reward_model": self.rm_wg})
@@ -229,10 +232,18 @@ class RayPPOTrainer:
         return metrics
 
     def _train_batches(self) -> Iterator[dict]:
-        """Batches of prompts from the resume point to the end of the last epoch; keeps `self.epoch`."""
+        """Batches of prompts from the resume point to the end of the last epoch; keeps `self.epoch`. With CoDaPO
+        each batch's step is followed by its focused step (`CodapoCycle`; drawn once that step has run)."""
         for epoch in range(self.checkpointer.start_epoch, self.config.trainer.total_epochs):
             self.epoch = epoch
-            yield from self.train_dataloader
+            for batch in self.train_dataloader:
+                yield from self._focused_batch()  # a run resumed between the two phases
+                yield batch
+                yield from self._focused_batch()  # set by the step of `batch`, which has run by now
+
+    def _focused_batch(self) -> Iterator[dict]:
+        if self.codapo is not None and self.codapo.pending is not None:
+            yield self.codapo.take()
 
     def _due(self, freq: int, is_last: bool) -> bool:
         return freq is not None and freq > 0 and (is_last or self.global_steps % freq == 0)
@@ -348,6 +359,8 @@ class RayPPOTrainer:
         if batch.meta_info.get(PREPARED):
             return batch
         batch.non_tensor_batch[K.UID] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
+        if self.codapo is not None:
+            self.codapo.remember(batch)
         batch = batch.repeat(self.config.actor_rollout_ref.rollout.n, interleave=True)
         batch.meta_info[PREPARED] = True
         return batch
@@ -466,8 +479,12 @@ class RayPPOTrainer:
             norm_adv_by_std_in_grpo=self.algo.norm_adv_by_std_in_grpo, config=self.algo,
             non_tensor_batch=batch.non_tensor_batch, old_log_probs=batch.batch.get(K.OLD_LOG_PROBS),
             sum_pi_squared=batch.batch.get(K.SUM_PI_SQUARED), rollout_is_weights=batch.batch.get(K.ROLLOUT_IS_WEIGHTS),
+            rollout_log_probs=batch.batch.get(K.ROLLOUT_LOG_PROBS),
         )
         batch.batch[K.ADVANTAGES], batch.batch[K.RETURNS] = adv, ret
+        if self.codapo is not None:
+            log_probs = batch.batch.get(K.ROLLOUT_LOG_PROBS, batch.batch[K.OLD_LOG_PROBS])
+            metrics.update(self.codapo.observe(batch, log_probs))
         if self.algo.adv_estimator == "gdpo":
             metrics.update(reward_component_metrics(batch.non_tensor_batch, self.algo.gdpo_reward_keys))
         if self.algo.use_pf_ppo:

@@ -44,7 +44,6 @@ REFUSED = {
     "sglang_multiturn_qwen3_4b_gsm8k_multiturn_fsdp": "actor_rollout_ref.rollout.over_sample_rate",
     "sglang_multiturn_qwen2_5_3b_gsm8k_tool_agent_mlflow_fsdp": "actor_rollout_ref.rollout.trace.backend",
     "tuning_lora_qwen2_5_vl_7b_fsdp": "actor_rollout_ref.model.modules_to_save",
-    "codapo_qwen2_5_math_1_5b_fsdp": "algorithm.codapo_top_k",
 }
 # Scripts of algorithms verl added that rlpost does not have, whose keys are not rlpost's yet: stopped with the
 # start of this message (an unknown key, or a value of a shape rlpost's key does not take).

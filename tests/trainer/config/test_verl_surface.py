@@ -356,3 +356,31 @@ def test_gdpo_needs_its_reward_components(small_cfg):
     typed = typed_config(small_cfg({**gdpo, "algorithm.gdpo_reward_keys": ["acc", "fmt"],
                                     "reward.reward_manager.name": "gdpo"}))
     assert typed.algorithm.gdpo_reward_keys == ["acc", "fmt"] and typed.reward_model.reward_manager == "gdpo"
+
+
+@pytest.mark.parametrize("override, message", [
+    ({"algorithm.codapo_top_k": 0}, r"algorithm.codapo_top_k=0, data.train_batch_size=\d+: the focused step repeats"),
+    ({"algorithm.codapo_weight_offset": -0.5}, "algorithm.codapo_weight_offset=-0.5: the floor"),
+    ({"algorithm.filter_groups.enable": True}, "algorithm.adv_estimator=codapo, algorithm.filter_groups.enable=true"),
+])
+def test_codapo_rules(small_cfg, override, message):
+    codapo = {"algorithm.adv_estimator": "codapo", "actor_rollout_ref.rollout.n": 2}
+    assert typed_config(small_cfg(codapo)).algorithm.codapo_top_k is None  # null: verl's default 4 at run time
+    with pytest.raises(ConfigError, match=message):
+        typed_config(small_cfg({**codapo, **override}))
+    with pytest.warns(ConfigWarning, match="algorithm.codapo_top_k are read only with algorithm.adv_estimator=codapo"):
+        typed_config(small_cfg({"algorithm.codapo_top_k": 4}))
+
+
+@pytest.mark.parametrize("override, message", [
+    ({"actor_rollout_ref.actor.calculate_sum_pi_squared": False},
+     "optimal_token_baseline, actor_rollout_ref.actor.calculate_sum_pi_squared=false: .*; use .*=true"),
+    ({"algorithm.rollout_correction.bypass_mode": True}, "bypass_mode=true: bypass mode takes the engine's log-probs"),
+    ({"actor_rollout_ref.model.use_fused_kernels": True}, "use_fused_kernels=true: the fused LM head returns"),
+])
+def test_optimal_token_baseline_rules(small_cfg, override, message):
+    otb = {"algorithm.adv_estimator": "optimal_token_baseline", "actor_rollout_ref.rollout.n": 2,
+           "actor_rollout_ref.actor.calculate_sum_pi_squared": True}
+    assert typed_config(small_cfg(otb)).actor_rollout_ref.actor.calculate_sum_pi_squared is True
+    with pytest.raises(ConfigError, match=message):
+        typed_config(small_cfg({**otb, **override}))

@@ -53,7 +53,9 @@ def run_main_ppo(ws, name: str, *overrides: str) -> list[dict]:
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
-def check_metrics(rows: list[dict], extra: tuple[str, ...] = ()) -> None:
+def check_metrics(rows: list[dict], extra: tuple[str, ...] = (), core: str = "reward") -> None:
+    """Steps 1-3 with every REQUIRED metric finite, and validation's val-core metric (`acc` when the reward
+    returns one, else `reward`, as in verl)."""
     train = [r for r in rows if "timing_s/step" in r]
     assert [r["step"] for r in train] == [1, 2, 3]
     for row in train:
@@ -62,7 +64,7 @@ def check_metrics(rows: list[dict], extra: tuple[str, ...] = ()) -> None:
             assert isinstance(row[key], (int, float)) and math.isfinite(row[key]), (key, row[key])
         parts = sum(row[f"timing_s/gen_{p}"] for p in ("wake", "engine", "sleep"))
         assert 0 < parts <= row["timing_s/gen"], "the rollout worker's parts of gen fall inside it"
-    assert any(k.startswith("val-core/rlpost/arith/reward/mean@") for k in train[-1]), "validation did not run"
+    assert any(k.startswith(f"val-core/rlpost/arith/{core}/mean@") for k in train[-1]), "validation did not run"
 
 
 def test_gdpo_with_kl_loss_engine_knobs_and_a_torch_profile(workspace):
@@ -201,3 +203,39 @@ def test_ppo_gae_with_ulysses_sequence_parallel(workspace):
     # The tiny model's token probabilities are ~1e-3; the bf16 engine and the float32 SP forward agree to ~1e-5
     # at most, an attention that mixes sequences or heads would be off by about the probabilities themselves.
     assert max(r["training/rollout_probs_diff_max"] for r in train) < 5e-4
+
+
+ACC_REWARD = '''
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    """A plain number that varies between the responses of one prompt (the dapo manager records it as 'acc')."""
+    return float(len(solution_str) % 2)
+'''
+
+
+def test_codapo_alternates_original_and_focused_steps_and_resumes_between_them(workspace, tmp_path):
+    """verl's CoDaPO recipe keys (`+algorithm.codapo_*`, the dapo manager's 'acc', trainer.use_v1): step 1 is an
+    original step on a data-loader batch, step 2 the focused step on its best question (top_k=1, so all four
+    prompts are that question), step 3 original again. The checkpoint of step 1 keeps the focused batch: a run
+    resumed from it trains the focused step next."""
+    fn = tmp_path / "acc_reward.py"
+    fn.write_text(ACC_REWARD)
+    keys = ["algorithm.adv_estimator=codapo", "+algorithm.codapo_top_k=1", "+algorithm.codapo_weight_offset=0.1",
+            "+algorithm.codapo_accuracy_key=acc", "reward.reward_manager.name=dapo", "trainer.use_v1=true",
+            f"custom_reward_function.path={fn}", "custom_reward_function.name=compute_score"]
+    out = workspace["root"] / "codapo"
+    rows = run_main_ppo(workspace, "codapo", *keys, "trainer.save_freq=1", f"trainer.rollout_data_dir={out}/dump")
+    check_metrics(rows, core="acc")  # the dapo manager's acc
+    train = [r for r in rows if "timing_s/step" in r]
+    assert [r["codapo/is_focused_step"] for r in train] == [0.0, 1.0, 0.0]
+    for r in (train[0], train[2]):  # original steps value their questions and pick the best one
+        assert 0 <= r["codapo/value/mean"] <= r["codapo/selected_value/mean"] <= 1
+    prompts = {step: {json.loads(line)["prompt"] for line in (out / "dump" / f"{step}.jsonl").open()}
+               for step in (1, 2)}
+    assert len(prompts[1]) == 4 and len(prompts[2]) == 1 and prompts[2] <= prompts[1]
+    assert (out / "global_step_1" / "codapo_focus.pt").is_file()
+    assert not (out / "global_step_2" / "codapo_focus.pt").exists()  # nothing pending after a focused step
+    resumed = run_main_ppo(workspace, "codapo_resumed", *keys, "trainer.total_training_steps=2",
+                           "trainer.resume_mode=resume_path", f"trainer.resume_from_path={out}/global_step_1",
+                           f"trainer.rollout_data_dir={out}/dump_resumed")
+    assert [r["codapo/is_focused_step"] for r in resumed if "timing_s/step" in r] == [1.0]  # step 2 only
+    assert {json.loads(line)["prompt"] for line in (out / "dump_resumed" / "2.jsonl").open()} == prompts[2]

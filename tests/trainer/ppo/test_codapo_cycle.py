@@ -1,0 +1,70 @@
+"""CoDaPO's cycle in the trainer: the focused batch built from an original step, the order of the batches the
+training loop draws, and the pending batch kept by a checkpoint (the end-to-end run is in test_ppo_e2e.py)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from rlpost import keys as K
+from rlpost.protocol import DataProto
+from rlpost.trainer.ppo.codapo_cycle import CODAPO_FILE, CodapoCycle
+from rlpost.trainer.ppo.ray_trainer import RayPPOTrainer
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _original_step(cycle: CodapoCycle) -> dict:
+    """Three questions q0-q2, two responses each; q1 half right (the most valuable), q0 all right, q2 all wrong."""
+    prompts = DataProto.from_dict(tensors={K.INPUT_IDS: torch.arange(6).reshape(3, 2)},
+                                  non_tensors={K.UID: np.array(["q0", "q1", "q2"], dtype=object),
+                                               "data_source": np.array(["s0", "s1", "s2"], dtype=object)})
+    cycle.remember(prompts)
+    rows = prompts.repeat(2, interleave=True)
+    rows.batch[K.RESPONSE_MASK] = torch.ones(6, 2)
+    rows.non_tensor_batch["acc"] = np.array([1, 1, 1, 0, 0, 0], dtype=object)
+    return cycle.observe(rows, torch.full((6, 2), -0.1))
+
+
+def test_the_focused_batch_repeats_the_best_questions_without_their_uids():
+    cycle = CodapoCycle(SimpleNamespace(codapo_top_k=1, codapo_weight_offset=None, codapo_accuracy_key=None))
+    metrics = _original_step(cycle)
+    assert metrics["codapo/is_focused_step"] == 0.0
+    assert metrics["codapo/selected_value/mean"] == pytest.approx(float(np.exp(-0.1)))  # d = 0.5: v = c
+    assert metrics["codapo/value/mean"] == pytest.approx(float(np.exp(-0.1)) / 3)
+    focus = cycle.take()
+    assert K.UID not in focus and list(focus["data_source"]) == ["s1"] * 3  # round-robin to the batch size
+    assert focus[K.INPUT_IDS].tolist() == [[2, 3]] * 3
+    assert cycle.pending is None
+    assert cycle.observe(DataProto.from_dict(tensors={K.RESPONSE_MASK: torch.ones(1, 1)}), None) == \
+        {"codapo/is_focused_step": 1.0}  # the focused step chooses nothing
+
+
+def test_the_loop_trains_each_batchs_focused_step_next_and_a_checkpoint_keeps_it(tmp_path):
+    cycle = CodapoCycle(SimpleNamespace(codapo_top_k=2, codapo_weight_offset=None, codapo_accuracy_key=None))
+    trainer = SimpleNamespace(checkpointer=SimpleNamespace(start_epoch=0), codapo=cycle, epoch=0,
+                              config=SimpleNamespace(trainer=SimpleNamespace(total_epochs=1)),
+                              train_dataloader=[{"name": "batch0"}, {"name": "batch1"}])
+    trainer._focused_batch = lambda: RayPPOTrainer._focused_batch(trainer)
+    drawn = RayPPOTrainer._train_batches(trainer)
+    assert next(drawn) == {"name": "batch0"}
+    _original_step(cycle)  # the step of batch0 ran
+    focus = next(drawn)
+    assert list(focus["data_source"]) == ["s1", "s0", "s1"]  # the two best, round-robin
+    cycle.observe(None, None)  # the focused step ran
+    assert next(drawn) == {"name": "batch1"}
+    # a checkpoint between the phases keeps the focused batch; a resumed run draws it before the next batch
+    _original_step(cycle)
+    cycle.save(str(tmp_path))
+    resumed = CodapoCycle(SimpleNamespace(codapo_top_k=2, codapo_weight_offset=None, codapo_accuracy_key=None))
+    resumed.load(str(tmp_path))
+    trainer.codapo, trainer.train_dataloader = resumed, [{"name": "batch2"}]
+    drawn = RayPPOTrainer._train_batches(trainer)
+    assert list(next(drawn)["data_source"]) == ["s1", "s0", "s1"] and next(drawn) == {"name": "batch2"}
+    (tmp_path / CODAPO_FILE).unlink()
+    empty = CodapoCycle(SimpleNamespace(codapo_top_k=2, codapo_weight_offset=None, codapo_accuracy_key=None))
+    empty.load(str(tmp_path))
+    assert empty.pending is None
