@@ -59,6 +59,12 @@ def _algorithm(c: PPOTrainerConfig) -> list[str]:
         normalised = ", batch-normalised" if corr.rollout_is_batch_normalize else ""
         lines.append(f"rollout correction: importance weights={corr.rollout_is or 'off'} "
                      f"(cap {corr.rollout_is_threshold}{normalised}), rejection={corr.rollout_rs or 'off'}")
+    if algo.adv_estimator == "codapo":
+        from rlpost.algos.codapo import codapo_settings
+
+        top_k, offset, key = codapo_settings(algo)
+        lines.append(f"codapo: advantages x (question value + {offset}), correctness from the reward's {key!r}; each "
+                     f"step on a data-loader batch is followed by a focused step on its top {top_k} questions")
     groups = algo.filter_groups
     if groups.enable:
         limit = groups.max_num_gen_batches if groups.max_num_gen_batches > 0 else "no limit"
@@ -165,5 +171,8 @@ def _steps(c: PPOTrainerConfig) -> list[str]:
         return [f"total training steps: unknown (data.train_files not found: {c.data.train_files}); "
                 f"= rows // {train} x {epochs} epochs"]
     per_epoch = rows // train
-    return [f"total training steps: {per_epoch * epochs} = {rows} rows // data.train_batch_size={train} "
-            f"= {per_epoch} steps per epoch x trainer.total_epochs={epochs} (before filtering overlong prompts)"]
+    phases, twice = (2, " x 2 (codapo: an original and a focused step per batch)") \
+        if c.algorithm.adv_estimator == "codapo" else (1, "")
+    return [f"total training steps: {per_epoch * epochs * phases} = {rows} rows // data.train_batch_size={train} "
+            f"= {per_epoch} steps per epoch x trainer.total_epochs={epochs}{twice} (before filtering overlong "
+            f"prompts)"]

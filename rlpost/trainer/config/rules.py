@@ -255,7 +255,12 @@ def check_codapo(c: PPOTrainerConfig) -> None:
             warn(f"{', '.join(set_keys)} are read only with algorithm.adv_estimator=codapo (it is "
                  f"{algo.adv_estimator}).")
         return
-    top_k, offset, _ = codapo_settings(algo)
+    top_k, offset, key = codapo_settings(algo)
+    manager = c.reward_model.reward_manager
+    if (c.reward.reward_manager.source == "register" and manager != "dapo" and not c.custom_reward_function.path):
+        fail(f"algorithm.adv_estimator=codapo, reward.reward_manager.name={manager}, custom_reward_function.path=null",
+             f"the built-in scorers return plain numbers, so no {key!r} (algorithm.codapo_accuracy_key) reaches the "
+             "batch; the dapo manager records a plain number as 'acc'", "reward.reward_manager.name=dapo")
     batch = c.data.train_batch_size
     if not 1 <= top_k <= batch:
         fail(f"algorithm.codapo_top_k={top_k}, data.train_batch_size={batch}",

@@ -30,6 +30,8 @@ def test_every_registered_name_validates(small_cfg, key, names):
             extra = {"algorithm.gdpo_reward_keys": ["acc"]}
         if name in ("optimal_token_baseline", "tir_optimal_token_baseline"):  # weighs tokens by sum p^2
             extra = {"actor_rollout_ref.actor.calculate_sum_pi_squared": True}
+        if name == "codapo":  # reads the dapo manager's 'acc'
+            extra = {"reward_model.reward_manager": "dapo"}
         typed = typed_config(small_cfg({**group, **extra, key: name}))
         node = typed
         for part in key.split("."):
@@ -362,9 +364,11 @@ def test_gdpo_needs_its_reward_components(small_cfg):
     ({"algorithm.codapo_top_k": 0}, r"algorithm.codapo_top_k=0, data.train_batch_size=\d+: the focused step repeats"),
     ({"algorithm.codapo_weight_offset": -0.5}, "algorithm.codapo_weight_offset=-0.5: the floor"),
     ({"algorithm.filter_groups.enable": True}, "algorithm.adv_estimator=codapo, algorithm.filter_groups.enable=true"),
+    ({"reward_model.reward_manager": "naive"}, "reward_manager.name=naive, custom_reward_function.path=null: the "
+                                               "built-in scorers return plain numbers, so no 'acc'"),
 ])
 def test_codapo_rules(small_cfg, override, message):
-    codapo = {"algorithm.adv_estimator": "codapo", "actor_rollout_ref.rollout.n": 2}
+    codapo = {"algorithm.adv_estimator": "codapo", "actor_rollout_ref.rollout.n": 2, "reward_model.reward_manager": "dapo"}
     assert typed_config(small_cfg(codapo)).algorithm.codapo_top_k is None  # null: verl's default 4 at run time
     with pytest.raises(ConfigError, match=message):
         typed_config(small_cfg({**codapo, **override}))
