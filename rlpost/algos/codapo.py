@@ -48,22 +48,25 @@ def question_values(correct: torch.Tensor, log_probs: torch.Tensor, response_mas
         response_mask: (B, R). index: (B,) the rows' prompt uids.
     """
     mask = response_mask.to(torch.float32)
-    mean_logp = (log_probs.float() * mask).sum(-1) / mask.sum(-1).clamp_min(1.0)
+    tokens = mask.sum(-1)
+    has_tokens = (tokens > 0).to(torch.float32)  # a response rejected whole (rollout correction) has no confidence
+    mean_logp = (log_probs.float() * mask).sum(-1) / tokens.clamp_min(1.0)
     gid = _group_ids(index, correct.shape[0])
     count = _per_row_group_sum(torch.ones_like(mean_logp), gid)
-    group_logp = _per_row_group_sum(mean_logp, gid) / count
+    group_logp = _per_row_group_sum(mean_logp * has_tokens, gid) / _per_row_group_sum(has_tokens, gid).clamp_min(1.0)
     difficulty = 1.0 - _per_row_group_sum(correct.float(), gid) / count
     return group_logp.exp() * (1.0 - 4.0 * (difficulty - 0.5) ** 2)
 
 
-def top_questions(values: torch.Tensor, index: Any, k: int) -> list[Any]:
-    """The uids of the k questions of highest value (ties: the earlier question first)."""
+def top_questions(values: torch.Tensor, index: Any, k: int, order: Any = None) -> list[Any]:
+    """The uids of the k questions of highest value; ties go to the question earlier in `order` (the batch's
+    prompt order; default: first appearance in `index`)."""
     seen: dict[Any, float] = {}
     for uid, v in zip(np.asarray(index, dtype=object), values.tolist()):
         seen.setdefault(uid, v)
-    order = sorted(range(len(seen)), key=lambda i: -list(seen.values())[i])
-    uids = list(seen)
-    return [uids[i] for i in order[:k]]
+    ranked = list(order) if order is not None else list(seen)
+    rank = {uid: i for i, uid in enumerate(ranked)}
+    return sorted(seen, key=lambda uid: (-seen[uid], rank[uid]))[:k]
 
 
 def round_robin(rows: list[int], size: int) -> list[int]:

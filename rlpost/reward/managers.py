@@ -73,10 +73,10 @@ class NaiveRewardManager(AbstractRewardManager):
         from rlpost.reward.parallel import score_in_processes  # imports this module
 
         if self._parallel:
-            return score_in_processes(self.spec, samples, self.num_processes, self.timeout)
+            return score_in_processes(self.spec, samples, self.num_processes, self.timeout, self._raw)
         results, start = [], time.perf_counter()
         for done, sample in enumerate(samples, start=1):
-            results.append(base.call_reward_fn(self.compute_score, sample))
+            results.append(self._raw(base.call_reward_fn(self.compute_score, sample)))
             per_sample = (time.perf_counter() - start) / done
             if per_sample > SLOW_SAMPLE_S and done < len(samples) and self._can_parallelise():
                 self._parallel = True
@@ -85,9 +85,17 @@ class NaiveRewardManager(AbstractRewardManager):
                     "with a time-out of reward_model.reward_kwargs.timeout=%ss per sample (time-outs score 0.0 "
                     "and are counted in reward/timeout_count); set reward_model.reward_kwargs.num_processes to "
                     "change the pool size", per_sample, self.num_processes, self.timeout)
-                rest = score_in_processes(self.spec, samples[done:], self.num_processes, self.timeout)
+                rest = score_in_processes(self.spec, samples[done:], self.num_processes, self.timeout, self._raw)
                 return [self._with_timeout_flag(r, s) for r, s in zip(results, samples)] + rest
         return results
+
+    plain_as: str | None = None  # also record a plain-number result under this extra key (dapo: 'acc')
+
+    def _raw(self, result: Any) -> Any:
+        """The function's result, a plain number also kept as the extra `plain_as` when the manager has one."""
+        if self.plain_as is None or isinstance(result, dict):
+            return result
+        return {"score": result, self.plain_as: result}
 
     def _can_parallelise(self) -> bool:
         """Worker processes rebuild the function from its spec: only when the function in use is that one."""
@@ -154,10 +162,14 @@ class DAPORewardManager(NaiveRewardManager):
     a response of length l > L gets `min(-(l - L) / buffer_len * penalty_factor, 0)` added. A scorer's plain number
     is also recorded as the extra value `acc` (before the penalty), as verl's dapo manager does (CoDaPO reads it)."""
 
+    plain_as = "acc"
+
     def __init__(self, tokenizer: Any, num_examine: int, spec: RewardFnSpec | Callable | None = None,
                  reward_fn_key: str = keys.DATA_SOURCE, max_resp_len: int | None = None,
-                 overlong_buffer_cfg: Any = None, compute_score: Callable | None = None):
-        super().__init__(tokenizer, num_examine, spec, reward_fn_key, compute_score=compute_score)
+                 overlong_buffer_cfg: Any = None, compute_score: Callable | None = None,
+                 num_processes: int | None = None, timeout: float = DEFAULT_SAMPLE_TIMEOUT_S):
+        super().__init__(tokenizer, num_examine, spec, reward_fn_key, num_processes, timeout,
+                         compute_score=compute_score)
         self.max_resp_len = max_resp_len
         self.buffer = overlong_buffer_cfg
         if self.buffer is not None and self.buffer.enable:
@@ -171,7 +183,7 @@ class DAPORewardManager(NaiveRewardManager):
         if keys.RM_SCORES in data.batch.keys():
             return base.rm_scores_passthrough(data, return_dict)
         samples = base.decode_batch(data, self.tokenizer, self.reward_fn_key)
-        results = [r if isinstance(r, dict) else {"score": r, "acc": r} for r in self.score_samples(samples)]
+        results = self.score_samples(samples)
         if self.buffer is not None and self.buffer.enable:
             results = [self._penalise(r, s) for r, s in zip(results, samples)]
         return base.finish(data, samples, results, self.num_examine, return_dict)

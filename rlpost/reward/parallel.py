@@ -17,7 +17,7 @@ import logging
 import math
 import signal
 import traceback
-from typing import Any
+from typing import Any, Callable
 
 from rlpost.reward import base
 from rlpost.reward.custom import RewardFnSpec
@@ -51,7 +51,7 @@ def _score_in_child(spec: RewardFnSpec, sample: base.Sample, timeout: float) -> 
 
 
 def score_in_processes(spec: RewardFnSpec, samples: list[base.Sample], num_processes: int,
-                       timeout: float) -> list[dict[str, Any]]:
+                       timeout: float, normalise: Callable[[Any], Any] | None = None) -> list[dict[str, Any]]:
     """One result dict per sample (`score`, the function's extra keys, `reward_timeout` 0/1).
 
     Args:
@@ -59,6 +59,8 @@ def score_in_processes(spec: RewardFnSpec, samples: list[base.Sample], num_proce
         samples: the decoded samples.
         num_processes: pool size (capped at the number of samples).
         timeout: seconds per sample; `reward_model.reward_kwargs.timeout` in messages.
+        normalise: applied to each raw result (and to a time-out's 0.0) before it is split into score and extras
+            (the dapo manager's plain number -> {score, acc}).
     """
     workers = min(num_processes, max(len(samples), 1))
     pool = cf.ProcessPoolExecutor(max_workers=workers)
@@ -68,7 +70,7 @@ def score_in_processes(spec: RewardFnSpec, samples: list[base.Sample], num_proce
     futures = [pool.submit(_score_in_child, spec, s, timeout) for s in samples]
     done, stuck = cf.wait(futures, timeout=deadline)
     try:
-        return [_result(sample, future if future in done else None, timeout)
+        return [_result(sample, future if future in done else None, timeout, normalise or (lambda r: r))
                 for sample, future in zip(samples, futures)]
     finally:
         if stuck:  # a hung child would block shutdown forever; the executor keeps no public handle to it
@@ -77,7 +79,8 @@ def score_in_processes(spec: RewardFnSpec, samples: list[base.Sample], num_proce
         pool.shutdown(wait=not stuck, cancel_futures=True)
 
 
-def _result(sample: base.Sample, future: cf.Future | None, timeout: float) -> dict[str, Any]:
+def _result(sample: base.Sample, future: cf.Future | None, timeout: float,
+            normalise: Callable[[Any], Any]) -> dict[str, Any]:
     """The sample's result dict; a time-out (`future` None: past the deadline) scores 0.0, warned."""
     result, error = future.result() if future is not None else (None, TIMED_OUT)
     if error == TIMED_OUT:
@@ -85,8 +88,9 @@ def _result(sample: base.Sample, future: cf.Future | None, timeout: float) -> di
             "reward function timed out after reward_model.reward_kwargs.timeout=%ss on data source %r, "
             "sample %d (scored 0.0, counted in reward/timeout_count); response: %r",
             timeout, sample.data_source, sample.index, sample.response_str[:200])
-        return {"score": 0.0, "reward_timeout": 1}
+        score, extra = base.split_result(normalise(0.0), sample)
+        return {"score": score, **extra, "reward_timeout": 1}
     if error is not None:
         raise base.RewardFunctionError(sample.data_source, sample.index, "raised in worker", error)
-    score, extra = base.split_result(result, sample)
+    score, extra = base.split_result(normalise(result), sample)
     return {"score": score, **extra, "reward_timeout": 0}

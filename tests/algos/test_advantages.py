@@ -339,6 +339,12 @@ def test_codapo_values_weights_and_focused_questions_by_hand():
                                           old_log_probs=logp, rollout_log_probs=torch.zeros(4, 3))
     _close(adv_rollout[0], [1.1 * 0.70711, 1.1 * 0.70711, 0], atol=1e-4)  # c = 1, v = 1
     assert top_questions(values, index, 1) == ["a"] and top_questions(values, index, 2) == ["a", "b"]
+    assert top_questions(torch.zeros(4), index, 1, order=["b", "a"]) == ["b"]  # ties: the batch's prompt order
+    # a response rejected whole (its mask all 0) leaves confidence to the others: b's c stays exp(-0.5)
+    rejected = mask.clone()
+    rejected[3] = 0
+    _close(question_values(torch.tensor([1.0, 0, 1, 0]), logp, rejected, index)[2:],
+           [math.exp(-0.5) * (1 - 4 * 0.0 ** 2)] * 2)
     assert round_robin([2, 0], 5) == [2, 0, 2, 0, 2]
     with pytest.raises(ValueError, match="batch lacks .*reward.reward_manager.name=dapo"):
         ca.compute_advantage(rewards, mask, "codapo", index=index, config=cfg, non_tensor_batch={},

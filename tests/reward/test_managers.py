@@ -223,17 +223,21 @@ def _objects(values):
     return out
 
 
+# 0.6 s a sample (slow: worker processes take over after the first), 60 s for the ground truth "hang"
+SLOW_FN = """
+    import time
+
+    def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+        time.sleep(60 if ground_truth == "hang" else 0.6)
+        return 1.0 if solution_str.strip() == "#### " + ground_truth else 0.0
+"""
+
+
 @pytest.mark.timeout(120)
 def test_slow_reward_fn_moves_the_naive_manager_to_worker_processes(make_batch, tokenizer, tmp_path, caplog):
     """The first batch finds the function slow after one sample and scores the rest in 4 processes; later
     batches go straight to the processes, where a hung sample times out, is flagged and warned."""
-    path = write_fn(tmp_path, """
-        import time
-
-        def compute_score(data_source, solution_str, ground_truth, extra_info=None):
-            time.sleep(60 if ground_truth == "hang" else 0.6)
-            return 1.0 if solution_str.strip() == "#### " + ground_truth else 0.0
-    """)
+    path = write_fn(tmp_path, SLOW_FN)
     manager = load_reward_manager(cfg("naive", path, "+reward_model.reward_kwargs.num_processes=4",
                                       "+reward_model.reward_kwargs.timeout=2"), tokenizer)
     data = make_batch(["#### 3", "#### 4", "#### 5", "#### 6", "#### 7"], ["3", "3", "5", "6", "7"])
@@ -259,3 +263,18 @@ def test_fast_reward_fn_stays_in_process_and_batch_manager_refuses_pool_kwargs(m
     with pytest.raises(ValueError, match=r"not supported yet: reward_model.reward_kwargs \['timeout'\] for "
                                          "reward_manager=batch"):
         load_reward_manager(cfg("batch", None, "+reward_model.reward_kwargs.timeout=3"), tokenizer)
+
+
+@pytest.mark.timeout(120)
+def test_dapo_manager_records_plain_scores_as_acc_in_process_and_in_worker_processes(make_batch, tokenizer,
+                                                                                   tmp_path):
+    """verl's dapo manager keeps a scorer's plain number as the extra value 'acc' (CoDaPO's correctness). So does
+    rlpost's, in this process, in the worker processes a slow function moves to, and for a time-out (0.0)."""
+    path = write_fn(tmp_path, SLOW_FN)
+    manager = load_reward_manager(cfg("dapo", path, "+reward_model.reward_kwargs.num_processes=2",
+                                      "+reward_model.reward_kwargs.timeout=2"), tokenizer)
+    out = manager(make_batch(["#### 3", "#### 4", "#### 5"], ["3", "3", "5"]), return_dict=True)
+    assert manager._parallel  # the first sample in process, the others in the pool
+    assert out["reward_extra_info"]["acc"] == [1.0, 0.0, 1.0]
+    out = manager(make_batch(["#### 3", "#### 4"], ["3", "hang"]), return_dict=True)
+    assert out["reward_extra_info"]["acc"] == [1.0, 0.0] and out["reward_extra_info"]["reward_timeout"] == [0, 1]

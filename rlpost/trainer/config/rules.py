@@ -261,6 +261,13 @@ def check_codapo(c: PPOTrainerConfig) -> None:
         fail(f"algorithm.adv_estimator=codapo, reward.reward_manager.name={manager}, custom_reward_function.path=null",
              f"the built-in scorers return plain numbers, so no {key!r} (algorithm.codapo_accuracy_key) reaches the "
              "batch; the dapo manager records a plain number as 'acc'", "reward.reward_manager.name=dapo")
+    if c.reward_model.enable:
+        fail("algorithm.adv_estimator=codapo, reward_model.enable=true",
+             f"a reward model's scores carry no {key!r} (algorithm.codapo_accuracy_key) to judge correctness",
+             "reward_model.enable=false (a rule-based reward with reward.reward_manager.name=dapo)")
+    if not c.actor_rollout_ref.rollout.do_sample:
+        fail(f"algorithm.adv_estimator=codapo, {ARR}.rollout.do_sample=false",
+             "codapo values a question by how its sampled responses differ", f"{ARR}.rollout.do_sample=true")
     batch = c.data.train_batch_size
     if not 1 <= top_k <= batch:
         fail(f"algorithm.codapo_top_k={top_k}, data.train_batch_size={batch}",

@@ -37,15 +37,16 @@ class CodapoCycle:
         self._prompts = prompts
 
     def observe(self, batch: DataProto, log_probs: torch.Tensor) -> dict[str, float]:
-        """After the step's advantages: on an original phase, the focused batch of its best questions."""
+        """After the step's advantages: on an original phase, the focused batch of its best questions (valued
+        with the step's `response_mask`, after any rollout-correction rejection, as the estimator did)."""
         if self._in_focus:
             self._in_focus = False
             return {"codapo/is_focused_step": 1.0}
         uids = batch.non_tensor_batch[K.UID]
         values = question_values(correct_flags(batch.non_tensor_batch[self.accuracy_key], self.accuracy_key),
                                  log_probs, batch.batch[K.RESPONSE_MASK], uids)
-        chosen = top_questions(values, uids, self.top_k)
         prompts = self._prompts
+        chosen = top_questions(values, uids, self.top_k, order=prompts.non_tensor_batch[K.UID])
         position = {uid: i for i, uid in enumerate(prompts.non_tensor_batch[K.UID])}
         focus = prompts.select_idxs(np.asarray(round_robin([position[u] for u in chosen], len(prompts))))
         columns = {k: v for k, v in focus.non_tensor_batch.items() if k != K.UID}

@@ -234,10 +234,13 @@ class RayPPOTrainer:
     def _train_batches(self) -> Iterator[dict]:
         """Batches of prompts from the resume point to the end of the last epoch; keeps `self.epoch`. With CoDaPO
         each batch's step is followed by its focused step (`CodapoCycle`; drawn once that step has run)."""
+        self.epoch = self.checkpointer.start_epoch
+        # a run resumed between the two phases: its focused step first, before the loader hands out (and counts)
+        # the next batch
+        yield from self._focused_batch()
         for epoch in range(self.checkpointer.start_epoch, self.config.trainer.total_epochs):
             self.epoch = epoch
             for batch in self.train_dataloader:
-                yield from self._focused_batch()  # a run resumed between the two phases
                 yield batch
                 yield from self._focused_batch()  # set by the step of `batch`, which has run by now
 

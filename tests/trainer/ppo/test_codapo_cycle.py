@@ -17,6 +17,18 @@ from rlpost.trainer.ppo.ray_trainer import RayPPOTrainer
 pytestmark = pytest.mark.timeout(60)
 
 
+class _CountingLoader:
+    """A data loader that counts the batches it handed out (as `ResumableLoader` records them done)."""
+
+    def __init__(self, batches: list[dict]) -> None:
+        self.batches, self.handed_out = batches, 0
+
+    def __iter__(self):
+        for batch in self.batches:
+            self.handed_out += 1
+            yield batch
+
+
 def _original_step(cycle: CodapoCycle) -> dict:
     """Three questions q0-q2, two responses each; q1 half right (the most valuable), q0 all right, q2 all wrong."""
     prompts = DataProto.from_dict(tensors={K.INPUT_IDS: torch.arange(6).reshape(3, 2)},
@@ -61,9 +73,12 @@ def test_the_loop_trains_each_batchs_focused_step_next_and_a_checkpoint_keeps_it
     cycle.save(str(tmp_path))
     resumed = CodapoCycle(SimpleNamespace(codapo_top_k=2, codapo_weight_offset=None, codapo_accuracy_key=None))
     resumed.load(str(tmp_path))
-    trainer.codapo, trainer.train_dataloader = resumed, [{"name": "batch2"}]
+    trainer.codapo, trainer.train_dataloader = resumed, _CountingLoader([{"name": "batch2"}])
     drawn = RayPPOTrainer._train_batches(trainer)
-    assert list(next(drawn)["data_source"]) == ["s1", "s0", "s1"] and next(drawn) == {"name": "batch2"}
+    assert list(next(drawn)["data_source"]) == ["s1", "s0", "s1"]
+    # the loader has handed out nothing while the focused step trains: a checkpoint now records no batch as done
+    assert trainer.train_dataloader.handed_out == 0
+    assert next(drawn) == {"name": "batch2"} and trainer.train_dataloader.handed_out == 1
     (tmp_path / CODAPO_FILE).unlink()
     empty = CodapoCycle(SimpleNamespace(codapo_top_k=2, codapo_weight_offset=None, codapo_accuracy_key=None))
     empty.load(str(tmp_path))
