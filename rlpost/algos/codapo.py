@@ -33,10 +33,17 @@ def codapo_settings(config: Any) -> tuple[int, float, str]:
             str(pick("codapo_accuracy_key", DEFAULT_ACCURACY_KEY)))
 
 
-def correct_flags(values: Any, key: str) -> torch.Tensor:
-    """(B,) 1.0 where the reward's `key` value is 1 (correct), else 0.0."""
+def correct_flags(values: Any) -> torch.Tensor:
+    """(B,) 1.0 where the reward's accuracy value is 1 (correct), else 0.0."""
     arr = np.asarray(values, dtype=object)
     return torch.tensor([1.0 if v is not None and v == 1 else 0.0 for v in arr], dtype=torch.float32)
+
+
+def confidence_log_probs(rollout_log_probs: torch.Tensor | None, old_log_probs: torch.Tensor | None
+                         ) -> torch.Tensor | None:
+    """The generating policy's token log-probs: the engine's own when the rollout returned them, else the actor's
+    `old_log_probs` of the same, not yet updated, weights."""
+    return rollout_log_probs if rollout_log_probs is not None else old_log_probs
 
 
 def question_values(correct: torch.Tensor, log_probs: torch.Tensor, response_mask: torch.Tensor,
@@ -97,11 +104,11 @@ def compute_codapo_outcome_advantage(token_level_rewards: torch.Tensor, response
                          f"which the batch lacks (it has {sorted(fields)}): return it in the reward function's dict "
                          f"beside 'score', or use reward.reward_manager.name=dapo, which records a scorer's plain "
                          f"number as 'acc'")
-    log_probs = rollout_log_probs if rollout_log_probs is not None else old_log_probs
+    log_probs = confidence_log_probs(rollout_log_probs, old_log_probs)
     if log_probs is None:
         raise ValueError("codapo's confidence needs the policy's log-probs of the responses (old_log_probs)")
     adv, _ = compute_grpo_outcome_advantage(token_level_rewards, response_mask, index, epsilon,
                                             norm_adv_by_std_in_grpo)
-    values = question_values(correct_flags(fields[key], key), log_probs, response_mask, index)
+    values = question_values(correct_flags(fields[key]), log_probs, response_mask, index)
     adv = adv * (values + offset).unsqueeze(-1)
     return adv, adv

@@ -18,9 +18,7 @@ from typing import Any, Iterable, Iterator
 
 import torch
 
-from rlpost.utils.lora_config import lora_enabled, saved_adapter_config
-
-__all__ = ["lora_enabled"]  # re-exported: the workers import it from here
+from rlpost.utils.lora_config import saved_adapter_config
 
 ADAPTER_NAME = "default"
 ADAPTER_DIR = "lora_adapter"  # sub-folder of a checkpoint holding the PEFT adapter

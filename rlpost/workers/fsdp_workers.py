@@ -24,7 +24,8 @@ from rlpost.utils.checkpoint import prune_oldest
 from rlpost.utils.distributed import consecutive_groups, init_distributed
 from rlpost.utils.fsdp import (apply_fsdp2, compute_dtype, iter_full_params, load_model_to, load_shards_from_rank0,
                                move_optimizer, offload_model, reshard, to_dtype)
-from rlpost.utils.lora import apply_lora, lora_enabled
+from rlpost.utils.lora import apply_lora
+from rlpost.utils.lora_config import lora_enabled
 from rlpost.utils.model import load_for_sharding
 from rlpost.utils.optim import build_lr_scheduler, build_optimizer
 from rlpost.utils.profiler import lifetime_peaks, phase

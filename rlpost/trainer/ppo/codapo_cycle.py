@@ -17,7 +17,8 @@ import numpy as np
 import torch
 
 from rlpost import keys as K
-from rlpost.algos.codapo import codapo_settings, correct_flags, question_values, round_robin, top_questions
+from rlpost.algos.codapo import (codapo_settings, confidence_log_probs, correct_flags, question_values, round_robin,
+                                 top_questions)
 from rlpost.protocol import DataProto
 
 CODAPO_FILE = "codapo_focus.pt"
@@ -36,15 +37,16 @@ class CodapoCycle:
         """This step's prompts, one row per question, with their uids."""
         self._prompts = prompts
 
-    def observe(self, batch: DataProto, log_probs: torch.Tensor) -> dict[str, float]:
+    def observe(self, batch: DataProto) -> dict[str, float]:
         """After the step's advantages: on an original phase, the focused batch of its best questions (valued
         with the step's `response_mask`, after any rollout-correction rejection, as the estimator did)."""
         if self._in_focus:
             self._in_focus = False
             return {"codapo/is_focused_step": 1.0}
         uids = batch.non_tensor_batch[K.UID]
-        values = question_values(correct_flags(batch.non_tensor_batch[self.accuracy_key], self.accuracy_key),
-                                 log_probs, batch.batch[K.RESPONSE_MASK], uids)
+        log_probs = confidence_log_probs(batch.batch.get(K.ROLLOUT_LOG_PROBS), batch.batch.get(K.OLD_LOG_PROBS))
+        values = question_values(correct_flags(batch.non_tensor_batch[self.accuracy_key]), log_probs,
+                                 batch.batch[K.RESPONSE_MASK], uids)
         prompts = self._prompts
         chosen = top_questions(values, uids, self.top_k, order=prompts.non_tensor_batch[K.UID])
         position = {uid: i for i, uid in enumerate(prompts.non_tensor_batch[K.UID])}

@@ -486,8 +486,7 @@ class RayPPOTrainer:
         )
         batch.batch[K.ADVANTAGES], batch.batch[K.RETURNS] = adv, ret
         if self.codapo is not None:
-            log_probs = batch.batch.get(K.ROLLOUT_LOG_PROBS, batch.batch[K.OLD_LOG_PROBS])
-            metrics.update(self.codapo.observe(batch, log_probs))
+            metrics.update(self.codapo.observe(batch))
         if self.algo.adv_estimator == "gdpo":
             metrics.update(reward_component_metrics(batch.non_tensor_batch, self.algo.gdpo_reward_keys))
         if self.algo.use_pf_ppo:

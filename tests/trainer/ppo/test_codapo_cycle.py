@@ -38,7 +38,8 @@ def _original_step(cycle: CodapoCycle) -> dict:
     rows = prompts.repeat(2, interleave=True)
     rows.batch[K.RESPONSE_MASK] = torch.ones(6, 2)
     rows.non_tensor_batch["acc"] = np.array([1, 1, 1, 0, 0, 0], dtype=object)
-    return cycle.observe(rows, torch.full((6, 2), -0.1))
+    rows.batch[K.OLD_LOG_PROBS] = torch.full((6, 2), -0.1)
+    return cycle.observe(rows)
 
 
 def test_the_focused_batch_repeats_the_best_questions_without_their_uids():
@@ -51,7 +52,7 @@ def test_the_focused_batch_repeats_the_best_questions_without_their_uids():
     assert K.UID not in focus and list(focus["data_source"]) == ["s1"] * 3  # round-robin to the batch size
     assert focus[K.INPUT_IDS].tolist() == [[2, 3]] * 3
     assert cycle.pending is None
-    assert cycle.observe(DataProto.from_dict(tensors={K.RESPONSE_MASK: torch.ones(1, 1)}), None) == \
+    assert cycle.observe(DataProto.from_dict(tensors={K.RESPONSE_MASK: torch.ones(1, 1)})) == \
         {"codapo/is_focused_step": 1.0}  # the focused step chooses nothing
 
 
@@ -66,7 +67,7 @@ def test_the_loop_trains_each_batchs_focused_step_next_and_a_checkpoint_keeps_it
     _original_step(cycle)  # the step of batch0 ran
     focus = next(drawn)
     assert list(focus["data_source"]) == ["s1", "s0", "s1"]  # the two best, round-robin
-    cycle.observe(None, None)  # the focused step ran
+    cycle.observe(None)  # the focused step ran
     assert next(drawn) == {"name": "batch1"}
     # a checkpoint between the phases keeps the focused batch; a resumed run draws it before the next batch
     _original_step(cycle)
