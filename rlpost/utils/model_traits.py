@@ -1,0 +1,102 @@
+"""What a model's architecture asks of the training paths, read from its HF config alone (no weights, no torch).
+
+One place decides, per architecture, which attention implementation gives the model's own numbers and which
+training paths (packed rows, Ulysses, the fused LM head) can be right for it; start-up refuses the others
+before any worker starts (`rlpost.trainer.ppo.preflight.check_model_families`), naming the key to change.
+tests/utils/test_model_contract.py holds every accepted pair to the per-row truth.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+# Layer kinds whose token mixer the packed paths handle: attention (full or windowed, rlpost.utils.packed_attention)
+# and the Gated DeltaNet linear attention of Qwen3-Next / Qwen3.5 (rlpost.utils.linear_attention).
+ATTENTION_LAYERS = frozenset({"full_attention", "sliding_attention", "attention"})
+LINEAR_LAYERS = frozenset({"linear_attention"})
+# Model types whose recurrent / state-space layers run across a packed row's sequence boundaries and are not
+# given per-sequence state here.
+RECURRENT_TYPES = frozenset({"mamba", "mamba2", "jamba", "bamba", "falcon_h1", "falcon_mamba", "zamba", "zamba2",
+                             "granitemoehybrid", "recurrent_gemma", "rwkv", "xlstm", "lfm2", "lfm2_moe",
+                             "nemotron_h", "minimax", "plamo2"})
+# Config fields of a transform a model applies to its LM head's output (the fused head skips the logits).
+LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
+EXPERT_COUNT_FIELDS = ("num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts")
+
+
+@dataclass(frozen=True)
+class ModelTraits:
+    """Architecture facts that decide the training paths.
+
+    Attributes:
+        model_type: the HF `model_type` of the text model.
+        linear_attention: has Gated-DeltaNet-style linear-attention layers (per-sequence state on packed rows).
+        other_layers: layer kinds neither attention nor linear attention (recurrent / state-space), sorted.
+        sliding_window: window of the sliding-window layers, or None.
+        attn_softcap: attention-logit soft-capping (Gemma 2), or None.
+        sinks: per-head attention sink logits (gpt-oss).
+        mla: multi-head latent attention (query/key head size differs from the value head size).
+        experts: routed experts per MoE layer (0: dense).
+        logit_transform: the config field of a transform applied after the LM head, or None.
+    """
+
+    model_type: str
+    linear_attention: bool
+    other_layers: tuple[str, ...]
+    sliding_window: int | None
+    attn_softcap: float | None
+    sinks: bool
+    mla: bool
+    experts: int
+    logit_transform: str | None
+
+    @property
+    def attn_implementation(self) -> str:
+        """The transformers attention that computes the model's own formula on padded batches: SDPA, or the
+        eager formula where SDPA drops a term (soft-capped logits, sink logits)."""
+        return "eager" if self.attn_softcap is not None or self.sinks else "sdpa"
+
+
+def model_traits(hf_config: Any) -> ModelTraits:
+    """`ModelTraits` of a transformers config (a multi-modal config's text part)."""
+    cfg = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
+    model_type = str(getattr(cfg, "model_type", "") or getattr(hf_config, "model_type", ""))
+    kinds = set(getattr(cfg, "layer_types", None) or [])
+    other = sorted(k for k in kinds if k not in ATTENTION_LAYERS | LINEAR_LAYERS)
+    if model_type in RECURRENT_TYPES and not other:
+        other = [model_type]
+    window = getattr(cfg, "sliding_window", None)
+    uses_window = bool(window) and ("sliding_attention" in kinds or getattr(cfg, "use_sliding_window", True))
+    v_dim = getattr(cfg, "v_head_dim", None)
+    qk_dim = (getattr(cfg, "qk_nope_head_dim", None) or 0) + (getattr(cfg, "qk_rope_head_dim", None) or 0)
+    mla = getattr(cfg, "kv_lora_rank", None) is not None or (v_dim is not None and qk_dim and v_dim != qk_dim)
+    experts = max([int(getattr(cfg, f, 0) or 0) for f in EXPERT_COUNT_FIELDS])
+    transform = next((f for f in LOGIT_TRANSFORMS if getattr(cfg, f, None) not in (None, 1, 1.0)), None)
+    return ModelTraits(model_type=model_type, linear_attention=bool(kinds & LINEAR_LAYERS), other_layers=tuple(other),
+                       sliding_window=int(window) if uses_window else None,
+                       attn_softcap=getattr(cfg, "attn_logit_softcapping", None), sinks=model_type == "gpt_oss",
+                       mla=bool(mla), experts=experts, logit_transform=transform)
+
+
+def path_refusals(traits: ModelTraits, group: str, use_remove_padding: bool, ulysses_size: int,
+                  use_fused_kernels: bool) -> list[str]:
+    """Why each requested training path cannot give `traits`' model its own log-probs ([] when all can).
+
+    Args:
+        group: the config group the keys belong to (e.g. `actor_rollout_ref.model`), for the messages.
+        ulysses_size: the group's `ulysses_sequence_parallel_size`.
+    """
+    out = []
+    what = f"a {traits.model_type} model"
+    if traits.other_layers and use_remove_padding:
+        out.append(f"{group}.use_remove_padding=true: {what} has {'/'.join(traits.other_layers)} layers whose "
+                   "state would run across the packed sequences; not supported yet: set use_remove_padding=false")
+    sp_key = "ulysses_sequence_parallel_size"
+    if (traits.linear_attention or traits.other_layers) and ulysses_size > 1:
+        out.append(f"{sp_key}={ulysses_size}: {what} has linear-attention / recurrent layers, whose state runs "
+                   f"along the whole sequence and cannot be split over ranks; not supported yet: set {sp_key}=1")
+    if traits.logit_transform and use_fused_kernels:
+        out.append(f"{group}.use_fused_kernels=true: {what} applies {traits.logit_transform} to its LM head's "
+                   "output, which the fused head (no logits) would skip; set use_fused_kernels=false")
+    return out
