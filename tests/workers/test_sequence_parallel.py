@@ -70,7 +70,10 @@ def _forward_backward(rank: int, cases: list[tuple[int, int, int, bool]]) -> Non
             torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
             for name, grad in grads.items():
                 dist.all_reduce(grad, group=sp.group)
-                torch.testing.assert_close(grad / size, want_grads[name], atol=1e-6, rtol=1e-5, msg=name)
+                # float32 sums in another order (all-to-all slices): 1e-5 of the tensor's largest entry
+                tol = 1e-5 * float(want_grads[name].abs().max())
+                torch.testing.assert_close(grad / size, want_grads[name], atol=tol, rtol=1e-5,
+                                           msg=lambda m, n=name: f"{n}: {m}")
 
 
 def _masked(t: torch.Tensor, batch: dict) -> torch.Tensor:
