@@ -19,6 +19,7 @@ from omegaconf import OmegaConf
 from rlpost.utils.import_utils import import_external_libs
 from rlpost.utils.liger import apply_liger
 from rlpost.utils.lora_config import lora_enabled
+from rlpost.utils.model_traits import model_traits
 from rlpost.utils.packed_attention import use_packed_attention
 from rlpost.utils.shm import local_model_path
 
@@ -91,7 +92,8 @@ def load_for_sharding(model_cfg: Any, dtype: torch.dtype, value_model: bool = Fa
 
 
 def load_model(model_cfg: Any, dtype: torch.dtype, value_model: bool = False, empty: bool = False) -> torch.nn.Module:
-    """Load the HF model of `model.path` on CPU in `dtype`, SDPA attention.
+    """Load the HF model of `model.path` on CPU in `dtype`, SDPA attention (the eager formula for models whose
+    attention SDPA cannot express: `rlpost.utils.model_traits`).
 
     Args:
         model_cfg: the `actor_rollout_ref.model` or `critic.model` group.
@@ -117,13 +119,14 @@ def load_model(model_cfg: Any, dtype: torch.dtype, value_model: bool = False, em
         cls = AutoModelForTokenClassification
     else:
         cls = AutoModelForCausalLM
+    attn = model_traits(hf_config).attn_implementation
     if empty:
         with torch.device("meta"), _meta_safe_creation():
-            model = cls.from_config(hf_config, dtype=dtype, trust_remote_code=trust, attn_implementation="sdpa")
+            model = cls.from_config(hf_config, dtype=dtype, trust_remote_code=trust, attn_implementation=attn)
         model.eval()  # the mode `from_pretrained` leaves a model in
     else:
         model = cls.from_pretrained(
-            path, config=hf_config, dtype=dtype, trust_remote_code=trust, attn_implementation="sdpa"
+            path, config=hf_config, dtype=dtype, trust_remote_code=trust, attn_implementation=attn
         )
     if not value_model and model_cfg.use_liger:  # the critic's model group has no use_liger (nor has verl's)
         apply_liger(model)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
@@ -100,16 +100,45 @@ def build_tiny_model(
     max_position_embeddings: int = 4096,
     seed: int = 0,
     with_value_head: bool = False,
+    arch: str = "qwen2",
 ) -> Path:
-    """Save tokenizer + randomly initialised `Qwen2ForCausalLM` (float32) into `out_dir`; return it."""
+    """Save tokenizer + randomly initialised causal LM (float32) into `out_dir`; return it.
+
+    `arch` "qwen2" is the default tiny Qwen2; any other name is a family of `rlpost.utils.tiny_families`
+    (qwen3_moe, qwen3_next, deepseek_v3, ...) at this head size, its family-specific layers kept.
+    """
     import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers import AutoModelForCausalLM, Qwen2ForCausalLM
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tok = build_tokenizer(out, corpus, vocab_size)
     torch.manual_seed(seed)
-    config = Qwen2Config(
+    if hidden_size // num_heads != 64:
+        raise ValueError(f"head_dim must be 64 for vLLM's CPU attention, got {hidden_size // num_heads}")
+    if arch != "qwen2":
+        from rlpost.utils.tiny_families import family_config
+
+        config = family_config(arch, len(tok), head_dim=hidden_size // num_heads, num_heads=num_heads,
+                               num_kv_heads=num_kv_heads, num_layers=num_layers, initializer_range=0.02,
+                               intermediate_size=intermediate_size, tie_word_embeddings=True,
+                               bos_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
+                               pad_token_id=tok.pad_token_id, max_position_embeddings=max_position_embeddings)
+        model = AutoModelForCausalLM.from_config(config).float()
+    else:
+        model = Qwen2ForCausalLM(_qwen2_config(tok, hidden_size, intermediate_size, num_layers, num_heads,
+                                               num_kv_heads, max_position_embeddings))
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.save_pretrained(str(out), safe_serialization=True)
+    return out
+
+
+def _qwen2_config(tok: Any, hidden_size: int, intermediate_size: int, num_layers: int, num_heads: int,
+                  num_kv_heads: int, max_position_embeddings: int) -> Any:
+    from transformers import Qwen2Config
+
+    return Qwen2Config(
         vocab_size=len(tok),
         hidden_size=hidden_size,
         intermediate_size=intermediate_size,
@@ -124,10 +153,3 @@ def build_tiny_model(
         pad_token_id=tok.pad_token_id,
         torch_dtype="float32",
     )
-    if config.head_dim != 64:
-        raise ValueError(f"head_dim must be 64 for vLLM's CPU attention, got {config.head_dim}")
-    model = Qwen2ForCausalLM(config)
-    model.generation_config.eos_token_id = tok.eos_token_id
-    model.generation_config.pad_token_id = tok.pad_token_id
-    model.save_pretrained(str(out), safe_serialization=True)
-    return out

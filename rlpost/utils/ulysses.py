@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from rlpost.utils.packed_attention import (PackedSequences, attend_packed, has_sliding_window, hf_model_of,
+from rlpost.utils.packed_attention import (PackedSequences, attend_packed, attention_options, hf_model_of,
                                            packed_attention, packed_sequences, select_attention)
 
 ATTENTION_NAME = "rlpost_ulysses"
@@ -195,30 +195,29 @@ def _repeat_kv_for_group(key: torch.Tensor, value: torch.Tensor, size: int
 
 def ulysses_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                       attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
-                      sliding_window: int | None = None, **kwargs: Any) -> tuple[torch.Tensor, None]:
+                      **kwargs: Any) -> tuple[torch.Tensor, None]:
     """transformers attention function: Ulysses attention when the forward carries a `PackedShard`.
 
     Args:
-        query: (1, H, L, D) after rotary embedding; key, value: (1, G, L, D).
+        query: (1, H, L, D) after rotary embedding; key: (1, G, L, D), value: (1, G, L, Dv).
         attention_mask: unused with a shard (the sequence bounds define the mask); else as for SDPA.
-        kwargs: `ulysses_shard` (the `PackedShard` of this forward) or None (then `packed_attention`), plus
-            transformers' own.
+        kwargs: `ulysses_shard` (the `PackedShard` of this forward) or None (then `packed_attention`), the
+            module's attention options (sliding window, soft-cap, sinks: `attend_packed`), plus transformers' own.
 
     Returns:
-        ((1, L, H, D) attention output, None).
+        ((1, L, H, Dv) attention output, None).
     """
     shard: PackedShard | None = kwargs.pop(SHARD_KWARG, None)
     if shard is None:
         return packed_attention(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                 **kwargs)
-    if sliding_window is not None:
-        # use_ulysses_attention refuses sliding-window models when the patch is applied; this guards direct use
-        raise NotImplementedError("not supported yet: ulysses_sequence_parallel_size > 1 with sliding-window "
-                                  "attention; set it to 1")
+    opts = attention_options(kwargs)
     sp = shard.sp
+    if opts["sinks"] is not None:  # one sink logit per query head: keep this rank's heads
+        opts["sinks"] = opts["sinks"].chunk(sp.size)[sp.rank]
     key, value = _repeat_kv_for_group(key, value, sp.size)
     q, k, v = (seq_to_heads(t[0], sp) for t in (query, key, value))
-    out = attend_packed(q, k, v, shard.seqs, dropout, scaling)  # (N, h / size, D)
+    out = attend_packed(q, k, v, shard.seqs, dropout, scaling, **opts)  # (N, h / size, Dv)
     return heads_to_seq(out.transpose(0, 1), sp).transpose(0, 1)[None], None
 
 
@@ -229,11 +228,15 @@ def use_ulysses_attention(model: torch.nn.Module, size: int) -> None:
     Raises:
         ValueError: the attention heads do not split over `size` ranks, or the model does not dispatch
             attention through transformers' `AttentionInterface`.
+        NotImplementedError: the model has linear-attention (recurrent) layers, whose state runs along the
+            whole sequence and so cannot be split over ranks.
     """
+    from rlpost.utils.linear_attention import recurrent_mixers
+
     heads = hf_model_of(model).config.get_text_config().num_attention_heads
     if heads % size:
         raise ValueError(f"ulysses_sequence_parallel_size={size} must divide the model's {heads} attention heads")
-    if has_sliding_window(model):
-        raise NotImplementedError(f"not supported yet: ulysses_sequence_parallel_size={size} with a sliding-window "
-                                  f"attention model (use_sliding_window=true in its config.json); set it to 1")
+    if recurrent_mixers(model):
+        raise NotImplementedError(f"not supported yet: ulysses_sequence_parallel_size={size} with a model that has "
+                                  "linear-attention layers; set it to 1")
     select_attention(model, ATTENTION_NAME, ulysses_attention)

@@ -81,12 +81,14 @@ def build_trainer(config: DictConfig):
     from rlpost.trainer.ppo.roles import default_role_worker_mapping, resource_pool_spec
 
     from rlpost.trainer.ppo.preflight import (check_context_length, check_engine_kwargs, check_lora_inputs,
-                                              check_model_and_data_paths, check_output_folder)
+                                              check_model_and_data_paths, check_model_families,
+                                              check_output_folder)
 
     try:  # bad input fails here, in seconds and with one message, before the workers start
         check_model_and_data_paths(config)
         check_output_folder(config)
         check_lora_inputs(config)
+        check_model_families(config)
         check_context_length(config)
         check_engine_kwargs(config)
         tokenizer = load_tokenizer(config)

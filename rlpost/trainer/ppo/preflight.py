@@ -62,6 +62,46 @@ def check_lora_inputs(config: Any) -> None:
             check_target_modules(model_cfg, group)
 
 
+def check_model_families(config: Any) -> None:
+    """Each model the run trains or scores can be right on the paths the config picks (packed rows, Ulysses, the
+    fused head): `rlpost.utils.model_traits.path_refusals` on its config.json; a folder that transformers
+    cannot read is reported where the model loads."""
+    from rlpost.utils.model_traits import engine_refusal, model_traits, path_refusals
+
+    arr = config.actor_rollout_ref
+    groups = [("actor_rollout_ref.model", arr.model, "actor_rollout_ref.actor.ulysses_sequence_parallel_size",
+               max(int(arr.actor.ulysses_sequence_parallel_size), int(arr.ref.ulysses_sequence_parallel_size)),
+               bool(arr.model.use_fused_kernels))]
+    if need_critic(config):
+        groups.append(("critic.model", config.critic.model, "critic.ulysses_sequence_parallel_size",
+                       int(config.critic.ulysses_sequence_parallel_size), False))
+    for group, model_cfg, sp_key, sp, fused in groups:
+        traits = _traits_of(model_cfg, model_traits)
+        if traits is None:
+            continue
+        why = path_refusals(traits, group, bool(model_cfg.use_remove_padding), sp_key, sp, fused)
+        if group == "actor_rollout_ref.model":
+            why += [r for r in [engine_refusal(traits, arr.rollout.name, config.trainer.device)] if r]
+        if why:
+            raise ValueError(why[0])
+
+
+def _traits_of(model_cfg: Any, model_traits: Any) -> Any:
+    """`ModelTraits` of a model group's folder, or None when its config cannot be read here."""
+    from rlpost.utils.import_utils import import_external_libs
+    from rlpost.utils.model import load_hf_config
+
+    path = os.path.expanduser(str(model_cfg.path))
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        return None
+    import_external_libs(model_cfg.external_lib)
+    try:
+        hf_config = load_hf_config(path, bool(model_cfg.trust_remote_code), model_cfg.override_config)
+    except (OSError, ValueError, KeyError):
+        return None
+    return model_traits(hf_config)
+
+
 def check_output_folder(config: Any) -> None:
     """`trainer.default_local_dir` can hold checkpoints and logs: no file in its place, writable."""
     from rlpost.utils.checkpoint import unwritable_folder
