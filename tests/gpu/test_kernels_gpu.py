@@ -48,7 +48,8 @@ def _close_grads(a, b):
 
 def test_packed_equals_padded_in_bf16():
     model = _model()
-    assert pa.use_packed_attention(model)
+    pa.use_packed_attention(model)
+    assert model.config._attn_implementation == pa.ATTENTION_NAME
     mb = {k: v.cuda() for k, v in varied_batch(4096, p=64, r=192).items()}
     real = mb[keys.RESPONSE_MASK].bool()
     padded, padded_grads = _run(model, mb, False)

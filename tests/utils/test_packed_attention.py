@@ -65,7 +65,8 @@ def test_packed_model_log_probs_entropy_and_grads_equal_padded(tiny_model_dir, m
     torch.manual_seed(0)
     padded_model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
     packed_model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
-    assert pa.use_packed_attention(packed_model)
+    pa.use_packed_attention(packed_model)
+    assert packed_model.config._attn_implementation == pa.ATTENTION_NAME
     calls = []
     real_attend = pa.attend_packed
     monkeypatch.setattr(pa, "attend_packed", lambda *a, **kw: calls.append(1) or real_attend(*a, **kw))

@@ -53,15 +53,14 @@ def test_attention_is_selected_only_when_the_heads_split():
     torch.testing.assert_close(plain, model(input_ids=ids, attention_mask=mask).logits)
 
 
-def test_sliding_window_models_are_refused_by_name():
+def test_linear_attention_models_are_refused_by_name():
+    """Sliding windows work under Ulysses (tests/utils/test_model_contract.py); a recurrent state cannot be split."""
     import pytest
-    from transformers import Qwen2Config, Qwen2ForCausalLM
 
+    from rlpost.utils.tiny_families import family_model
     from rlpost.utils.ulysses import use_ulysses_attention
 
-    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=32, hidden_size=32, intermediate_size=32, num_hidden_layers=1,
-                                         num_attention_heads=2, num_key_value_heads=1, head_dim=16,
-                                         use_sliding_window=True, sliding_window=8, max_window_layers=0))
+    model = family_model("qwen3_next", 32)
     with pytest.raises(NotImplementedError, match="not supported yet: ulysses_sequence_parallel_size=2 with a "
-                                                  "sliding-window attention model"):
+                                                  "model that has linear-attention layers; set it to 1"):
         use_ulysses_attention(model, 2)
