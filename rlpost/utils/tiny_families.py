@@ -19,8 +19,9 @@ def _moe(**extra: Any) -> dict[str, Any]:
 
 
 def _routed(**extra: Any) -> dict[str, Any]:  # DeepSeek / GLM naming
+    # topk_method as the released DeepSeek-V3 / GLM-4.5 configs write it (vLLM builds the routing bias from it)
     return {"n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "first_k_dense_replace": 1,
-            "n_group": 1, "topk_group": 1, **extra}
+            "n_group": 1, "topk_group": 1, "topk_method": "noaux_tc", **extra}
 
 
 def _linear(head_dim: int) -> dict[str, Any]:
@@ -40,7 +41,9 @@ FAMILIES: dict[str, tuple[str, str, Callable[[int], dict[str, Any]]]] = {
     "qwen3_5": ("Qwen3_5TextConfig", "Gated DeltaNet linear attention + full attention (Qwen3.5 layout)",
                 lambda d: {"num_hidden_layers": 4, **_linear(d)}),
     "deepseek_v3": ("DeepseekV3Config", "MLA (q/k head 24, v head 16) + routed and shared experts",
-                    lambda d: {"num_key_value_heads": 4, "head_dim": None, "q_lora_rank": 32, "kv_lora_rank": 16,
+                    lambda d: {"num_key_value_heads": 4, "head_dim": None, "q_lora_rank": 32,
+                               # vLLM MLA takes latent + rope of 320, 512 or 576
+                               "kv_lora_rank": 16 if d < 64 else 320 - d // 2,
                                "qk_nope_head_dim": d, "qk_rope_head_dim": d // 2, "v_head_dim": d, **_routed()}),
     "glm4_moe": ("Glm4MoeConfig", "routed and shared experts, partial rotary (GLM-4.5)", lambda d: _routed()),
     "gemma2": ("Gemma2Config", "sliding window every other layer, attention and final logit soft-capping",

@@ -22,6 +22,7 @@ from rlpost.single_controller.base import Dispatch, register
 from rlpost.utils.activation_offload import enable_activation_offload
 from rlpost.utils.checkpoint import prune_oldest
 from rlpost.utils.distributed import consecutive_groups, init_distributed
+from rlpost.utils.weight_names import checkpoint_names
 from rlpost.utils.fsdp import (apply_fsdp2, compute_dtype, iter_full_params, load_model_to, load_shards_from_rank0,
                                move_optimizer, offload_model, reshard, to_dtype)
 from rlpost.utils.lora import apply_lora
@@ -303,7 +304,8 @@ class ActorRolloutRefWorker(_FSDPRole):
             self._lora_sync.sync(self.rollout, dtype)
         else:
             bucket = int(self.config.rollout.update_weights_bucket_megabytes) * 2**20
-            self.rollout.update_weights(iter_full_params(self.actor_module, dtype, bucket_bytes=bucket))
+            self.rollout.update_weights(checkpoint_names(
+                self.actor_module, iter_full_params(self.actor_module, dtype, bucket_bytes=bucket)))
         self._offload(self.actor_module, None, fsdp_cfg)
         return time.perf_counter() - start
 

@@ -20,6 +20,7 @@ import torch.distributed as dist
 
 from rlpost.rollout.base import BaseRollout
 from rlpost.utils.fsdp import iter_full_params
+from rlpost.utils.weight_names import checkpoint_names
 from rlpost.utils.lora import ADAPTER_NAME, adapter_tensors, is_adapter_entry, merged_params, save_adapter
 
 
@@ -53,7 +54,8 @@ class LoraSync:
     def sync(self, rollout: BaseRollout, dtype: torch.dtype) -> None:
         """Bring the engine up to the actor's current weights (engine tensors in `dtype`)."""
         if self.merge:
-            rollout.update_weights(merged_params(self.module, iter_full_params(self.module), dtype))
+            rollout.update_weights(checkpoint_names(self.module,
+                                                    merged_params(self.module, iter_full_params(self.module), dtype)))
             return
         tensors = adapter_tensors(iter_full_params(self.module, keep=is_adapter_entry))  # the base is never gathered
         self._dir = self._dir or _scratch_dir()

@@ -17,6 +17,7 @@ from rlpost import keys
 from rlpost.protocol import DataProto
 from rlpost.single_controller.base import Dispatch, register
 from rlpost.utils.fsdp import iter_full_params, to_dtype
+from rlpost.utils.weight_names import checkpoint_names
 from rlpost.utils.lora import merged_params
 from rlpost.workers import weight_sync
 from rlpost.workers.fsdp_workers import ActorRolloutRefWorker
@@ -57,8 +58,8 @@ class SplitActorWorker(_WeightSyncMixin, ActorRolloutRefWorker):
         """The engine's (name, tensor) pairs from the actor's full state-dict entries: with LoRA each adapter
         folded into its base weight under the HF name (the split engine serves plain weights)."""
         if self.actor_peft is None:
-            return ((name, t.to(dtype)) for name, t in named)
-        return merged_params(self.actor_module, named, dtype)
+            return checkpoint_names(self.actor_module, ((name, t.to(dtype)) for name, t in named))
+        return checkpoint_names(self.actor_module, merged_params(self.actor_module, named, dtype))
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def sync_endpoint(self) -> tuple[str, int]:

@@ -206,14 +206,27 @@ def test_ulysses_on_two_gloo_ranks_equals_each_row_alone(tmp_path):
     assert len([k for k in _OUTCOMES if k[1] == "ulysses"]) == len(FAMILIES)
 
 
+def _vllm_cpu(name: str) -> str:
+    """The vLLM (CPU) column: refused at start-up, or held to HF greedy after a sync by
+    tests/rollout/test_vllm_families.py."""
+    from rlpost.utils.model_traits import engine_refusal
+
+    traits = model_traits(family_config(name, VOCAB, head_dim=64))
+    return "refused" if engine_refusal(traits, "vllm", "cpu") else "greedy = HF after sync"
+
+
 def render_table(outcomes: dict[tuple[str, str], str]) -> str:
-    """The docs table of `outcomes` (family x path), with the reason of each refusal."""
-    head = "| family | what it adds | " + " | ".join(PATHS) + " |"
-    rows = [head, "|" + "---|" * (len(PATHS) + 2)]
+    """The docs table of `outcomes` (family x path) plus the vLLM (CPU) column, with the reason of each refusal."""
+    from rlpost.utils.model_traits import engine_refusal
+
+    head = "| family | what it adds | " + " | ".join(PATHS) + " | vllm (CPU) |"
+    rows = [head, "|" + "---|" * (len(PATHS) + 3)]
     for name in sorted(FAMILIES):
-        cells = [outcomes.get((name, p), "?") for p in PATHS]
+        cells = [outcomes.get((name, p), "?") for p in PATHS] + [_vllm_cpu(name)]
         rows.append(f"| {name} | {FAMILIES[name][1]} | " + " | ".join(cells) + " |")
     refusals = sorted({r for name in FAMILIES for p in PATHS if (r := _refusal(name, p))})
+    refusals += sorted({r for name in FAMILIES
+                        if (r := engine_refusal(model_traits(family_config(name, VOCAB, head_dim=64)), "vllm", "cpu"))})
     return "\n".join(rows + ["", "Refusals (start-up, before Ray):", *[f"- {r}" for r in refusals]])
 
 
