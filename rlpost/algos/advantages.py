@@ -13,6 +13,7 @@ returns `(advantages, returns)`, both (B, R) and zero where `response_mask` is 0
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Callable
 
@@ -46,9 +47,45 @@ class AdvantageEstimator(str, Enum):
     CODAPO = "codapo"  # registered by rlpost.algos.codapo
 
 
-def register_adv_est(name: str | AdvantageEstimator) -> Callable[[AdvEstimatorFn], AdvEstimatorFn]:
-    """Decorator registering an advantage estimator under `name` (see the module calling convention)."""
+@dataclass(frozen=True)
+class EstimatorNeeds:
+    """What an estimator needs of the run, declared where it is registered and read by the start-up rules, the
+    role planning, the dry-run plan and the trainer (never by comparing estimator names).
+
+    Attributes:
+        critic: a value model (the critic worker group).
+        groups: groups of `rollout.n` > 1 responses per prompt (the group's rows share a uid).
+        sum_pi_squared: the actor's log-prob pass adds sum_v p(v)^2 per token (`actor.calculate_sum_pi_squared`).
+        step_features: names of the step features it runs (`rlpost.trainer.ppo.features`), e.g. a greedy
+            baseline generation or a second, focused step per batch.
+        steps_per_batch: training steps each data-loader batch makes.
+        reward_components: the reward function returns named components (`algorithm.gdpo_reward_keys`).
+    """
+
+    critic: bool = False
+    groups: bool = False
+    sum_pi_squared: bool = False
+    step_features: tuple[str, ...] = ()
+    steps_per_batch: int = 1
+    reward_components: bool = False
+
+
+_NEEDS: dict[str, EstimatorNeeds] = {}
+
+
+def register_adv_est(name: str | AdvantageEstimator, needs: EstimatorNeeds | None = None
+                     ) -> Callable[[AdvEstimatorFn], AdvEstimatorFn]:
+    """Decorator registering an advantage estimator under `name` (see the module calling convention), with
+    what it needs of the run (`EstimatorNeeds`; none by default)."""
+    key = name.value if isinstance(name, Enum) else name
+    _NEEDS[key] = needs or _NEEDS.get(key) or EstimatorNeeds()
     return ADV_ESTIMATORS.register(name)
+
+
+def estimator_needs(name: str | AdvantageEstimator) -> EstimatorNeeds:
+    """What the estimator registered under `name` needs (nothing for a name not registered: the config's choice
+    check names those)."""
+    return _NEEDS.get(name.value if isinstance(name, Enum) else name, EstimatorNeeds())
 
 
 def get_adv_estimator_fn(name: str | AdvantageEstimator) -> AdvEstimatorFn:
@@ -99,7 +136,7 @@ def _check_rewards(token_level_rewards: torch.Tensor, response_mask: torch.Tenso
         )
 
 
-@register_adv_est(AdvantageEstimator.GAE)
+@register_adv_est(AdvantageEstimator.GAE, EstimatorNeeds(critic=True))
 def compute_gae_advantage_return(
     token_level_rewards: torch.Tensor,
     values: torch.Tensor,
@@ -143,8 +180,8 @@ def compute_gae_advantage_return(
     return advantages, returns
 
 
-@register_adv_est(AdvantageEstimator.GRPO)
-@register_adv_est(AdvantageEstimator.GRPO_VECTORIZED)
+@register_adv_est(AdvantageEstimator.GRPO, EstimatorNeeds(groups=True))
+@register_adv_est(AdvantageEstimator.GRPO_VECTORIZED, EstimatorNeeds(groups=True))
 def compute_grpo_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -178,8 +215,8 @@ def compute_grpo_outcome_advantage(
     return adv, adv
 
 
-@register_adv_est(AdvantageEstimator.RLOO)
-@register_adv_est(AdvantageEstimator.RLOO_VECTORIZED)
+@register_adv_est(AdvantageEstimator.RLOO, EstimatorNeeds(groups=True))
+@register_adv_est(AdvantageEstimator.RLOO_VECTORIZED, EstimatorNeeds(groups=True))
 def compute_rloo_outcome_advantage(
     token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: np.ndarray, **kwargs: Any
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -203,7 +240,7 @@ def compute_rloo_outcome_advantage(
     return adv, adv
 
 
-@register_adv_est(AdvantageEstimator.GRPO_PASSK)
+@register_adv_est(AdvantageEstimator.GRPO_PASSK, EstimatorNeeds(groups=True))
 def compute_grpo_passk_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -265,7 +302,7 @@ def compute_reinforce_plus_plus_outcome_advantage(
     return advantages, returns
 
 
-@register_adv_est(AdvantageEstimator.REINFORCE_PLUS_PLUS_BASELINE)
+@register_adv_est(AdvantageEstimator.REINFORCE_PLUS_PLUS_BASELINE, EstimatorNeeds(groups=True))
 def compute_reinforce_plus_plus_baseline_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -289,7 +326,7 @@ def compute_reinforce_plus_plus_baseline_outcome_advantage(
     return adv, adv
 
 
-@register_adv_est(AdvantageEstimator.REMAX)
+@register_adv_est(AdvantageEstimator.REMAX, EstimatorNeeds(step_features=("remax_baseline",)))
 def compute_remax_outcome_advantage(
     token_level_rewards: torch.Tensor,
     reward_baselines: torch.Tensor,
@@ -314,7 +351,7 @@ def compute_remax_outcome_advantage(
     return advantages, returns
 
 
-@register_adv_est(AdvantageEstimator.OPO)
+@register_adv_est(AdvantageEstimator.OPO, EstimatorNeeds(groups=True))
 def compute_opo_outcome_advantage(
     token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: np.ndarray, **kwargs: Any
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -338,7 +375,7 @@ def compute_opo_outcome_advantage(
     return adv, adv
 
 
-@register_adv_est(AdvantageEstimator.GPG)
+@register_adv_est(AdvantageEstimator.GPG, EstimatorNeeds(groups=True))
 def compute_gpg_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -369,7 +406,8 @@ def compute_gpg_outcome_advantage(
     return adv, adv
 
 
-@register_adv_est(AdvantageEstimator.GDPO)
+@register_adv_est(AdvantageEstimator.GDPO, EstimatorNeeds(groups=True, reward_components=True,
+                                                             step_features=("gdpo_metrics",)))
 def compute_gdpo_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -448,7 +486,7 @@ def _otb_baseline(returns: torch.Tensor, w_cum: torch.Tensor, mask: torch.Tensor
     return baselines
 
 
-@register_adv_est(AdvantageEstimator.OPTIMAL_TOKEN_BASELINE)
+@register_adv_est(AdvantageEstimator.OPTIMAL_TOKEN_BASELINE, EstimatorNeeds(groups=True, sum_pi_squared=True))
 def compute_optimal_token_baseline_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -497,7 +535,7 @@ def compute_optimal_token_baseline_advantage(
     return adv, returns
 
 
-@register_adv_est(AdvantageEstimator.TIR_OPTIMAL_TOKEN_BASELINE)
+@register_adv_est(AdvantageEstimator.TIR_OPTIMAL_TOKEN_BASELINE, EstimatorNeeds(groups=True, sum_pi_squared=True))
 def compute_tir_optimal_token_baseline_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
                                                  index: np.ndarray, **kwargs: Any
                                                  ) -> tuple[torch.Tensor, torch.Tensor]:

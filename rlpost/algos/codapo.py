@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from rlpost.algos.advantages import (AdvantageEstimator, _group_ids, _per_row_group_sum,
-                                     compute_grpo_outcome_advantage, register_adv_est)
+                                     compute_grpo_outcome_advantage, EstimatorNeeds, register_adv_est)
 
 # verl's documented defaults for the keys its YAML leaves null
 DEFAULT_TOP_K, DEFAULT_WEIGHT_OFFSET, DEFAULT_ACCURACY_KEY = 4, 0.1, "acc"
@@ -81,7 +81,8 @@ def round_robin(rows: list[int], size: int) -> list[int]:
     return [rows[i % len(rows)] for i in range(size)]
 
 
-@register_adv_est(AdvantageEstimator.CODAPO)
+@register_adv_est(AdvantageEstimator.CODAPO, EstimatorNeeds(groups=True, steps_per_batch=2,
+                                                             step_features=("codapo_cycle",)))
 def compute_codapo_outcome_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: np.ndarray,
                                      epsilon: float = 1e-6, norm_adv_by_std_in_grpo: bool = True, config: Any = None,
                                      non_tensor_batch: dict[str, np.ndarray] | None = None,

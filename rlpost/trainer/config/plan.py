@@ -171,8 +171,10 @@ def _steps(c: PPOTrainerConfig) -> list[str]:
         return [f"total training steps: unknown (data.train_files not found: {c.data.train_files}); "
                 f"= rows // {train} x {epochs} epochs"]
     per_epoch = rows // train
-    phases, twice = (2, " x 2 (codapo: an original and a focused step per batch)") \
-        if c.algorithm.adv_estimator == "codapo" else (1, "")
+    from rlpost.algos.advantages import estimator_needs
+
+    phases = estimator_needs(c.algorithm.adv_estimator).steps_per_batch
+    twice = f" x {phases} ({c.algorithm.adv_estimator}: {phases} steps per batch)" if phases > 1 else ""
     return [f"total training steps: {per_epoch * epochs * phases} = {rows} rows // data.train_batch_size={train} "
             f"= {per_epoch} steps per epoch x trainer.total_epochs={epochs}{twice} (before filtering overlong "
             f"prompts)"]

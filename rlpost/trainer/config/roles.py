@@ -6,16 +6,19 @@ from rlpost.trainer.config.errors import ConfigError
 
 
 def need_critic(cfg: Any) -> bool:
-    """True when a critic is created: `algorithm.adv_estimator == 'gae'` or `critic.enable=true`.
+    """True when a critic is created: the estimator needs one (gae) or `critic.enable=true`.
 
     Raises:
         ConfigError: `critic.enable=false` with the gae estimator, which needs values.
     """
     enable = cfg.critic.enable
-    gae = cfg.algorithm.adv_estimator == "gae"
+    from rlpost.algos.advantages import estimator_needs
+
+    gae = estimator_needs(cfg.algorithm.adv_estimator).critic
     if enable is False and gae:
         raise ConfigError(
-            "critic.enable=false with algorithm.adv_estimator=gae: GAE needs the critic's values; "
+            f"critic.enable=false with algorithm.adv_estimator={cfg.algorithm.adv_estimator}: it needs the critic's "
+            "values; "
             "use critic.enable=null (or true), or algorithm.adv_estimator=grpo with actor_rollout_ref.rollout.n>1."
         )
     return bool(enable) or gae

@@ -10,6 +10,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from rlpost.algos.advantages import estimator_needs
 from rlpost.trainer.config.choices import enums
 from rlpost.trainer.config.errors import ConfigError, warn
 from rlpost.trainer.config.roles import need_critic, need_reference_policy, need_reward_model
@@ -18,12 +19,6 @@ from rlpost.utils.liger import LIGER_REQUIREMENT, liger_model_types
 from rlpost.utils.lora_config import lora_enabled
 
 ARR = "actor_rollout_ref"
-# Estimators that compare the n responses of a prompt with each other: they need rollout.n > 1.
-GROUP_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus_baseline", "opo", "gpg", "grpo_passk",
-                    "rloo_vectorized", "grpo_vectorized", "gdpo", "optimal_token_baseline",
-                    "tir_optimal_token_baseline", "codapo")
-# Estimators that read the actor's sum over the vocabulary of p^2 (`actor.calculate_sum_pi_squared`).
-SUM_PI_SQUARED_ESTIMATORS = ("optimal_token_baseline", "tir_optimal_token_baseline")
 
 POSITIVE_INTS = (
     "data.train_batch_size", "data.max_prompt_length", "data.max_response_length",
@@ -157,16 +152,16 @@ def groups_metric_after_kl(algo) -> bool:
 def check_combinations(c: PPOTrainerConfig) -> None:
     """Cross-key rules: estimator vs rollout.n, validation sampling, KL placement, engine vs device."""
     algo, rollout = c.algorithm, c.actor_rollout_ref.rollout
-    if algo.adv_estimator in GROUP_ESTIMATORS and rollout.n == 1:
+    if estimator_needs(algo.adv_estimator).groups and rollout.n == 1:
         fail(f"algorithm.adv_estimator={algo.adv_estimator}, {ARR}.rollout.n=1",
              f"{algo.adv_estimator} compares the responses of one prompt, so it needs rollout.n > 1",
              f"{ARR}.rollout.n=4 (or algorithm.adv_estimator=gae)")
     actor = c.actor_rollout_ref.actor
-    if algo.adv_estimator in SUM_PI_SQUARED_ESTIMATORS and not actor.calculate_sum_pi_squared:
+    if estimator_needs(algo.adv_estimator).sum_pi_squared and not actor.calculate_sum_pi_squared:
         fail(f"algorithm.adv_estimator={algo.adv_estimator}, {ARR}.actor.calculate_sum_pi_squared=false",
              "the optimal token baseline weighs each token by the actor's sum over the vocabulary of p^2",
              f"{ARR}.actor.calculate_sum_pi_squared=true")
-    if algo.adv_estimator in SUM_PI_SQUARED_ESTIMATORS and algo.rollout_correction.bypass_mode:
+    if estimator_needs(algo.adv_estimator).sum_pi_squared and algo.rollout_correction.bypass_mode:
         fail(f"algorithm.adv_estimator={algo.adv_estimator}, algorithm.rollout_correction.bypass_mode=true",
              "bypass mode takes the engine's log-probs instead of the actor's pass, which computes sum p^2",
              "algorithm.rollout_correction.bypass_mode=false")
@@ -191,7 +186,7 @@ def check_combinations(c: PPOTrainerConfig) -> None:
         fail(f"algorithm.rollout_correction (rollout_is={show(corr.rollout_is)}, rollout_rs={show(corr.rollout_rs)}, "
              f"bypass_mode={show(corr.bypass_mode)}), {ARR}.rollout.calculate_log_probs=false",
              "the correction needs the rollout engine's own log-probs", f"{ARR}.rollout.calculate_log_probs=true")
-    if algo.filter_groups.enable and algo.adv_estimator not in GROUP_ESTIMATORS:
+    if algo.filter_groups.enable and not estimator_needs(algo.adv_estimator).groups:
         fail(f"algorithm.filter_groups.enable=true, algorithm.adv_estimator={algo.adv_estimator}",
              "dynamic sampling filters groups of responses to one prompt; it needs a group estimator",
              "algorithm.adv_estimator=grpo (with rollout.n > 1)")

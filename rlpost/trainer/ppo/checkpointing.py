@@ -56,17 +56,18 @@ def already_complete(step: int, total_steps: int) -> str:
 
 class TrainerCheckpointer:
     """Saves and restores actor, critic and data-loader state per `trainer.*` checkpoint keys, the batches
-    `rollouts` generated ahead of training (`rlpost.trainer.ppo.rollout_driver`) and CoDaPO's pending focused
-    batch (`rlpost.trainer.ppo.codapo_cycle`)."""
+    `rollouts` generated ahead of training (`rlpost.trainer.ppo.rollout_driver`) and the step features' state
+    (e.g. CoDaPO's pending focused batch, `rlpost.trainer.ppo.features`)."""
 
     def __init__(self, config: DictConfig, workers: Any, train_dataloader, rollouts: Any = None,
-                 codapo: Any = None):
+                 features: Any = ()):
         self.config = config
         self.trainer_cfg = config.trainer
         self.workers = workers
         self.loader = train_dataloader
         self.rollouts = rollouts
-        self.extra_state = [s for s in (rollouts, codapo) if s is not None]  # each with save(folder) / load(folder)
+        # each with save(folder) / load(folder)
+        self.extra_state = [s for s in (rollouts, *features) if s is not None]
         self.manager = CheckpointManager(os.path.expanduser(self.trainer_cfg.default_local_dir))
         self.world_size = self.trainer_cfg.n_gpus_per_node * self.trainer_cfg.nnodes
         self.start_epoch = 0

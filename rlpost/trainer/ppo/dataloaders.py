@@ -47,9 +47,12 @@ def create_dataloaders(config: DictConfig, tokenizer: Any, processor: Any = None
 
 
 def total_training_steps(config: DictConfig, batches_per_epoch: int) -> int:
-    """`trainer.total_training_steps` when set, else epochs x batches per epoch (x 2 with CoDaPO: each batch is
-    an original and a focused step)."""
-    steps = batches_per_epoch * config.trainer.total_epochs * (2 if config.algorithm.adv_estimator == "codapo" else 1)
+    """`trainer.total_training_steps` when set, else epochs x batches per epoch x the estimator's steps per batch
+    (2 with CoDaPO: each batch is an original and a focused step)."""
+    from rlpost.algos.advantages import estimator_needs
+
+    per_batch = estimator_needs(config.algorithm.adv_estimator).steps_per_batch
+    steps = batches_per_epoch * config.trainer.total_epochs * per_batch
     if config.trainer.total_training_steps is not None:
         steps = int(config.trainer.total_training_steps)
     return steps

@@ -24,9 +24,7 @@ prompts until enough groups with varied outcomes are kept. Workers hold the mode
 from __future__ import annotations
 
 import logging
-import time
 import uuid
-from contextlib import contextmanager
 from typing import Any, Iterator
 
 import numpy as np
@@ -40,9 +38,10 @@ from rlpost.protocol import DataProto
 from rlpost.single_controller.ray import RayWorkerGroup, ResourcePoolManager, Role
 from rlpost.trainer.ppo import core_algos
 from rlpost.trainer.ppo.checkpointing import TrainerCheckpointer, already_complete
-from rlpost.trainer.ppo.codapo_cycle import CodapoCycle
+from rlpost.utils.profiler import simple_timer as _timer
 from rlpost.trainer.ppo.core_algos import AdvantageEstimator, apply_kl_penalty, compute_advantage
 from rlpost.trainer.ppo.dynamic_sampling import DataExhausted, first_groups, next_batch
+from rlpost.trainer.ppo.features import active_features
 from rlpost.trainer.ppo.preflight import estimate_metrics
 from rlpost.trainer.ppo.profiling import ProfileSchedule
 from rlpost.trainer.ppo.reward_job import RewardJob
@@ -52,7 +51,6 @@ from rlpost.trainer.ppo.metric_utils import (
     compute_throughout_metrics,
     compute_timing_metrics,
     reduce_metrics,
-    reward_component_metrics,
 )
 from rlpost.trainer.ppo.roles import WorkerGroups, build_worker_groups, plan_roles
 from rlpost.trainer.ppo.rollout_driver import PREPARED, build_rollouts
@@ -62,14 +60,6 @@ __all__ = ["AdvantageEstimator", "RayPPOTrainer", "ResourcePoolManager", "Role",
            "compute_advantage", "compute_response_mask"]
 
 logger = logging.getLogger(__name__)
-
-
-@contextmanager
-def _timer(name: str, timing: dict[str, float]):
-    """Add the wall time of the block to `timing[name]` (seconds)."""
-    start = time.perf_counter()
-    yield
-    timing[name] = timing.get(name, 0.0) + time.perf_counter() - start
 
 
 def compute_response_mask(data: DataProto) -> torch.Tensor:
@@ -121,7 +111,7 @@ class RayPPOTrainer:
         self.workers: WorkerGroups | None = None
         self.profiler, self.memory_estimate = ProfileSchedule(self.typed_config, {}), {}  # set in init_workers
         self.global_steps, self.epoch, self.tracker = 0, 0, None
-        self.codapo = CodapoCycle(self.algo) if self.algo.adv_estimator == "codapo" else None
+        self.features = active_features(self)  # what the estimator and options add to the step
         self._create_dataloader(train_dataset, val_dataset, collate_fn, train_sampler)
 
     def _create_dataloader(self, train_dataset, val_dataset, collate_fn, train_sampler) -> None:
@@ -145,7 +135,7 @@ class RayPPOTrainer:
         self.validator = Validator(self.config, self.tokenizer, self.rollouts, self.val_reward_fn,
                                    self.val_dataloader)
         self.checkpointer = TrainerCheckpointer(self.config, self.workers, self.train_dataloader, self.rollouts,
-                                                self.codapo)
+                                                self.features)
         self.profiler = ProfileSchedule(self.typed_config, {
             "actor": self.actor_rollout_wg, "rollout": self.actor_rollout_wg, "ref": self.ref_policy_wg,
             "critic": self.critic_wg, "reward_model": self.rm_wg})
@@ -232,21 +222,18 @@ class RayPPOTrainer:
         return metrics
 
     def _train_batches(self) -> Iterator[dict]:
-        """Batches of prompts from the resume point to the end of the last epoch; keeps `self.epoch`. With CoDaPO
-        each batch's step is followed by its focused step (`CodapoCycle`; drawn once that step has run)."""
+        """Batches of prompts from the resume point to the end of the last epoch, through each step feature's
+        `batches` (e.g. CoDaPO's focused step after each batch); keeps `self.epoch`."""
         self.epoch = self.checkpointer.start_epoch
-        # a run resumed between the two phases: its focused step first, before the loader hands out (and counts)
-        # the next batch
-        yield from self._focused_batch()
+        batches = self._loader_batches()
+        for feature in self.features:
+            batches = feature.batches(batches)
+        return batches
+
+    def _loader_batches(self) -> Iterator[dict]:
         for epoch in range(self.checkpointer.start_epoch, self.config.trainer.total_epochs):
             self.epoch = epoch
-            for batch in self.train_dataloader:
-                yield batch
-                yield from self._focused_batch()  # set by the step of `batch`, which has run by now
-
-    def _focused_batch(self) -> Iterator[dict]:
-        if self.codapo is not None and self.codapo.pending is not None:
-            yield self.codapo.take()
+            yield from self.train_dataloader
 
     def _due(self, freq: int, is_last: bool) -> bool:
         return freq is not None and freq > 0 and (is_last or self.global_steps % freq == 0)
@@ -362,8 +349,8 @@ class RayPPOTrainer:
         if batch.meta_info.get(PREPARED):
             return batch
         batch.non_tensor_batch[K.UID] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
-        if self.codapo is not None:
-            self.codapo.remember(batch)
+        for feature in self.features:
+            feature.after_prepare(batch)
         batch = batch.repeat(self.config.actor_rollout_ref.rollout.n, interleave=True)
         batch.meta_info[PREPARED] = True
         return batch
@@ -375,13 +362,8 @@ class RayPPOTrainer:
             out = self.rollouts.generate(batch)
         timing_out = out.meta_info.pop(K.META_METRICS, {}) or {}
         add_gen_parts(timing, timing_out)
-        if self.algo.adv_estimator == "remax":
-            with _timer("gen_max", timing):
-                greedy = self._gen_inputs(batch)
-                greedy.meta_info[K.META_DO_SAMPLE] = False
-                greedy_out = self.rollouts.generate_sequences(greedy)
-                greedy_out.meta_info.pop(K.META_METRICS, None)
-                batch.batch[K.REWARD_BASELINES] = self._score_only(batch, greedy_out)
+        for feature in self.features:  # the prompts, before the responses join them (e.g. ReMax's greedy baseline)
+            feature.after_generate(batch, timing)
         for k in (K.INPUT_IDS, K.ATTENTION_MASK, K.POSITION_IDS):
             batch.batch.pop(k)
         batch = batch.union(out)
@@ -485,14 +467,8 @@ class RayPPOTrainer:
             rollout_log_probs=batch.batch.get(K.ROLLOUT_LOG_PROBS),
         )
         batch.batch[K.ADVANTAGES], batch.batch[K.RETURNS] = adv, ret
-        if self.codapo is not None:
-            metrics.update(self.codapo.observe(batch))
-        if self.algo.adv_estimator == "gdpo":
-            metrics.update(reward_component_metrics(batch.non_tensor_batch, self.algo.gdpo_reward_keys))
-        if self.algo.use_pf_ppo:
-            idx = core_algos.pf_ppo_sample_indices(
-                scores.sum(-1), self.algo.pf_ppo.reweight_method, self.algo.pf_ppo.weight_pow)
-            batch.reorder(idx)
+        for feature in self.features:  # e.g. CoDaPO's focused batch, GDPO's component metrics, PF-PPO's resampling
+            feature.after_advantage(batch, metrics)
 
     def _dump_rollouts(self, batch: DataProto, reward_keys: list[str]) -> None:
         out_dir = self.config.trainer.rollout_data_dir

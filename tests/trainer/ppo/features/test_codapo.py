@@ -11,7 +11,7 @@ import torch
 
 from rlpost import keys as K
 from rlpost.protocol import DataProto
-from rlpost.trainer.ppo.codapo_cycle import CODAPO_FILE, CodapoCycle
+from rlpost.trainer.ppo.features.codapo import CODAPO_FILE, CodapoCycle, CodapoFeature
 from rlpost.trainer.ppo.ray_trainer import RayPPOTrainer
 
 pytestmark = pytest.mark.timeout(60)
@@ -27,6 +27,16 @@ class _CountingLoader:
         for batch in self.batches:
             self.handed_out += 1
             yield batch
+
+
+def _trainer(loader) -> SimpleNamespace:
+    """What `RayPPOTrainer._train_batches` reads of a trainer, with CoDaPO's step feature (top 2 questions)."""
+    algo = SimpleNamespace(codapo_top_k=2, codapo_weight_offset=None, codapo_accuracy_key=None)
+    trainer = SimpleNamespace(checkpointer=SimpleNamespace(start_epoch=0), epoch=0, train_dataloader=loader,
+                              config=SimpleNamespace(trainer=SimpleNamespace(total_epochs=1), algorithm=algo))
+    trainer.features = [CodapoFeature(trainer)]
+    trainer._loader_batches = lambda: RayPPOTrainer._loader_batches(trainer)
+    return trainer
 
 
 def _original_step(cycle: CodapoCycle) -> dict:
@@ -57,11 +67,8 @@ def test_the_focused_batch_repeats_the_best_questions_without_their_uids():
 
 
 def test_the_loop_trains_each_batchs_focused_step_next_and_a_checkpoint_keeps_it(tmp_path):
-    cycle = CodapoCycle(SimpleNamespace(codapo_top_k=2, codapo_weight_offset=None, codapo_accuracy_key=None))
-    trainer = SimpleNamespace(checkpointer=SimpleNamespace(start_epoch=0), codapo=cycle, epoch=0,
-                              config=SimpleNamespace(trainer=SimpleNamespace(total_epochs=1)),
-                              train_dataloader=[{"name": "batch0"}, {"name": "batch1"}])
-    trainer._focused_batch = lambda: RayPPOTrainer._focused_batch(trainer)
+    trainer = _trainer([{"name": "batch0"}, {"name": "batch1"}])
+    cycle = trainer.features[0].cycle
     drawn = RayPPOTrainer._train_batches(trainer)
     assert next(drawn) == {"name": "batch0"}
     _original_step(cycle)  # the step of batch0 ran
@@ -71,15 +78,14 @@ def test_the_loop_trains_each_batchs_focused_step_next_and_a_checkpoint_keeps_it
     assert next(drawn) == {"name": "batch1"}
     # a checkpoint between the phases keeps the focused batch; a resumed run draws it before the next batch
     _original_step(cycle)
-    cycle.save(str(tmp_path))
-    resumed = CodapoCycle(SimpleNamespace(codapo_top_k=2, codapo_weight_offset=None, codapo_accuracy_key=None))
-    resumed.load(str(tmp_path))
-    trainer.codapo, trainer.train_dataloader = resumed, _CountingLoader([{"name": "batch2"}])
-    drawn = RayPPOTrainer._train_batches(trainer)
+    trainer.features[0].save(str(tmp_path))
+    resumed = _trainer(_CountingLoader([{"name": "batch2"}]))
+    resumed.features[0].load(str(tmp_path))
+    drawn = RayPPOTrainer._train_batches(resumed)
     assert list(next(drawn)["data_source"]) == ["s1", "s0", "s1"]
     # the loader has handed out nothing while the focused step trains: a checkpoint now records no batch as done
-    assert trainer.train_dataloader.handed_out == 0
-    assert next(drawn) == {"name": "batch2"} and trainer.train_dataloader.handed_out == 1
+    assert resumed.train_dataloader.handed_out == 0
+    assert next(drawn) == {"name": "batch2"} and resumed.train_dataloader.handed_out == 1
     (tmp_path / CODAPO_FILE).unlink()
     empty = CodapoCycle(SimpleNamespace(codapo_top_k=2, codapo_weight_offset=None, codapo_accuracy_key=None))
     empty.load(str(tmp_path))

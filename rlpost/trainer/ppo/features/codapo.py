@@ -4,14 +4,15 @@ batch size with fresh uids (new groups, new rollouts). Both phases are training 
 (`trainer.total_training_steps` counts both). A checkpoint taken between the two keeps the focused batch, so a
 resumed run trains it next.
 
-The trainer calls `remember` with each step's prompts (uids given, not yet repeated), `observe` after the step's
-advantages, and draws `take()` before its next data-loader batch while `pending` is set.
+`CodapoFeature` joins the step at its named points (`rlpost.trainer.ppo.features.base`): `remember` after the
+prompts get their uids, `observe` after the step's advantages, and its batches draw `take()` before the next
+data-loader batch while `pending` is set.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -20,6 +21,7 @@ from rlpost import keys as K
 from rlpost.algos.codapo import (codapo_settings, confidence_log_probs, correct_flags, question_values, round_robin,
                                  top_questions)
 from rlpost.protocol import DataProto
+from rlpost.trainer.ppo.features.base import StepFeature, register_step_feature
 
 CODAPO_FILE = "codapo_focus.pt"
 
@@ -69,3 +71,36 @@ class CodapoCycle:
     def load(self, folder: str) -> None:
         path = os.path.join(folder, CODAPO_FILE)
         self.pending = torch.load(path, weights_only=False) if os.path.exists(path) else None
+
+
+@register_step_feature("codapo_cycle")
+class CodapoFeature(StepFeature):
+    """CoDaPO's cycle in the step: a focused step after each data-loader batch's step."""
+
+    def __init__(self, trainer: Any) -> None:
+        super().__init__(trainer)
+        self.cycle = CodapoCycle(trainer.config.algorithm)
+
+    def batches(self, loader: Iterator[dict]) -> Iterator[dict]:
+        # a run resumed between the two phases: its focused step first, before the loader hands out (and
+        # counts) the next batch
+        yield from self._focused()
+        for batch in loader:
+            yield batch
+            yield from self._focused()  # set by the step of `batch`, which has run by now
+
+    def _focused(self) -> Iterator[dict]:
+        if self.cycle.pending is not None:
+            yield self.cycle.take()
+
+    def after_prepare(self, prompts: DataProto) -> None:
+        self.cycle.remember(prompts)
+
+    def after_advantage(self, batch: DataProto, metrics: dict[str, Any]) -> None:
+        metrics.update(self.cycle.observe(batch))
+
+    def save(self, folder: str) -> None:
+        self.cycle.save(folder)
+
+    def load(self, folder: str) -> None:
+        self.cycle.load(folder)

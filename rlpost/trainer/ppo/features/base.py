@@ -1,0 +1,72 @@
+"""The named points where features plug into the PPO step, and the registry of step features.
+
+`RayPPOTrainer.train_step` reads as the algorithm; what a particular estimator or option adds to it (a greedy
+baseline generation, a focused second step, per-component metrics, a reweighted batch) is a `StepFeature`:
+one module each, registered by name. An estimator declares the features it runs
+(`rlpost.algos.advantages.EstimatorNeeds.step_features`); a config option can turn one on by itself
+(`StepFeature.enabled_by`). The trainer calls every active feature at each point, in registration order:
+
+    batches(loader)          -> the step's prompt batches (a feature may add steps, e.g. CoDaPO's focused step)
+    after_prepare(prompts)   the batch's prompts with their uids, before they are repeated rollout.n times
+    after_generate(batch, timing)   the sampled responses are in the batch (before the reward)
+    after_advantage(batch, metrics) advantages and returns are in the batch (before the updates)
+    save(folder) / load(folder)     state kept across a checkpoint
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+from rlpost.protocol import DataProto
+from rlpost.utils.registry import Registry
+
+STEP_FEATURES = Registry("step feature")
+
+
+class StepFeature:
+    """A feature of the PPO step; every hook's default does nothing.
+
+    Args:
+        trainer: the `RayPPOTrainer` whose step it joins (its config, worker groups and phase methods).
+    """
+
+    @classmethod
+    def enabled_by(cls, config: Any) -> bool:
+        """True when the config turns the feature on by itself (beyond an estimator asking for it)."""
+        return False
+
+    def __init__(self, trainer: Any) -> None:
+        self.trainer = trainer
+
+    def batches(self, loader: Iterator[dict]) -> Iterator[dict]:
+        yield from loader
+
+    def after_prepare(self, prompts: DataProto) -> None:
+        pass
+
+    def after_generate(self, batch: DataProto, timing: dict[str, float]) -> None:
+        pass
+
+    def after_advantage(self, batch: DataProto, metrics: dict[str, Any]) -> None:
+        pass
+
+    def save(self, folder: str) -> None:
+        pass
+
+    def load(self, folder: str) -> None:
+        pass
+
+
+def register_step_feature(name: str):
+    """Decorator registering a `StepFeature` subclass under `name`."""
+    return STEP_FEATURES.register(name)
+
+
+def active_features(trainer: Any) -> list[StepFeature]:
+    """The features of `trainer`'s run: those its estimator declares, then those its config turns on."""
+    from rlpost.algos.advantages import estimator_needs
+
+    config = trainer.config
+    wanted = list(estimator_needs(config.algorithm.adv_estimator).step_features)
+    wanted += [n for n in STEP_FEATURES.names() if n not in wanted and STEP_FEATURES.get(n).enabled_by(config)]
+    return [STEP_FEATURES.get(name)(trainer) for name in wanted]
