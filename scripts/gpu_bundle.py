@@ -58,11 +58,11 @@ tensordict==0.15.3 truststore==0.10.5 typing_inspection==0.4.5 uvicorn==0.54.0 v
 watchfiles==1.3.0 websockets==17.4 xgrammar==0.2.3
 """.split()
 
-# Files no dense bf16 model on Hopper loads: vLLM's FA2 build (FA3 serves sm_90), its MoE kernels, the
-# vllm-rs server binary, deep_gemm builds for other Pythons, Ray's Java jars and xgrammar's static library.
+# Files no bf16 model on Hopper loads: vLLM's FA2 build (FA3 serves sm_90), the vllm-rs server binary, deep_gemm
+# builds for other Pythons, Ray's Java jars and xgrammar's static library. vLLM's MoE kernels (`_moe_C`) stay:
+# the MoE families (Qwen3-MoE, DeepSeek-V3, GLM-4.5, gpt-oss) route their experts through them.
 STRIP = [
     r"^vllm/vllm_flash_attn/_vllm_fa2_C\.abi3\.so$",
-    r"^vllm/_moe_C.*\.so$",
     r"^vllm/vllm-rs$",
     r"^vllm/third_party/deep_gemm/_C\.cpython-3(?!12)\d+-.*\.so$",
     r"^ray/jars/",
