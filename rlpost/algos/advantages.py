@@ -281,23 +281,33 @@ def compute_grpo_passk_outcome_advantage(
 
 @register_adv_est(AdvantageEstimator.REINFORCE_PLUS_PLUS)
 def compute_reinforce_plus_plus_outcome_advantage(
-    token_level_rewards: torch.Tensor, response_mask: torch.Tensor, gamma: float = 1.0, **kwargs: Any
+    token_level_rewards: torch.Tensor, response_mask: torch.Tensor, config: Any = None, gamma: float | None = None,
+    **kwargs: Any
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """REINFORCE++ (Hu 2025): discounted return G_t = r_t + gamma * G_{t+1}, whitened over the batch.
+    """REINFORCE++ (Hu 2025): discounted return G_t = r_t + gamma * G_{t'} over the response's own tokens, whitened
+    over the batch.
 
-    The running return restarts at every masked position, so nothing leaks across padding.
+    t' is the next token with `response_mask` 1: masked tokens inside a response (a multi-turn rollout's tool or
+    user turns) are not actions, so the return passes across them undiscounted and earlier turns get the outcome
+    reward; they get return 0 themselves. Trailing padding stays 0 (the scan starts from 0 at the right end).
+
+    Args:
+        config: the algorithm config; `config.gamma` is the discount when `gamma` is not given (verl's call).
+        gamma: the discount (rlpost's `compute_advantage` passes it); 1.0 when neither is given.
 
     Returns:
         advantages (B, R) = masked_whiten(returns), returns (B, R); both zero where masked.
     """
+    if gamma is None:
+        gamma = float(config.gamma) if config is not None and getattr(config, "gamma", None) is not None else 1.0
     _check_rewards(token_level_rewards, response_mask)
     with torch.no_grad():
         mask = response_mask.to(token_level_rewards.dtype)
         running = torch.zeros_like(token_level_rewards[:, 0])
         returns = torch.zeros_like(token_level_rewards)
         for t in reversed(range(token_level_rewards.shape[1])):
-            running = (token_level_rewards[:, t] + gamma * running) * mask[:, t]
-            returns[:, t] = running
+            running = torch.where(mask[:, t] > 0, token_level_rewards[:, t] + gamma * running, running)
+            returns[:, t] = running * mask[:, t]
         advantages = masked_whiten(returns, mask) * mask
     return advantages, returns
 

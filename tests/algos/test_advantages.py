@@ -103,6 +103,30 @@ def test_reinforce_plus_plus():
     _close(adv, [[w[0], w[1], w[2]], [w[3], w[4], 0.0]])
 
 
+def test_reinforce_plus_plus_reads_gamma_from_a_verl_style_config():
+    # verl calls it with config=AlgoConfig: gamma 0.5 from there, rewards [0, 0, 1] -> returns [0.25, 0.5, 1]
+    from types import SimpleNamespace
+
+    rewards, mask = torch.tensor([[0.0, 0.0, 1.0]]), torch.ones(1, 3)
+    _, ret = ca.compute_reinforce_plus_plus_outcome_advantage(rewards, mask, config=SimpleNamespace(gamma=0.5))
+    _close(ret, [[0.25, 0.5, 1.0]])
+    _, ret = ca.compute_reinforce_plus_plus_outcome_advantage(rewards, mask)  # neither given: gamma 1
+    _close(ret, [[1.0, 1.0, 1.0]])
+
+
+def test_reinforce_plus_plus_carries_the_return_across_tool_turns():
+    # [action, action, tool, tool, action, action, pad], reward 1 on the last action, gamma 0.5: the actions see
+    # the compact sequence's returns [0.125, 0.25, 0.5, 1] (the tool tokens are not steps), the tool and pad
+    # tokens get 0 - where a reset at every masked token would give the first turn 0.
+    rewards = torch.tensor([[0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0]])
+    _, ret = ca.compute_advantage(rewards, mask, "reinforce_plus_plus", gamma=0.5)
+    _close(ret, [[0.125, 0.25, 0.0, 0.0, 0.5, 1.0, 0.0]])
+    compact = ca.compute_advantage(torch.tensor([[0.0, 0.0, 0.0, 1.0]]), torch.ones(1, 4), "reinforce_plus_plus",
+                                   gamma=0.5)[1]
+    _close(ret[mask.bool()][None], compact.tolist())
+
+
 def test_reinforce_plus_plus_baseline():
     # group a scores [1, 3] -> minus mean 2 -> [-1, 1]; group b alone: 5 - 0 = 5. Whitened over 6 tokens.
     rewards = torch.tensor([[0.0, 1.0], [0.0, 3.0], [0.0, 5.0]])
