@@ -153,9 +153,10 @@ def check_combinations(c: PPOTrainerConfig) -> None:
     """Cross-key rules: estimator vs rollout.n, validation sampling, KL placement, engine vs device."""
     algo, rollout = c.algorithm, c.actor_rollout_ref.rollout
     if estimator_needs(algo.adv_estimator).groups and rollout.n == 1:
-        fail(f"algorithm.adv_estimator={algo.adv_estimator}, {ARR}.rollout.n=1",
-             f"{algo.adv_estimator} compares the responses of one prompt, so it needs rollout.n > 1",
-             f"{ARR}.rollout.n=4 (or algorithm.adv_estimator=gae)")
+        # verl runs these (a group of one: GRPO keeps the score as the advantage, RLOO gives 0), so a warning
+        warn(f"algorithm.adv_estimator={algo.adv_estimator} with {ARR}.rollout.n=1: {algo.adv_estimator} compares "
+             "the responses of one prompt, and each group holds one, so the advantages carry no comparison; "
+             f"set {ARR}.rollout.n=4 (or algorithm.adv_estimator=gae)")
     actor = c.actor_rollout_ref.actor
     if estimator_needs(algo.adv_estimator).sum_pi_squared and not actor.calculate_sum_pi_squared:
         fail(f"algorithm.adv_estimator={algo.adv_estimator}, {ARR}.actor.calculate_sum_pi_squared=false",

@@ -76,8 +76,6 @@ RULES = [
     ({f"{ARR}.rollout.gpu_memory_utilization": 1.2}, ["gpu_memory_utilization=1.2", "(0, 1]",
                                                       "gpu_memory_utilization=1.0"]),
     ({f"{ARR}.rollout.gpu_memory_utilization": 0.0}, ["gpu_memory_utilization=0.0", "gpu_memory_utilization=0.1"]),
-    ({f"{ARR}.rollout.n": 1}, ["algorithm.adv_estimator=grpo", f"{ARR}.rollout.n=1", f"use {ARR}.rollout.n=4"]),
-    ({f"{ARR}.rollout.n": 1, "algorithm.adv_estimator": "rloo"}, ["adv_estimator=rloo", "rollout.n > 1"]),
     ({f"{ARR}.rollout.val_kwargs.do_sample": True}, ["val_kwargs.do_sample=true", "val_kwargs.temperature=0",
                                                      "val_kwargs.do_sample=false"]),
     ({"algorithm.adv_estimator": "gae", "critic.enable": False}, ["critic.enable=false", "adv_estimator=gae",
@@ -136,6 +134,14 @@ def test_not_supported_yet_table(small_cfg, key):
     with pytest.raises(ConfigError, match="not supported yet") as err:
         validate_config(small_cfg({key: value}))
     assert key in str(err.value) and "use " in str(err.value)
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "rloo"])
+def test_a_group_estimator_with_one_response_warns_and_runs_as_in_verl(small_cfg, estimator):
+    cfg = small_cfg({f"{ARR}.rollout.n": 1, "algorithm.adv_estimator": estimator})
+    with pytest.warns(ConfigWarning, match=f"{estimator} compares the responses of one prompt.*"
+                                           f"set {ARR}.rollout.n=4"):
+        validate_config(cfg)
 
 
 def test_double_kl_warns(small_cfg):
