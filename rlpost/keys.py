@@ -16,6 +16,7 @@ ROLLOUT_LOG_PROBS = "rollout_log_probs"  # (B, R) log-probs the engine sampled w
 OLD_LOG_PROBS = "old_log_probs"  # (B, R) actor log-probs before the update
 ENTROPYS = "entropys"  # (B, R) per-token entropy of the actor
 SUM_PI_SQUARED = "sum_pi_squared"  # (B, R) sum over the vocabulary of the actor's squared probabilities (OTB)
+ROUTED_EXPERTS = "routed_experts"  # (B, T, L, K) int: the experts each token was routed to (MoE router replay)
 REF_LOG_PROB = "ref_log_prob"  # (B, R) reference-policy log-probs
 VALUES = "values"  # (B, R) critic values
 RM_SCORES = "rm_scores"  # (B, R) reward-model score placed on the last response token

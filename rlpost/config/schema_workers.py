@@ -178,6 +178,19 @@ class PolicyLossConfig(BaseConfig):
 
 
 @dataclass(frozen=True)
+class RouterReplayConfig(BaseConfig):
+    """`actor_rollout_ref.actor.router_replay`: MoE router replay (`rlpost.utils.router_replay`).
+
+    mode: disabled, R2 (the update replays the experts the old-log-prob pass chose) or R3 (the rollout engine's;
+    not built). record_file / replay_file: verl's files of recorded routing (not built; keep null).
+    """
+
+    mode: str
+    record_file: str | None
+    replay_file: str | None
+
+
+@dataclass(frozen=True)
 class FusedKernelOptionsConfig(BaseConfig):
     """`actor_rollout_ref.model.fused_kernel_options`."""
 
@@ -265,7 +278,7 @@ class ActorConfig(BaseConfig):
     use_prefix_grouper: bool
     loss_scale_factor: float | None
     pad_to_length: bool
-    router_replay: dict[str, Any]  # not built (unsupported.UNBUILT_GROUPS)
+    router_replay: RouterReplayConfig
     qat: dict[str, Any]  # not built (unsupported.UNBUILT_GROUPS)
 
 

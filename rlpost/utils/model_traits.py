@@ -133,3 +133,15 @@ def engine_refusal(traits: ModelTraits, engine: str, device: str) -> str | None:
     key = "actor_rollout_ref.rollout.name"
     return (f"{key}=vllm on trainer.device=cpu with a {traits.model_type} model: {why}; set {key}=hf on CPU "
             "(vLLM on CUDA has its own kernels for it)")
+
+
+def replay_refusal(traits: ModelTraits, mode: str) -> str | None:
+    """Why `actor.router_replay.mode=R2` cannot run on `traits`' model (None when it can, or replay is off)."""
+    from rlpost.utils.router_replay import REPLAYABLE_MODEL_TYPES
+
+    if mode != "R2" or traits.model_type in REPLAYABLE_MODEL_TYPES:
+        return None
+    key = "actor_rollout_ref.actor.router_replay.mode"
+    what = "is dense" if not traits.experts else "routes its experts in a way replay does not cover yet"
+    return (f"{key}=R2: a {traits.model_type} model {what}; router replay covers the softmax top-k routers of "
+            f"{', '.join(sorted(REPLAYABLE_MODEL_TYPES))}; set {key}=disabled")

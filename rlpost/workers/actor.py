@@ -17,6 +17,7 @@ from rlpost.algos import agg_loss, get_policy_loss_fn, kl_penalty
 from rlpost.utils import triton_logprob
 from rlpost.utils.fused_logprob import FusedHeadOptions, chunk_stats, compiled, eager, fused_lm_head
 from rlpost.utils.packed_attention import PACKED_KWARG, packed_sequences
+from rlpost.utils.router_replay import ReplayState, from_grid, replay_metrics, to_grid
 from rlpost.utils.padding import next_token_labels, pad_output, unpad_input
 from rlpost.utils.ulysses import (SHARD_KWARG, SequenceParallel, gather_sequence, shard_packed_row, sp_size,
                                   sync_rng)
@@ -281,6 +282,8 @@ class DataParallelPPOActor:
             else _CHUNK_TOKENS
         self._compile_fn = compiled if config.use_torch_compile else eager
         self.logprob_kernel = "auto"  # "torch": the PyTorch maths on CUDA too (benches compare the two)
+        # MoE router replay (R2): the log-prob pass records each token's experts, the update replays them
+        self.router_replay: ReplayState | None = None
 
     def _forward_micro_batch(self, mb: TensorDict, temperature: float, calculate_entropy: bool
                              ) -> tuple[torch.Tensor | None, torch.Tensor]:
@@ -324,11 +327,21 @@ class DataParallelPPOActor:
         micros, rev = micro_batches(tensors, int(meta.get("micro_batch_size") or 1),
                                     bool(meta.get("use_dynamic_bsz", False)), int(meta.get("max_token_len") or 0))
         temperature = float(meta.get(keys.META_TEMPERATURE, 1.0))
-        per_tok = torch.cat([self._forward_stats(mb, temperature, calculate_entropy, calculate_sum_pi_squared)
-                             .reshape(*mb[keys.RESPONSES].shape, -1) for mb in micros])
+        per_tok, routed = [], []
+        for mb in micros:
+            if self.router_replay is not None:
+                self.router_replay.mode = "record"
+            per_tok.append(self._forward_stats(mb, temperature, calculate_entropy, calculate_sum_pi_squared)
+                           .reshape(*mb[keys.RESPONSES].shape, -1))
+            if self.router_replay is not None:
+                self.router_replay.mode = None
+                routed.append(to_grid(self.router_replay.recorded, mb[keys.ATTENTION_MASK], self.use_remove_padding))
+        per_tok = torch.cat(per_tok)
         if rev is not None:
             per_tok = per_tok[rev]
         out = {keys.OLD_LOG_PROBS: per_tok[..., 0]}
+        if routed:
+            out[keys.ROUTED_EXPERTS] = torch.cat(routed)[rev] if rev is not None else torch.cat(routed)
         if calculate_entropy:
             out[keys.ENTROPYS] = per_tok[..., 1]
         if calculate_sum_pi_squared:
@@ -349,6 +362,10 @@ class DataParallelPPOActor:
         cfg = self.config
         mode = cfg.loss_agg_mode
         entropy_coeff = float(cfg.entropy_coeff)
+        replay = self.router_replay if keys.ROUTED_EXPERTS in mb else None
+        if replay is not None:  # stays set through this micro-batch's backward (checkpointed layers re-route)
+            replay.mode = "replay"
+            replay.indices = from_grid(mb[keys.ROUTED_EXPERTS], mb[keys.ATTENTION_MASK], self.use_remove_padding)
         ent, logp = self._forward_micro_batch(mb, temperature, calculate_entropy=entropy_coeff != 0)
         mask = mb[keys.RESPONSE_MASK]
         pg_loss, clipfrac, ppo_kl, clipfrac_lower = get_policy_loss_fn(cfg.policy_loss.loss_mode)(
@@ -359,6 +376,8 @@ class DataParallelPPOActor:
         metrics: dict[str, torch.Tensor | float] = {
             "actor/pg_loss": pg_loss.detach(), "actor/pg_clipfrac": clipfrac.detach(),
             "actor/ppo_kl": ppo_kl.detach(), "actor/pg_clipfrac_lower": clipfrac_lower.detach()}
+        if replay is not None:
+            metrics.update(replay_metrics(replay, mb[keys.ATTENTION_MASK], self.use_remove_padding))
         if ent is not None:
             entropy = agg_loss(ent, mask, mode)
             loss = loss - entropy_coeff * entropy
@@ -387,11 +406,17 @@ class DataParallelPPOActor:
             wanted.append(keys.REF_LOG_PROB)
         if keys.ROLLOUT_IS_WEIGHTS in data.batch.keys():
             wanted.append(keys.ROLLOUT_IS_WEIGHTS)
+        if self.router_replay is not None and keys.ROUTED_EXPERTS in data.batch.keys():
+            wanted.append(keys.ROUTED_EXPERTS)
         tensors = {k: data.batch[k] for k in wanted}
         temperature = float(data.meta_info.get(keys.META_TEMPERATURE, 1.0))
         if self.sp is not None and cfg.shuffle and cfg.data_loader_seed is None:
             sync_rng(self.sp)
-        return train_epochs(self.module, self.optimizer, cfg, tensors,
-                            lambda mb: self._micro_loss(mb, temperature), "actor",
-                            self.mini_batch_rows, cfg.data_loader_seed, sp_size=sp_size(self.sp),
-                            defer_grad_sync=bool(cfg.fsdp_config.use_no_sync_for_gradient_accumulation))
+        try:
+            return train_epochs(self.module, self.optimizer, cfg, tensors,
+                                lambda mb: self._micro_loss(mb, temperature), "actor",
+                                self.mini_batch_rows, cfg.data_loader_seed, sp_size=sp_size(self.sp),
+                                defer_grad_sync=bool(cfg.fsdp_config.use_no_sync_for_gradient_accumulation))
+        finally:
+            if self.router_replay is not None:
+                self.router_replay.mode = None

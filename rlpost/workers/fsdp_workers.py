@@ -238,6 +238,10 @@ class ActorRolloutRefWorker(_FSDPRole):
                                               bool(model_cfg.use_fused_kernels))
             if self.actor_sp is not None:
                 use_ulysses_attention(self.actor_module, self.actor_sp.size)
+            if acfg.router_replay.mode == "R2":
+                from rlpost.utils.router_replay import use_router_replay
+
+                self.actor.router_replay = use_router_replay(self.actor_module)
         self._ref_in_actor = self._is_ref and self.actor_peft is not None
         if self._ref_in_actor:  # the same module, hence the actor's sequence-parallel layout (checked at start-up)
             self.ref_policy = DataParallelPPOActor(self.config.ref, self.actor_module, None,

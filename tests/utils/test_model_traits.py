@@ -51,3 +51,14 @@ def test_engine_refusals_name_the_engine_the_device_and_the_family():
     assert engine_refusal(next_traits, "vllm", "cuda") is None
     assert engine_refusal(next_traits, "hf", "cpu") is None
     assert engine_refusal(model_traits(family_config("qwen3_moe", 64)), "vllm", "cpu") is None
+
+
+def test_router_replay_is_refused_for_models_it_does_not_cover():
+    from rlpost.utils.model_traits import replay_refusal
+
+    assert replay_refusal(model_traits(family_config("qwen3_moe", 64)), "R2") is None
+    assert replay_refusal(model_traits(family_config("qwen3_next", 64)), "R2") is None
+    assert replay_refusal(model_traits(family_config("llama", 64)), "disabled") is None
+    dense = replay_refusal(model_traits(family_config("llama", 64)), "R2")
+    assert "a llama model is dense" in dense and dense.endswith("set actor_rollout_ref.actor.router_replay.mode=disabled")
+    assert "routes its experts in a way" in replay_refusal(model_traits(family_config("deepseek_v3", 64)), "R2")

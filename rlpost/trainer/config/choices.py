@@ -74,6 +74,7 @@ def enums() -> dict[str, tuple[Any, ...]]:
         "algorithm.rollout_correction.loss_type": ("ppo_clip", "reinforce"),
         f"{ARR}.actor.kl_loss_type": kl_names,
         f"{ARR}.actor.loss_agg_mode": agg,
+        f"{ARR}.actor.router_replay.mode": ("disabled", "R2", "R3"),
         f"{ARR}.actor.policy_loss.loss_mode": policy_losses(),
         "critic.loss_agg_mode": agg,
         f"{ARR}.actor.strategy": STRATEGIES,

@@ -232,10 +232,27 @@ def check_combinations(c: PPOTrainerConfig) -> None:
     check_reward_choices(c)
     check_codapo(c)
     check_sglang(c)
+    check_router_replay(c)
     if c.trainer.resume_mode == "resume_path" and not c.trainer.resume_from_path:
         fail("trainer.resume_mode=resume_path, trainer.resume_from_path=null",
              "resume_path needs the checkpoint folder", "trainer.resume_from_path=/abs/ckpt/global_step_N "
              "(or trainer.resume_mode=auto)")
+
+
+def check_router_replay(c: PPOTrainerConfig) -> None:
+    """Router replay (R2) records the experts in the actor's old-log-prob pass and replays them in the update."""
+    actor = c.actor_rollout_ref.actor
+    if actor.router_replay.mode != "R2":
+        return
+    key = f"{ARR}.actor.router_replay.mode=R2"
+    if actor.ulysses_sequence_parallel_size > 1:
+        fail(f"{key}, {ARR}.actor.ulysses_sequence_parallel_size={actor.ulysses_sequence_parallel_size}",
+             "not supported yet: replaying routing on a Ulysses rank's slice of the packed row",
+             f"{ARR}.actor.ulysses_sequence_parallel_size=1")
+    if c.algorithm.rollout_correction.bypass_mode:
+        fail(f"{key}, algorithm.rollout_correction.bypass_mode=true",
+             "bypass mode takes the old log-probs from the engine, so no actor pass records the routing",
+             "algorithm.rollout_correction.bypass_mode=false")
 
 
 def check_codapo(c: PPOTrainerConfig) -> None:

@@ -79,6 +79,7 @@ AREAS: tuple[tuple[str, str], ...] = (
     ("logprobs_mode", "another log-prob mode of the engine"),
     ("scheduling_policy", "priority scheduling in the engine"),
     ("routing_replay", "MoE router replay"),
+    ("router_replay", "MoE router replay"),
     ("moe_load_balance", "MoE load-balance metrics"),
     ("trtllm", "the TensorRT-LLM engine"),
     ("function_tool_path", "plain functions as tools"),
@@ -145,6 +146,9 @@ NOT_SUPPORTED_YET: dict[str, Refusal] = {
     "critic.optim.optimizer_impl": only("torch.optim"),
     "critic.optim.override_optimizer_config": only(None, {}),
     "reward_model.strategy": never("megatron"),
+    f"{ARR}.actor.router_replay.mode": never("R3"),  # R3 needs the engine to report the experts it routed to
+    f"{ARR}.actor.router_replay.record_file": only(None),
+    f"{ARR}.actor.router_replay.replay_file": only(None),
     "reward_model.enable_resource_pool": only(False),
     "reward_model.sandbox_fusion.url": only(None),
     "reward.compute_score_kwargs": only({}),
@@ -176,8 +180,7 @@ UNBUILT_GROUPS: dict[str, str] = {
     f"{ARR}.model.mtp": "multi-token prediction",
     "critic.model.tiled_mlp": "tiled MLP",
     "critic.model.mtp": "multi-token prediction",
-    f"{ARR}.actor.router_replay": "MoE router replay",
-    f"{ARR}.ref.router_replay": "MoE router replay",
+    f"{ARR}.ref.router_replay": "MoE router replay in the reference (it routes as the model does)",
     f"{ARR}.actor.qat": "quantization-aware training",
     "critic.model.fsdp_config.turbo_config": "verl's fsdp_turbo engine",
     **{f"{group}.turbo_config": "verl's fsdp_turbo engine"

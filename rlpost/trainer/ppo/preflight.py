@@ -66,7 +66,7 @@ def check_model_families(config: Any) -> None:
     """Each model the run trains or scores can be right on the paths the config picks (packed rows, Ulysses, the
     fused head): `rlpost.utils.model_traits.path_refusals` on its config.json; a folder that transformers
     cannot read is reported where the model loads."""
-    from rlpost.utils.model_traits import engine_refusal, model_traits, path_refusals
+    from rlpost.utils.model_traits import engine_refusal, model_traits, path_refusals, replay_refusal
 
     arr = config.actor_rollout_ref
     groups = [("actor_rollout_ref.model", arr.model, "actor_rollout_ref.actor.ulysses_sequence_parallel_size",
@@ -81,7 +81,8 @@ def check_model_families(config: Any) -> None:
             continue
         why = path_refusals(traits, group, bool(model_cfg.use_remove_padding), sp_key, sp, fused)
         if group == "actor_rollout_ref.model":
-            why += [r for r in [engine_refusal(traits, arr.rollout.name, config.trainer.device)] if r]
+            why += [r for r in [engine_refusal(traits, arr.rollout.name, config.trainer.device),
+                                replay_refusal(traits, arr.actor.router_replay.mode)] if r]
         if why:
             raise ValueError(why[0])
 

@@ -1,7 +1,8 @@
 """`main_ppo` on today's model families: 2 GRPO steps with remove-padding on a tiny Qwen3-MoE through vLLM on CPU
-and on a tiny Qwen3-Next (hybrid linear attention) through the HF engine; the combinations that cannot be right
+(router replay R2 on) and on a tiny Qwen3-Next (hybrid linear attention) through the HF engine; the combinations that cannot be right
 stop before Ray with the key named (exit status 2)."""
 
+import json
 import subprocess
 import sys
 
@@ -19,13 +20,13 @@ RAY_STARTED = "engine and Ray logs of this run"
 
 @pytest.fixture(scope="module")
 def families(tmp_path_factory):
-    """{arch: tiny model folder} for qwen3_moe and qwen3_next, and the arith data folder."""
+    """{arch: tiny model folder} for qwen3_moe, qwen3_next and (dense) llama, and the arith data folder."""
     from rlpost.utils.tiny_model import build_tiny_model
 
     root = tmp_path_factory.mktemp("families")
     subprocess.run([sys.executable, "examples/data_preprocess/arith.py", "--local_dir", str(root / "data"),
                     "--train_size", "8", "--test_size", "2"], check=True, capture_output=True)
-    models = {a: str(build_tiny_model(root / a, arch=a)) for a in ("qwen3_moe", "qwen3_next")}
+    models = {a: str(build_tiny_model(root / a, arch=a)) for a in ("qwen3_moe", "qwen3_next", "llama")}
     return root, models
 
 
@@ -54,23 +55,35 @@ def _in_process(args: list[str]) -> int:
 @pytest.mark.e2e
 def test_two_grpo_steps_on_qwen3_moe_with_vllm_and_on_qwen3_next_with_hf(families, tmp_path):
     root, models = families
-    runs = {"qwen3_moe": _main_ppo(_args(root, models["qwen3_moe"], tmp_path / "moe")),
+    runs = {"qwen3_moe": _main_ppo(_args(root, models["qwen3_moe"], tmp_path / "moe",
+                                         "actor_rollout_ref.actor.router_replay.mode=R2")),
             "qwen3_next": _main_ppo(_args(root, models["qwen3_next"], tmp_path / "next",
                                           "actor_rollout_ref.rollout.name=hf"))}
     for arch, proc in runs.items():
         assert proc.returncode == 0, f"{arch}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
         out = proc.stdout + proc.stderr
         assert "step 2 |" in out, (arch, out[-2000:])
+    rows = [json.loads(line) for line in (tmp_path / "moe" / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in rows if "timing_s/step" in r]
+    assert len(train) == 2
+    for row in train:  # the update replayed the routing its old-log-prob pass recorded
+        assert 0.0 <= row["actor/router_replay/changed_fraction"] < 1.0
 
 
 @pytest.mark.parametrize("arch, extra, key", [
-    ("qwen3_next", [], "actor_rollout_ref.rollout.name=vllm on trainer.device=cpu with a qwen3_next model"),
+    ("qwen3_moe", ["actor_rollout_ref.actor.router_replay.mode=R2", "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"],
+     "config error: actor_rollout_ref.actor.router_replay.mode=R2, actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"),
+    ("qwen3_next", [], "error: actor_rollout_ref.rollout.name=vllm on trainer.device=cpu with a qwen3_next model"),
     ("qwen3_next", ["actor_rollout_ref.rollout.name=hf", "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"],
-     "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2: a qwen3_next model has linear-attention"),
+     "error: actor_rollout_ref.actor.ulysses_sequence_parallel_size=2: a qwen3_next model has linear-attention"),
+    ("qwen3_next", ["actor_rollout_ref.rollout.name=hf", "actor_rollout_ref.actor.router_replay.mode=R2",
+                    "actor_rollout_ref.model.path={llama}"],
+     "error: actor_rollout_ref.actor.router_replay.mode=R2: a llama model is dense"),
 ])
 def test_wrong_combinations_stop_before_ray_naming_the_key(families, tmp_path, capsys, arch, extra, key):
     root, models = families
+    extra = [e.format(**models) for e in extra]
     assert _in_process(_args(root, models[arch], tmp_path / "run", *extra)) == 2
     err = capsys.readouterr()
-    assert err.err.startswith(f"error: {key}"), err.err
-    assert "set actor_rollout_ref." in err.err and RAY_STARTED not in err.out + err.err
+    assert err.err.startswith(key), err.err
+    assert "actor_rollout_ref." in err.err.split(":", 2)[-1] and RAY_STARTED not in err.out + err.err
