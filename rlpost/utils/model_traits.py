@@ -39,6 +39,7 @@ class ModelTraits:
         mla: multi-head latent attention (query/key head size differs from the value head size).
         experts: routed experts per MoE layer (0: dense).
         logit_transform: the config field of a transform applied after the LM head, or None.
+        router_aux_loss: the config asks for the router load-balancing loss (`output_router_logits`).
     """
 
     model_type: str
@@ -50,6 +51,7 @@ class ModelTraits:
     mla: bool
     experts: int
     logit_transform: str | None
+    router_aux_loss: bool = False
 
     @property
     def attn_implementation(self) -> str:
@@ -76,7 +78,8 @@ def model_traits(hf_config: Any) -> ModelTraits:
     return ModelTraits(model_type=model_type, linear_attention=bool(kinds & LINEAR_LAYERS), other_layers=tuple(other),
                        sliding_window=int(window) if uses_window else None,
                        attn_softcap=getattr(cfg, "attn_logit_softcapping", None), sinks=model_type == "gpt_oss",
-                       mla=bool(mla), experts=experts, logit_transform=transform)
+                       mla=bool(mla), experts=experts, logit_transform=transform,
+                       router_aux_loss=bool(experts and getattr(cfg, "output_router_logits", False)))
 
 
 def path_refusals(traits: ModelTraits, model_group: str, use_remove_padding: bool, sp_key: str, ulysses_size: int,
@@ -96,6 +99,10 @@ def path_refusals(traits: ModelTraits, model_group: str, use_remove_padding: boo
     if (traits.linear_attention or traits.other_layers) and ulysses_size > 1:
         out.append(f"{sp_key}={ulysses_size}: {what} has linear-attention / recurrent layers, whose state runs "
                    f"along the whole sequence and cannot be split over ranks; not supported yet: set {sp_key}=1")
+    if traits.router_aux_loss and ulysses_size > 1:
+        out.append(f"{sp_key}={ulysses_size}: {what}'s config sets output_router_logits (the router aux loss), "
+                   "which each rank would compute over its slice only; not supported yet: set "
+                   f"{sp_key}=1 or output_router_logits=false (override_config)")
     if traits.logit_transform and use_fused_kernels:
         out.append(f"{model_group}.use_fused_kernels=true: {what} applies {traits.logit_transform} to its LM "
                    f"head's output, which the fused head (no logits) would skip; set {model_group}."

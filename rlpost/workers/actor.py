@@ -17,6 +17,7 @@ from rlpost.algos import agg_loss, get_policy_loss_fn, kl_penalty
 from rlpost.utils import triton_logprob
 from rlpost.utils.fused_logprob import FusedHeadOptions, chunk_stats, compiled, eager, fused_lm_head
 from rlpost.utils.packed_attention import PACKED_KWARG, packed_sequences
+from rlpost.utils.moe_aux_loss import router_aux_loss
 from rlpost.utils.router_replay import ReplayState, from_grid, replay_metrics, to_grid
 from rlpost.utils.padding import next_token_labels, pad_output, unpad_input
 from rlpost.utils.ulysses import (SHARD_KWARG, SequenceParallel, gather_sequence, shard_packed_row, sp_size,
@@ -284,6 +285,8 @@ class DataParallelPPOActor:
         self.logprob_kernel = "auto"  # "torch": the PyTorch maths on CUDA too (benches compare the two)
         # MoE router replay (R2): the log-prob pass records each token's experts, the update replays them
         self.router_replay: ReplayState | None = None
+        # the router load-balancing loss, when the model's config asks for it (output_router_logits)
+        self.router_aux = router_aux_loss(module) if optimizer is not None else None
 
     def _forward_micro_batch(self, mb: TensorDict, temperature: float, calculate_entropy: bool
                              ) -> tuple[torch.Tensor | None, torch.Tensor]:
@@ -382,6 +385,10 @@ class DataParallelPPOActor:
             entropy = agg_loss(ent, mask, mode)
             loss = loss - entropy_coeff * entropy
             metrics["actor/entropy"] = entropy.detach()
+        aux = self.router_aux.take() if self.router_aux is not None else None
+        if aux is not None:
+            loss = loss + self.router_aux.coef * aux
+            metrics["actor/moe_aux_loss"] = aux.detach()
         if cfg.use_kl_loss:
             kld = kl_penalty(logp, mb[keys.REF_LOG_PROB], cfg.kl_loss_type)
             kl_loss = agg_loss(kld, mask, mode)
