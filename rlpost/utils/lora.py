@@ -91,7 +91,8 @@ def _no_match_message(model_cfg: Any, model: torch.nn.Module, group: str, err: E
 
 
 def check_target_modules(model_cfg: Any, group: str) -> None:
-    """Start-up check (no weights loaded): `target_modules` / `exclude_modules` select at least one layer.
+    """Start-up check (no weights loaded): `target_modules` / `exclude_modules` select at least one layer, and every
+    name of a `target_modules` list matches a module (a typo would leave its layers untrained, silently).
 
     The model is built on the meta device from its config, then PEFT matches the names as it will at load.
     """
@@ -105,6 +106,15 @@ def check_target_modules(model_cfg: Any, group: str) -> None:
         get_peft_model(model, peft_config(model_cfg))
     except ValueError as err:
         raise ValueError(_no_match_message(model_cfg, model, group, err)) from None
+    targets = model_cfg.target_modules
+    if not isinstance(targets, str):  # a list: PEFT takes a module whose name is, or ends with '.', an entry
+        names = [n for n, _ in model.named_modules() if n]
+        missing = [t for t in map(str, targets) if not any(n == t or n.endswith("." + t) for n in names)]
+        if missing:
+            linear = linear_module_names(model)
+            raise ValueError(f"{group}.target_modules={list(map(str, targets))!r}: {missing} match no module of "
+                             f"{model_cfg.path} (the others would train alone); its linear layers are {linear}: "
+                             f"use {[t for t in map(str, targets) if t not in missing] or linear[:2]} or all-linear")
 
 
 def check_adapter_folder(path: str, model_cfg: Any, model: torch.nn.Module | None, group: str) -> None:

@@ -136,6 +136,14 @@ CASES = [
     ("B45", "reward model packed with Ulysses SP 2 (accepted)",
      ["reward_model.enable=true", "reward_model.model.path={model}", "reward_model.model.use_remove_padding=true",
       "reward_model.ulysses_sequence_parallel_size=2"], None),
+    ("B46", "LoRA target_modules with a typo beside a valid name",
+     ["actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.model.target_modules=[q_projj,v_proj]"],
+     ["['q_projj'] match no module", "use ['v_proj'] or all-linear"]),
+    ("B47", "MoE router replay on a dense model", ["actor_rollout_ref.actor.router_replay.mode=R2"],
+     ["actor_rollout_ref.actor.router_replay.mode=R2: a qwen2 model is dense",
+      "set actor_rollout_ref.actor.router_replay.mode=disabled"]),
+    ("B48", "rollout routing replay (R3, not built)", ["actor_rollout_ref.actor.router_replay.mode=R3"],
+     ["not supported yet", "router_replay.mode=R3"]),
 ]
 
 BASE = ["trainer.device=cpu", "trainer.n_gpus_per_node=2", "actor_rollout_ref.rollout.tensor_model_parallel_size=1",

@@ -75,6 +75,17 @@ def test_target_modules_matching_nothing_lists_the_linear_layers(tiny_model_dir)
     assert "'q_proj'" in str(err.value) and "'down_proj'" in str(err.value)
 
 
+def test_a_typo_among_valid_target_modules_is_refused_naming_it(tiny_model_dir):
+    # one valid name would train alone: q_projj matches nothing while v_proj does
+    cfg = _model_cfg(tiny_model_dir, f"{ARR}.model.target_modules=[q_projj,v_proj]")
+    with pytest.raises(ValueError) as err:
+        check_target_modules(cfg, f"{ARR}.model")
+    message = str(err.value)
+    assert message.startswith(f"{ARR}.model.target_modules=['q_projj', 'v_proj']: ['q_projj'] match no module")
+    assert "'q_proj'" in message and "use ['v_proj'] or all-linear" in message
+    check_target_modules(_model_cfg(tiny_model_dir, f"{ARR}.model.target_modules=[q_proj,v_proj]"), f"{ARR}.model")
+
+
 def test_adapter_folder_errors_name_the_file_and_the_difference(tiny_model_dir, tmp_path):
     from rlpost.utils.tiny_model import build_tiny_model
 
