@@ -144,10 +144,42 @@ def save_fsdp_checkpoint(local_path: str, model: torch.nn.Module, optimizer: tor
     dist.barrier()
 
 
+def _configured_lrs(optimizer: torch.optim.Optimizer | None) -> list[float]:
+    """Each param group's learning rate as this run configured it (the schedule's base, before any step)."""
+    if optimizer is None:
+        return []
+    return [float(g.get("initial_lr", g["lr"])) for g in optimizer.param_groups]
+
+
+def _keep_configured_lrs(optimizer: torch.optim.Optimizer, lr_scheduler: Any, configured: list[float]) -> list[str]:
+    """After a restore: put back the configured base learning rates where the checkpoint's differ (a resumed run
+    trains at the rate it is given, not the saved one), the schedule's position kept. Returns one note per
+    changed group."""
+    notes = []
+    saved = [float(b) for b in getattr(lr_scheduler, "base_lrs", None) or _configured_lrs(optimizer)]
+    for i, (group, want, had) in enumerate(zip(optimizer.param_groups, configured, saved)):
+        if abs(want - had) <= 1e-12 * max(abs(want), abs(had)):
+            continue
+        group["initial_lr"] = want
+        if lr_scheduler is not None:
+            lr_scheduler.base_lrs[i] = want
+            lambdas = getattr(lr_scheduler, "lr_lambdas", None)
+            group["lr"] = want * lambdas[i](lr_scheduler.last_epoch) if lambdas else want
+        else:
+            group["lr"] = want
+        notes.append(f"learning rate {want:g} (the checkpoint's was {had:g})")
+    return notes
+
+
 def load_fsdp_checkpoint(local_path: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
-                         lr_scheduler: Any, contents: Iterable[str], lora: bool = False) -> None:
+                         lr_scheduler: Any, contents: Iterable[str], lora: bool = False) -> list[str]:
     """Restore what `save_fsdp_checkpoint` wrote (same world size); missing files raise FileNotFoundError.
-    `lora`: the shards hold the trainable entries only."""
+    `lora`: the shards hold the trainable entries only. The configured learning rate wins over the saved one.
+
+    Returns:
+        notes on values this run keeps from its own config instead of the checkpoint (e.g. a changed LR).
+    """
+    configured = _configured_lrs(optimizer)
     contents = [c for c in _check_contents(contents) if c != "hf_model"]
     if "model" in contents:
         load_local_state(model, torch.load(_file(local_path, "model"), weights_only=False),
@@ -159,4 +191,6 @@ def load_fsdp_checkpoint(local_path: str, model: torch.nn.Module, optimizer: tor
         _set_rng_state(extra["rng"])
         if lr_scheduler is not None and extra["lr_scheduler"] is not None:
             lr_scheduler.load_state_dict(extra["lr_scheduler"])
+    notes = _keep_configured_lrs(optimizer, lr_scheduler, configured) if optimizer is not None else []
     dist.barrier()
+    return notes

@@ -148,12 +148,13 @@ class _FSDPRole(ProfiledWorker):
             del self._saved[:-max_ckpt_to_keep]
 
     def _load(self, local_path: str, module, optimizer, scheduler, fsdp_cfg, load_contents,
-              del_local_after_load: bool, lora: bool = False) -> None:
+              del_local_after_load: bool, lora: bool = False) -> list[str]:
         self._onload(module, optimizer, fsdp_cfg)
-        load_fsdp_checkpoint(local_path, module, optimizer, scheduler, load_contents, lora)
+        notes = load_fsdp_checkpoint(local_path, module, optimizer, scheduler, load_contents, lora)
         self._offload(module, optimizer, fsdp_cfg)
         if del_local_after_load and self.rank == 0:
             shutil.rmtree(local_path, ignore_errors=True)
+        return notes
 
     @staticmethod
     def _metrics_out(metrics: dict[str, Any]) -> DataProto:
@@ -423,12 +424,15 @@ class ActorRolloutRefWorker(_FSDPRole):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, local_path: str, load_contents: tuple = DEFAULT_CONTENTS,
-                        del_local_after_load: bool = False) -> None:
-        """Restore what `save_checkpoint` wrote (same world size), then re-sync the rollout weights."""
-        self._load(local_path, self.actor_module, self.actor_optimizer, self.actor_lr_scheduler,
-                   self.config.actor.fsdp_config, load_contents, del_local_after_load, self.actor_peft is not None)
+                        del_local_after_load: bool = False) -> list[str]:
+        """Restore what `save_checkpoint` wrote (same world size), then re-sync the rollout weights. Returns notes
+        on configured values kept over the checkpoint's (a changed learning rate)."""
+        notes = self._load(local_path, self.actor_module, self.actor_optimizer, self.actor_lr_scheduler,
+                           self.config.actor.fsdp_config, load_contents, del_local_after_load,
+                           self.actor_peft is not None)
         if self.rollout is not None:
             self._sync_weights()
+        return notes
 
 
 class CriticWorker(_FSDPRole):
@@ -514,7 +518,7 @@ class CriticWorker(_FSDPRole):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, local_path: str, load_contents: tuple = DEFAULT_CONTENTS,
-                        del_local_after_load: bool = False) -> None:
-        """Restore what `save_checkpoint` wrote (same world size)."""
-        self._load(local_path, self.module, self.optimizer, self.lr_scheduler, self.fsdp_config,
-                   load_contents, del_local_after_load, self.peft is not None)
+                        del_local_after_load: bool = False) -> list[str]:
+        """Restore what `save_checkpoint` wrote (same world size); returns notes as the actor's does."""
+        return self._load(local_path, self.module, self.optimizer, self.lr_scheduler, self.fsdp_config,
+                          load_contents, del_local_after_load, self.peft is not None)

@@ -114,9 +114,14 @@ class TrainerCheckpointer:
         check_compatible(manifest, self.world_size, config_hash(self.config), config_fields(self.config))
         step = step_of(path)
         load_contents = self._contents("load_contents")
-        self.workers.actor_rollout.load_checkpoint(os.path.join(path, "actor"), load_contents=load_contents)
+        notes = {"actor_rollout_ref.actor.optim": self.workers.actor_rollout.load_checkpoint(
+            os.path.join(path, "actor"), load_contents=load_contents)}
         if self.workers.critic is not None:
-            self.workers.critic.load_checkpoint(os.path.join(path, "critic"), load_contents=load_contents)
+            notes["critic.optim"] = self.workers.critic.load_checkpoint(os.path.join(path, "critic"),
+                                                                        load_contents=load_contents)
+        for group, per_rank in notes.items():
+            for note in (per_rank[0] if isinstance(per_rank, list) and per_rank else None) or []:
+                print(f"[rlpost] resuming {path}: {group}: {note}: the configured value applies from here on")
         data_file = os.path.join(path, DATA_FILE)
         if os.path.exists(data_file):
             self.loader.load_state_dict(torch.load(data_file, weights_only=False))
