@@ -8,6 +8,7 @@ Each trajectory gets one instance per tool it uses (created on first use with th
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,12 +21,36 @@ logger = logging.getLogger(__name__)
 
 
 def response_text(response: Any) -> str:
-    """Text of what `execute` returned: a ToolResponse, a str, or an older verl {"text": ...} dict."""
+    """Text of what `execute` returned: a ToolResponse, a str, an older verl {"text": ...} dict; any other dict or
+    list as JSON (the model reads text), anything else through str()."""
     if isinstance(response, ToolResponse):
         return response.text or ""
-    if isinstance(response, dict):
+    if isinstance(response, dict) and "text" in response:
         return str(response.get("text") or "")
+    if isinstance(response, (dict, list)):
+        try:
+            return json.dumps(response, ensure_ascii=False, default=str)
+        except (TypeError, ValueError):
+            return str(response)
     return "" if response is None else str(response)
+
+
+def _split_result(name: str, result: Any) -> tuple[Any, float]:
+    """(response, step reward) of what a tool's `execute` returned: verl's (response, reward, metrics) triple, or
+    (response, reward); anything else is the response itself with reward 0. A reward that is not a number counts
+    0.0; both cases are logged with the tool's name."""
+    if isinstance(result, tuple) and len(result) in (2, 3):
+        response, reward = result[0], result[1]
+    else:
+        logger.warning("tool %r: execute returned %s, not (response, reward, metrics): used as the response, "
+                       "reward 0", name, type(result).__name__)
+        return result, 0.0
+    try:
+        return response, float(0.0 if reward is None else reward)
+    except (TypeError, ValueError):
+        logger.warning("tool %r: execute returned a reward of type %s (%r): counted as 0.0", name,
+                       type(reward).__name__, reward)
+        return response, 0.0
 
 
 @dataclass
@@ -78,14 +103,14 @@ class ToolSession:
             return CallResult(f"Error: unknown tool {call.name!r}; available tools: {sorted(self.tools)}", True)
         timeout = self.timeout_s(call.name)
         try:
-            response, reward, _ = await asyncio.wait_for(self._execute(call), timeout)
+            response, reward = _split_result(call.name, await asyncio.wait_for(self._execute(call), timeout))
         except asyncio.TimeoutError:
             return CallResult(f"Error: tool {call.name!r} timed out after {timeout:g} s", True)
         except Exception as e:  # a tool's failure must not end the rollout: the model reads it
             logger.warning("tool %r failed: %s: %s", call.name, type(e).__name__, e)
             return CallResult(f"Error when executing tool {call.name!r}: {type(e).__name__}: {e}", True)
-        self.step_rewards.append(float(reward))
-        return CallResult(response_text(response), False, float(reward))
+        self.step_rewards.append(reward)
+        return CallResult(response_text(response), False, reward)
 
     async def run(self, calls: list[FunctionCall]) -> list[CallResult]:
         """Run `calls` concurrently; results in call order."""
