@@ -8,6 +8,7 @@ worker starts (a missing column or a raising reward function fails in seconds, w
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 
@@ -23,6 +24,7 @@ class InputError(Exception):
 def run_ppo(config: DictConfig) -> dict[str, float]:
     """Train with a `ppo_trainer` config in this process (the Ray driver); returns the last step's metrics."""
     from rlpost.single_controller.ray.init import finish_ray, init_ray
+    from rlpost.utils.run_lock import FolderInUse, run_lock
 
     from rlpost.trainer.ppo.checkpointing import already_complete, finished_run
     from rlpost.trainer.config.convert import to_typed
@@ -42,15 +44,22 @@ def run_ppo(config: DictConfig) -> dict[str, float]:
         print(already_complete(done, trainer.total_training_steps))
         return {}
     trainer_cfg = config.trainer
-    log_dir = os.path.join(os.path.abspath(os.path.expanduser(trainer_cfg.default_local_dir)), "logs")
-    init_ray(config.ray_init, log_dir=log_dir, verbose=trainer_cfg.verbose_engine_logs)
-    if not trainer_cfg.verbose_engine_logs:
-        print(f"[rlpost] engine and Ray logs of this run: {log_dir} (trainer.verbose_engine_logs=true shows them here)")
-    try:
-        trainer.init_workers()
-        return trainer.fit()
-    finally:
-        finish_ray(config.ray_init)
+    run_dir = os.path.abspath(os.path.expanduser(trainer_cfg.default_local_dir))
+    log_dir = os.path.join(run_dir, "logs")
+    with contextlib.ExitStack() as held:
+        try:  # one run per folder: a second one stops here, before Ray
+            held.enter_context(run_lock(run_dir))
+        except FolderInUse as err:
+            raise InputError(str(err)) from err
+        init_ray(config.ray_init, log_dir=log_dir, verbose=trainer_cfg.verbose_engine_logs)
+        if not trainer_cfg.verbose_engine_logs:
+            print(f"[rlpost] engine and Ray logs of this run: {log_dir} (trainer.verbose_engine_logs=true shows "
+                  "them here)")
+        try:
+            trainer.init_workers()
+            return trainer.fit()
+        finally:
+            finish_ray(config.ray_init)
 
 
 class TaskRunner:

@@ -142,3 +142,29 @@ def test_unknown_interaction_name_stops_start_up(capsys, tiny_model_dir, tmp_pat
     err = capsys.readouterr().err
     assert status == 2 and "interaction_kwargs.name values ['gsm8kk'] are not configured interactions; " \
                           "configured: ['gsm8k']" in err, err
+
+
+def test_a_second_run_on_a_folder_in_use_stops_before_ray(capsys, tiny_model_dir, tmp_path):
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "examples/data_preprocess/arith.py", "--local_dir", str(tmp_path),
+                    "--train_size", "8", "--test_size", "4"], check=True, capture_output=True)
+    run_dir = tmp_path / "run"
+    hold = ("import sys, time\nfrom rlpost.utils.run_lock import run_lock\n"
+            "with run_lock(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(60)\n")
+    first = subprocess.Popen([sys.executable, "-c", hold, str(run_dir)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert first.stdout.readline().strip() == "held"
+        status = _run([f"actor_rollout_ref.model.path={tiny_model_dir}", f"data.train_files={tmp_path / 'train.parquet'}",
+                       "data.val_files=null", "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+                       "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "algorithm.adv_estimator=grpo",
+                       "actor_rollout_ref.rollout.n=2", f"trainer.default_local_dir={run_dir}"])
+    finally:
+        first.kill()
+        first.wait()
+    out = capsys.readouterr()
+    assert status == 2
+    assert out.err.startswith(f"error: trainer.default_local_dir={str(run_dir)!r} is in use by another run (pid "
+                              f"{first.pid} on "), out.err
+    assert "engine and Ray logs" not in out.out  # stopped before Ray
