@@ -29,8 +29,29 @@ from rlpost.trainer.ppo.launch import TaskRunner, run_ppo  # noqa: F401
 SEARCH_PATH = "pkg://rlpost.trainer.config"
 
 
+# Hydra's command-line flags that take the next word as their value (`--cfg job`, `-cn my_config`, ...).
+_VALUE_FLAGS = frozenset({"-cp", "--config-path", "-cn", "--config-name", "-cd", "--config-dir", "-c", "--cfg",
+                          "-p", "--package", "--experimental-rerun", "-sc", "--shell-completion"})
+_INFO_VALUES = frozenset({"all", "config", "defaults", "defaults-tree", "plugins", "searchpath"})
+
+
+def _first_override(argv: list[str]) -> int:
+    """Index in `argv` of the first override (a word that is neither a flag nor a flag's value), or len(argv)."""
+    i = 1
+    while i < len(argv):
+        word = argv[i]
+        if not word.startswith("-"):
+            return i
+        takes_value = "=" not in word and (word in _VALUE_FLAGS or (
+            word in ("-i", "--info") and i + 1 < len(argv) and argv[i + 1] in _INFO_VALUES))
+        i += 2 if takes_value else 1
+    return len(argv)
+
+
 def with_search_path(argv: list[str]) -> list[str]:
-    """`argv` plus `hydra.searchpath=[pkg://rlpost.trainer.config]` (merged into a user's own list)."""
+    """`argv` plus `hydra.searchpath=[pkg://rlpost.trainer.config]` (merged into a user's own list), placed
+    beside the user's overrides: Hydra's parser takes the overrides as one run of words, so one added after a
+    trailing flag (`... trainer.dry_run=true --cfg job`) would be refused."""
     for i, arg in enumerate(argv):
         if arg.startswith("hydra.searchpath="):
             if SEARCH_PATH in arg:
@@ -38,7 +59,8 @@ def with_search_path(argv: list[str]) -> list[str]:
             inner = arg.split("=", 1)[1].strip().strip("[]").strip()
             paths = f"{inner},{SEARCH_PATH}" if inner else SEARCH_PATH
             return argv[:i] + [f"hydra.searchpath=[{paths}]"] + argv[i + 1:]
-    return argv + [f"hydra.searchpath=[{SEARCH_PATH}]"]
+    at = _first_override(argv)
+    return argv[:at] + [f"hydra.searchpath=[{SEARCH_PATH}]"] + argv[at:]
 
 
 def run(cfg: DictConfig) -> int:

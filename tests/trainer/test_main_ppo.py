@@ -15,7 +15,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_search_path_is_added_or_merged():
-    assert main_ppo.with_search_path(["prog", "a=1"]) == ["prog", "a=1", "hydra.searchpath=[pkg://rlpost.trainer.config]"]
+    sp = "hydra.searchpath=[pkg://rlpost.trainer.config]"
+    assert main_ppo.with_search_path(["prog", "a=1"]) == ["prog", sp, "a=1"]
+    # beside the overrides, whatever flags come before or after them
+    assert main_ppo.with_search_path(["prog", "a=1", "--cfg", "job"]) == ["prog", sp, "a=1", "--cfg", "job"]
+    assert main_ppo.with_search_path(["prog", "--cfg", "job", "a=1"]) == ["prog", "--cfg", "job", sp, "a=1"]
+    assert main_ppo.with_search_path(["prog", "-cn", "mine", "--info", "defaults", "a=1"]) == \
+        ["prog", "-cn", "mine", "--info", "defaults", sp, "a=1"]
+    assert main_ppo.with_search_path(["prog", "--cfg", "job"]) == ["prog", "--cfg", "job", sp]
     merged = main_ppo.with_search_path(["prog", "hydra.searchpath=[file:///x]"])
     assert merged == ["prog", "hydra.searchpath=[file:///x,pkg://rlpost.trainer.config]"]
     same = ["prog", "hydra.searchpath=[pkg://rlpost.trainer.config]"]
@@ -54,3 +61,11 @@ def test_user_yaml_dry_run_subprocess(tmp_path):
     assert "4 micro-batches of 4" in proc.stdout  # global 8 over 2 devices -> 4 per device
     assert "total training steps: 10 = 40 rows" in proc.stdout  # 40 // 8 x 2 epochs
     assert "config warning: actor_rollout_ref.actor.ppo_micro_batch_size=8 is deprecated" in proc.stderr
+
+
+def test_a_hydra_flag_after_the_overrides_works():
+    proc = subprocess.run([sys.executable, "-m", "rlpost.trainer.main_ppo", "data.train_batch_size=16", "--cfg", "job"],
+                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "unrecognized arguments" not in proc.stderr
+    assert "train_batch_size: 16" in proc.stdout  # Hydra printed the composed job config
