@@ -104,6 +104,10 @@ def call_reward_fn(fn: Any, sample: Sample) -> float | dict:
             ground_truth=sample.ground_truth,
             extra_info=sample.extra_info,
         )
+    except SystemExit as exc:  # exit() / sys.exit() would end the run with no word of why
+        raise RewardFunctionError(sample.data_source, sample.index,
+                                  f"called exit({exc.code!r}); a reward function must return a score",
+                                  traceback.format_exc()) from None
     except Exception as exc:  # noqa: BLE001 - re-raised with the sample named
         raise RewardFunctionError(sample.data_source, sample.index, repr(exc), traceback.format_exc()) from exc
 

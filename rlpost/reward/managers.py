@@ -70,15 +70,24 @@ class NaiveRewardManager(AbstractRewardManager):
 
     def score_samples(self, samples: list[base.Sample]) -> list[Any]:
         """Raw results (float or dict) of the reward function, one per sample."""
-        from rlpost.reward.parallel import score_in_processes  # imports this module
+        from rlpost.reward.parallel import TIME_LIMIT_HIT, call_with_time_limit, score_in_processes  # imports us
 
         if self._parallel:
             return score_in_processes(self.spec, samples, self.num_processes, self.timeout, self._raw)
-        results, start = [], time.perf_counter()
+        results, start, timed_out = [], time.perf_counter(), set()
         for done, sample in enumerate(samples, start=1):
-            results.append(self._raw(base.call_reward_fn(self.compute_score, sample)))
+            raw = call_with_time_limit(self.compute_score, sample, self.timeout)
+            if raw is TIME_LIMIT_HIT:
+                timed_out.add(done - 1)
+                logger.warning(
+                    "reward function timed out after reward_model.reward_kwargs.timeout=%ss on data source %r, "
+                    "sample %d (scored 0.0, counted in reward/timeout_count); response: %r",
+                    self.timeout, sample.data_source, sample.index, sample.response_str[:200])
+                raw = 0.0
+            results.append(self._raw(raw))
             per_sample = (time.perf_counter() - start) / done
-            if per_sample > SLOW_SAMPLE_S and done < len(samples) and self._can_parallelise():
+            slow = per_sample > SLOW_SAMPLE_S or timed_out
+            if slow and done < len(samples) and self._can_parallelise():
                 self._parallel = True
                 logger.warning(
                     "the reward function takes %.2f s per sample: scoring in %d worker processes from now on, "
@@ -86,7 +95,10 @@ class NaiveRewardManager(AbstractRewardManager):
                     "and are counted in reward/timeout_count); set reward_model.reward_kwargs.num_processes to "
                     "change the pool size", per_sample, self.num_processes, self.timeout)
                 rest = score_in_processes(self.spec, samples[done:], self.num_processes, self.timeout, self._raw)
-                return [self._with_timeout_flag(r, s) for r, s in zip(results, samples)] + rest
+                return [self._with_timeout_flag(r, s, i in timed_out) for i, (r, s) in
+                        enumerate(zip(results, samples))] + rest
+        if timed_out:
+            return [self._with_timeout_flag(r, s, i in timed_out) for i, (r, s) in enumerate(zip(results, samples))]
         return results
 
     plain_as: str | None = None  # also record a plain-number result under this extra key (dapo: 'acc')
@@ -103,10 +115,10 @@ class NaiveRewardManager(AbstractRewardManager):
                 and _same_function(self.compute_score, self.spec.resolve()))
 
     @staticmethod
-    def _with_timeout_flag(result: Any, sample: base.Sample) -> dict[str, Any]:
+    def _with_timeout_flag(result: Any, sample: base.Sample, timed_out: bool = False) -> dict[str, Any]:
         """A serial result in the shape of the process pool's (so one batch has one set of extra keys)."""
         score, extra = base.split_result(result, sample)
-        return {"score": score, **extra, "reward_timeout": 0}
+        return {"score": score, **extra, "reward_timeout": int(timed_out)}
 
     def __call__(self, data: Any, return_dict: bool = False):
         """Reads `responses`, `prompts`, `attention_mask`, `response_mask`, `rm_scores` (if present)."""

@@ -16,6 +16,7 @@ import concurrent.futures as cf
 import logging
 import math
 import signal
+import threading
 import traceback
 from typing import Any, Callable
 
@@ -24,6 +25,7 @@ from rlpost.reward.custom import RewardFnSpec
 
 logger = logging.getLogger(__name__)
 TIMED_OUT = "timed out"
+TIME_LIMIT_HIT = object()  # what `call_with_time_limit` returns for a call it stopped
 
 
 class _SampleTimeout(BaseException):
@@ -32,6 +34,22 @@ class _SampleTimeout(BaseException):
 
 def _on_alarm(signum: int, frame: Any) -> None:
     raise _SampleTimeout()
+
+
+def call_with_time_limit(fn: Any, sample: base.Sample, timeout: float) -> Any:
+    """`base.call_reward_fn(fn, sample)` stopped after `timeout` seconds (then `TIME_LIMIT_HIT` is returned) by this
+    process's interval timer; only in the main thread (where signals arrive), elsewhere without a limit."""
+    if threading.current_thread() is not threading.main_thread():
+        return base.call_reward_fn(fn, sample)
+    previous = signal.signal(signal.SIGALRM, _on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, timeout)
+    try:
+        return base.call_reward_fn(fn, sample)
+    except _SampleTimeout:
+        return TIME_LIMIT_HIT
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _score_in_child(spec: RewardFnSpec, sample: base.Sample, timeout: float) -> tuple[Any, str | None]:
@@ -82,7 +100,13 @@ def score_in_processes(spec: RewardFnSpec, samples: list[base.Sample], num_proce
 def _result(sample: base.Sample, future: cf.Future | None, timeout: float,
             normalise: Callable[[Any], Any]) -> dict[str, Any]:
     """The sample's result dict; a time-out (`future` None: past the deadline) scores 0.0, warned."""
-    result, error = future.result() if future is not None else (None, TIMED_OUT)
+    try:
+        result, error = future.result() if future is not None else (None, TIMED_OUT)
+    except cf.process.BrokenProcessPool:
+        raise base.RewardFunctionError(
+            sample.data_source, sample.index, "a worker process scoring this batch ended without a result (the "
+            "function called os._exit, was killed by a signal, or crashed the interpreter); this is the first "
+            "sample left unscored") from None
     if error == TIMED_OUT:
         logger.warning(
             "reward function timed out after reward_model.reward_kwargs.timeout=%ss on data source %r, "
