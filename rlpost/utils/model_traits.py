@@ -118,6 +118,13 @@ VLLM_CPU_WRONG = {
 }
 
 
+# Text-only configs of families vLLM serves only from their full (vision-language) config, on any device.
+VLLM_NOT_SERVED = {
+    "qwen3_5_text": "vLLM builds Qwen3.5 from its full Qwen3_5Config (vision-language); a text-only Qwen3_5TextConfig "
+                    "is refused by its config check",
+}
+
+
 def engine_refusal(traits: ModelTraits, engine: str, device: str) -> str | None:
     """Why the rollout engine `engine` cannot generate for `traits`' model on `device` (None when it can).
 
@@ -127,6 +134,10 @@ def engine_refusal(traits: ModelTraits, engine: str, device: str) -> str | None:
     its CPU cache does not offer, and `VLLM_CPU_WRONG` lists what else it gets wrong: sampling from it would
     train on another policy's tokens.
     """
+    key = "actor_rollout_ref.rollout.name"
+    if engine == "vllm" and traits.model_type in VLLM_NOT_SERVED:
+        return (f"{key}=vllm with a {traits.model_type} model: {VLLM_NOT_SERVED[traits.model_type]}; set {key}=hf "
+                "(or give the model its full config)")
     if engine != "vllm" or device != "cpu":
         return None
     if traits.linear_attention:
@@ -137,7 +148,6 @@ def engine_refusal(traits: ModelTraits, engine: str, device: str) -> str | None:
         why = VLLM_CPU_WRONG.get(traits.model_type)
     if why is None:
         return None
-    key = "actor_rollout_ref.rollout.name"
     return (f"{key}=vllm on trainer.device=cpu with a {traits.model_type} model: {why}; set {key}=hf on CPU "
             "(vLLM on CUDA has its own kernels for it)")
 

@@ -29,7 +29,8 @@ def _perturb(model, seed: int, scale: float = 0.5) -> None:
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=gen) * scale * p.abs().mean().clamp(min=0.02))
+            noise = torch.randn(p.shape, generator=gen).to(p.device, p.dtype)  # the same draw on any device
+            p.add_(noise * scale * p.abs().mean().clamp(min=0.02))
 
 
 def _batch(tok, texts) -> DataProto:
@@ -42,51 +43,61 @@ def _batch(tok, texts) -> DataProto:
                    "do_sample": False})
 
 
-def _vllm_cpu_refusal(name: str, path: str) -> str | None:
-    from transformers import AutoConfig
-
-    return engine_refusal(model_traits(AutoConfig.from_pretrained(path)), "vllm", "cpu")
-
-
-@pytest.mark.parametrize("name", ENGINE_FAMILIES)
-def test_sync_then_greedy_equals_hf(name, tmp_path):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def sync_and_generate(name: str, folder, device: str, dtype: str = "float32", sharpen: float = 0.5):
+    """Build the tiny `name` model in `folder`, start vLLM on `device` from dummy weights, sync a perturbed HF
+    copy in place and generate greedily: (engine responses, HF responses, drift metrics), or the start-up
+    refusal text for a family the engine cannot serve there."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     from rlpost.rollout import build_rollout
     from rlpost.utils.tiny_model import build_tiny_model
 
-    path = str(build_tiny_model(tmp_path / name, arch=name, vocab_size=256))
-    refused = _vllm_cpu_refusal(name, path)
-    assert bool(refused) == (name in REFUSED_ON_CPU), refused
-    if refused:  # start-up stops it (tests/trainer/ppo/test_model_family_preflight.py runs main_ppo on one)
-        assert refused.endswith("set actor_rollout_ref.rollout.name=hf on CPU (vLLM on CUDA has its own kernels for it)")
-        return
+    path = str(build_tiny_model(folder / name, arch=name, vocab_size=256))
+    refused = engine_refusal(model_traits(AutoConfig.from_pretrained(path)), "vllm", device)
+    if refused:
+        return refused
     tok = AutoTokenizer.from_pretrained(path, padding_side="left")
-    cfg = compose_config(*SMALL, "actor_rollout_ref.rollout.name=vllm", "trainer.device=cpu",
-                         "actor_rollout_ref.rollout.dtype=float32", "data.max_prompt_length=32",
+    cfg = compose_config(*SMALL, "actor_rollout_ref.rollout.name=vllm", f"trainer.device={device}",
+                         f"actor_rollout_ref.rollout.dtype={dtype}", "data.max_prompt_length=32",
                          f"data.max_response_length={R}", "actor_rollout_ref.rollout.calculate_log_probs=true",
-                         "actor_rollout_ref.rollout.max_num_seqs=8").actor_rollout_ref.rollout
+                         "actor_rollout_ref.rollout.max_num_seqs=8",
+                         *(["trainer.n_gpus_per_node=1", "actor_rollout_ref.rollout.gpu_memory_utilization=0.3",
+                            "actor_rollout_ref.rollout.enforce_eager=true"] if device == "cuda" else [])
+                         ).actor_rollout_ref.rollout
     assert cfg.load_format == "dummy_dtensor"  # the engine's own weights are random: only the sync sets them
-    actor = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager").eval()
-    _perturb(actor, seed=1)
-    rollout = build_rollout(cfg, path, tok, "cpu")
+    actor = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype),
+                                                 attn_implementation=model_traits(AutoConfig.from_pretrained(path))
+                                                 .attn_implementation).to(device).eval()
+    _perturb(actor, seed=1, scale=sharpen)
+    rollout = build_rollout(cfg, path, tok, device)
     try:
         rollout.update_weights(checkpoint_names(actor, actor.state_dict().items()))
         data = _batch(tok, ["What is 12 + 7?", "hi", "3 * 4 = 12. #### 12", "You are"])
         cfg.ignore_eos = True
         out = rollout.generate_sequences(data)
-        ids, mask = data.batch[keys.INPUT_IDS], data.batch[keys.ATTENTION_MASK]
-        want = actor.generate(input_ids=ids, attention_mask=mask, max_new_tokens=R, do_sample=False,
-                              eos_token_id=None, pad_token_id=0)[:, ids.shape[1]:]
-        assert out.batch[keys.RESPONSES].tolist() == want.tolist(), name
-        full = out.batch[keys.INPUT_IDS]
+        ids, mask = data.batch[keys.INPUT_IDS].to(device), data.batch[keys.ATTENTION_MASK].to(device)
         with torch.no_grad():
-            logits = actor(input_ids=full, attention_mask=out.batch[keys.ATTENTION_MASK],
-                           position_ids=out.batch[keys.POSITION_IDS]).logits
-        lp = torch.log_softmax(logits[:, ids.shape[1] - 1:-1].float(), -1)
+            want = actor.generate(input_ids=ids, attention_mask=mask, max_new_tokens=R, do_sample=False,
+                                  eos_token_id=None, pad_token_id=0)[:, ids.shape[1]:].cpu()
+            logits = actor(input_ids=out.batch[keys.INPUT_IDS].to(device),
+                           attention_mask=out.batch[keys.ATTENTION_MASK].to(device),
+                           position_ids=out.batch[keys.POSITION_IDS].to(device)).logits.float().cpu()
+        lp = torch.log_softmax(logits[:, ids.shape[1] - 1:-1], -1)
         actor_lp = lp.gather(-1, out.batch[keys.RESPONSES][..., None]).squeeze(-1)
         drift = rollout_probs_diff(out.batch[keys.ROLLOUT_LOG_PROBS], actor_lp, out.batch[keys.RESPONSE_MASK])
-        assert drift["training/rollout_probs_diff_max"] < 1e-2, (name, drift)
+        return out.batch[keys.RESPONSES], want, drift
     finally:
         del rollout
         gc.collect()
+
+
+@pytest.mark.parametrize("name", ENGINE_FAMILIES)
+def test_sync_then_greedy_equals_hf(name, tmp_path):
+    result = sync_and_generate(name, tmp_path, "cpu")
+    assert isinstance(result, str) == (name in REFUSED_ON_CPU), result
+    if isinstance(result, str):  # start-up stops it (tests/trainer/ppo/test_model_families_e2e.py runs one)
+        assert "; set actor_rollout_ref.rollout.name=hf" in result and "vllm" in result
+        return
+    got, want, drift = result
+    assert got.tolist() == want.tolist(), name
+    assert drift["training/rollout_probs_diff_max"] < 1e-2, (name, drift)
