@@ -39,22 +39,23 @@ class StepFeature:
         self.trainer = trainer
 
     def batches(self, loader: Iterator[dict]) -> Iterator[dict]:
+        """The step's prompt batches, drawn from `loader` (the feature may add batches between them)."""
         yield from loader
 
     def after_prepare(self, prompts: DataProto) -> None:
-        pass
+        """The batch's prompts with their uids, before they are repeated `rollout.n` times."""
 
-    def after_generate(self, batch: DataProto, timing: dict[str, float]) -> None:
-        pass
+    def after_generate(self, prompts: DataProto, timing: dict[str, float]) -> None:
+        """The responses are generated; `prompts` is the prepared batch they will join (add fields to it)."""
 
     def after_advantage(self, batch: DataProto, metrics: dict[str, Any]) -> None:
-        pass
+        """Advantages and returns are in `batch`, before the updates (add metrics, reorder rows)."""
 
     def save(self, folder: str) -> None:
-        pass
+        """Write the feature's state into the checkpoint `folder`."""
 
     def load(self, folder: str) -> None:
-        pass
+        """Read the feature's state back from the checkpoint `folder`."""
 
 
 def register_step_feature(name: str):
