@@ -324,7 +324,8 @@ class DataParallelPPOActor:
     def compute_log_prob_stats(self, data: Any, calculate_entropy: bool, calculate_sum_pi_squared: bool
                                ) -> dict[str, torch.Tensor]:
         """`compute_log_prob`'s pass returning {old_log_probs, entropys (when asked), sum_pi_squared (when
-        asked)}, each (B, R) in the rows' order."""
+        asked)}, each (B, R) in the rows' order, and with router replay on, `routed_experts` (B, T, L, K): the
+        experts each token was routed to (`rlpost.utils.router_replay`)."""
         meta = data.meta_info
         tensors = {k: data.batch[k] for k in _MODEL_INPUTS}
         micros, rev = micro_batches(tensors, int(meta.get("micro_batch_size") or 1),
