@@ -66,7 +66,7 @@ def check_model_families(config: Any) -> None:
     """Each model the run trains or scores can be right on the paths the config picks (packed rows, Ulysses, the
     fused head): `rlpost.utils.model_traits.path_refusals` on its config.json; a folder that transformers
     cannot read is reported where the model loads."""
-    from rlpost.utils.model_traits import engine_refusal, model_traits, path_refusals, replay_refusal
+    from rlpost.utils.model_traits import engine_refusal, path_refusals, replay_refusal
 
     arr = config.actor_rollout_ref
     groups = [("actor_rollout_ref.model", arr.model, "actor_rollout_ref.actor.ulysses_sequence_parallel_size",
@@ -76,7 +76,7 @@ def check_model_families(config: Any) -> None:
         groups.append(("critic.model", config.critic.model, "critic.ulysses_sequence_parallel_size",
                        int(config.critic.ulysses_sequence_parallel_size), False))
     for group, model_cfg, sp_key, sp, fused in groups:
-        traits = _traits_of(model_cfg, model_traits)
+        traits = _traits_of(model_cfg)
         if traits is None:
             continue
         why = path_refusals(traits, group, bool(model_cfg.use_remove_padding), sp_key, sp, fused)
@@ -87,10 +87,11 @@ def check_model_families(config: Any) -> None:
             raise ValueError(why[0])
 
 
-def _traits_of(model_cfg: Any, model_traits: Any) -> Any:
+def _traits_of(model_cfg: Any) -> Any:
     """`ModelTraits` of a model group's folder, or None when its config cannot be read here."""
     from rlpost.utils.import_utils import import_external_libs
     from rlpost.utils.model import load_hf_config
+    from rlpost.utils.model_traits import model_traits
 
     path = os.path.expanduser(str(model_cfg.path))
     if not os.path.isfile(os.path.join(path, "config.json")):
