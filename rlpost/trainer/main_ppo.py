@@ -17,8 +17,7 @@ import warnings
 import hydra
 from omegaconf import DictConfig
 
-from rlpost.trainer.config import ConfigError, ConfigWarning, validate_config
-from rlpost.trainer.config.convert import to_typed
+from rlpost.trainer.config import ConfigError, ConfigWarning, typed_config
 from rlpost.trainer.config.overrides import check_override_keys, check_user_yaml, plus_on_existing_keys
 from rlpost.trainer.config.memory import check_dry_run_memory
 from rlpost.trainer.config.plan import dry_run_plan
@@ -64,14 +63,14 @@ def with_search_path(argv: list[str]) -> list[str]:
 
 
 def run(cfg: DictConfig) -> int:
-    """Validate `cfg`; print the dry-run plan or hand over to `run_ppo`. Returns the exit status."""
+    """Validate `cfg` (the run's one conversion to the typed config); print the dry-run plan or hand the typed
+    config to `run_ppo`. Returns the exit status."""
     try:
-        validate_config(cfg)
+        typed = typed_config(cfg)
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)
         return 2
-    if cfg.trainer.dry_run:
-        typed = to_typed(cfg)
+    if typed.trainer.dry_run:
         print(dry_run_plan(typed))
         try:
             check_dry_run_memory(typed)
@@ -84,7 +83,7 @@ def run(cfg: DictConfig) -> int:
     from rlpost.utils.checkpoint import CheckpointError
 
     try:
-        run_ppo(cfg)
+        run_ppo(typed)
     except (InputError, CheckpointError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -5,6 +5,9 @@ built yet, enumerations, ranges, combinations, batch arithmetic. The first failu
 `ConfigError` naming the key(s), the value(s), the rule and a valid value.
 """
 
+import copy
+from typing import Any
+
 from omegaconf import DictConfig, open_dict
 
 from rlpost.trainer.config.aliases import apply_aliases
@@ -21,7 +24,8 @@ from rlpost.trainer.config.unsupported import check_not_supported, notices
 
 
 def validate_config(cfg: DictConfig) -> DictConfig:
-    """Check a composed `ppo_trainer` config; map deprecated keys in place and return `cfg`.
+    """Check a composed `ppo_trainer` config; map deprecated keys in place and return `cfg` (verl's helper,
+    for code that keeps reading the DictConfig; entry points use `typed_config`, which leaves `cfg` as it is).
 
     Args:
         cfg: the composed config (from Hydra's main or `compose`).
@@ -33,7 +37,7 @@ def validate_config(cfg: DictConfig) -> DictConfig:
     Raises:
         ConfigError: the first bad value or combination, in one message.
     """
-    typed_config(cfg)
+    _check(cfg)
     kwargs = cfg.custom_reward_function.reward_kwargs
     with open_dict(kwargs):
         for name in [k for k, v in kwargs.items() if v is None]:
@@ -42,7 +46,22 @@ def validate_config(cfg: DictConfig) -> DictConfig:
 
 
 def typed_config(cfg: DictConfig) -> PPOTrainerConfig:
-    """Apply the aliases to `cfg` (in place), run every check, and return the typed dataclasses."""
+    """Run every check on `cfg` and return the typed dataclasses: the one conversion of a run.
+
+    `cfg` itself is not changed: deprecated keys are mapped onto a copy."""
+    if not isinstance(cfg, DictConfig):
+        raise ConfigError(f"expected a composed DictConfig, got {type(cfg).__name__}; compose ppo_trainer first.")
+    return _check(copy.deepcopy(cfg))
+
+
+def as_typed(config: Any) -> PPOTrainerConfig:
+    """`config` if it is already the validated `PPOTrainerConfig` (what `main_ppo` hands down), else
+    `typed_config(config)`: a verl-style caller may pass the composed DictConfig to any entry point."""
+    return config if isinstance(config, PPOTrainerConfig) else typed_config(config)
+
+
+def _check(cfg: DictConfig) -> PPOTrainerConfig:
+    """Aliases applied to `cfg` in place, then every check; the typed dataclasses."""
     if not isinstance(cfg, DictConfig):
         raise ConfigError(f"expected a composed DictConfig, got {type(cfg).__name__}; compose ppo_trainer first.")
     spelled = apply_aliases(cfg)

@@ -12,7 +12,7 @@ import shutil
 from typing import Any
 
 import torch
-from omegaconf import DictConfig
+from rlpost.config.schema import PPOTrainerConfig
 
 from rlpost.utils.checkpoint import (
     DATA_FILE,
@@ -29,7 +29,7 @@ from rlpost.utils.checkpoint import (
 logger = logging.getLogger(__name__)
 
 
-def finished_run(config: DictConfig, total_steps: int) -> int | None:
+def finished_run(config: PPOTrainerConfig, total_steps: int) -> int | None:
     """Before any worker starts: the step of the checkpoint this run would resume from when it already
     reached `total_steps` (nothing left to train), else None.
 
@@ -59,7 +59,7 @@ class TrainerCheckpointer:
     `rollouts` generated ahead of training (`rlpost.trainer.ppo.rollout_driver`) and the step features' state
     (e.g. CoDaPO's pending focused batch, `rlpost.trainer.ppo.features`)."""
 
-    def __init__(self, config: DictConfig, workers: Any, train_dataloader, rollouts: Any = None,
+    def __init__(self, config: PPOTrainerConfig, workers: Any, train_dataloader, rollouts: Any = None,
                  features: Any = ()):
         self.config = config
         self.trainer_cfg = config.trainer

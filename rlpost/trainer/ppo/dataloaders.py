@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from omegaconf import DictConfig
+from rlpost.config.schema import PPOTrainerConfig
 from torch.utils.data import Dataset, Sampler
 
 
-def create_dataloaders(config: DictConfig, tokenizer: Any, processor: Any = None, train_dataset: Dataset | None = None,
-                       val_dataset: Dataset | None = None, collate_fn: Callable | None = None,
+def create_dataloaders(config: PPOTrainerConfig, tokenizer: Any, processor: Any = None,
+                       train_dataset: Dataset | None = None, val_dataset: Dataset | None = None,
+                       collate_fn: Callable | None = None,
                        train_sampler: Sampler | None = None):
     """(train loader, validation loader or None), building from `data.*` whatever is not given.
 
@@ -46,7 +47,7 @@ def create_dataloaders(config: DictConfig, tokenizer: Any, processor: Any = None
     return train_loader, val_loader
 
 
-def total_training_steps(config: DictConfig, batches_per_epoch: int) -> int:
+def total_training_steps(config: PPOTrainerConfig, batches_per_epoch: int) -> int:
     """`trainer.total_training_steps` when set, else epochs x batches per epoch x the estimator's steps per batch
     (2 with CoDaPO: each batch is an original and a focused step)."""
     from rlpost.algos.advantages import estimator_needs

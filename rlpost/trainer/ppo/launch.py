@@ -12,7 +12,9 @@ import contextlib
 import logging
 import os
 
-from omegaconf import DictConfig
+from typing import Any
+
+from rlpost.config.schema import PPOTrainerConfig
 
 logger = logging.getLogger(__name__)
 
@@ -21,21 +23,23 @@ class InputError(Exception):
     """A data file, tokenizer or reward function that cannot be used; raised before any worker starts."""
 
 
-def run_ppo(config: DictConfig) -> dict[str, float]:
-    """Train with a `ppo_trainer` config in this process (the Ray driver); returns the last step's metrics."""
+def run_ppo(config: Any) -> dict[str, float]:
+    """Train with a `ppo_trainer` config in this process (the Ray driver); returns the last step's metrics.
+
+    `config` is the typed config `main_ppo` validated, or a composed DictConfig (validated here, once)."""
     from rlpost.single_controller.ray.init import finish_ray, init_ray
+    from rlpost.trainer.config import as_typed
     from rlpost.utils.run_lock import FolderInUse, run_lock
 
     from rlpost.trainer.ppo.checkpointing import already_complete, finished_run
-    from rlpost.trainer.config.convert import to_typed
     from rlpost.trainer.ppo.preflight import check_devices, check_memory
     from rlpost.trainer.ppo.profiling import check_profiler_tools
 
+    config = as_typed(config)
     try:
         check_devices(config)  # before Ray: it would wait for devices that do not exist, then time out
-        typed = to_typed(config)
-        check_memory(typed)  # before Ray: a phase that cannot fit would die mid-run
-        check_profiler_tools(typed)
+        check_memory(config)  # before Ray: a phase that cannot fit would die mid-run
+        check_profiler_tools(config)
     except ValueError as err:
         raise InputError(str(err)) from err
     trainer = build_trainer(config)
@@ -69,15 +73,16 @@ class TaskRunner:
     and is left running.
     """
 
-    def run(self, config: DictConfig) -> dict[str, float]:
+    def run(self, config: Any) -> dict[str, float]:
         """Build the trainer, start the workers and train; returns the last step's metrics."""
         trainer = build_trainer(config)
         trainer.init_workers()
         return trainer.fit()
 
 
-def build_trainer(config: DictConfig):
-    """Tokenizer, datasets, reward functions, roles and pools from `config`, then the `RayPPOTrainer`.
+def build_trainer(config: Any):
+    """Tokenizer, datasets, reward functions, roles and pools from `config` (typed, or a DictConfig validated
+    here), then the `RayPPOTrainer`.
 
     Raises:
         InputError: the model folder, a data file or the reward function cannot be used.
@@ -85,7 +90,7 @@ def build_trainer(config: DictConfig):
     from rlpost.data.rl_dataset import create_rl_dataset
     from rlpost.reward import RewardFunctionError
     from rlpost.single_controller.ray import ResourcePoolManager
-    from rlpost.trainer.config import ConfigError
+    from rlpost.trainer.config import ConfigError, as_typed
     from rlpost.trainer.ppo.ray_trainer import RayPPOTrainer
     from rlpost.trainer.ppo.roles import default_role_worker_mapping, resource_pool_spec
 
@@ -93,6 +98,7 @@ def build_trainer(config: DictConfig):
                                               check_model_and_data_paths, check_model_families,
                                               check_output_folder)
 
+    config = as_typed(config)
     try:  # bad input fails here, in seconds and with one message, before the workers start
         check_model_and_data_paths(config)
         check_output_folder(config)
@@ -118,7 +124,7 @@ def build_trainer(config: DictConfig):
         raise InputError(err.args[0] if isinstance(err, KeyError) and err.args else str(err)) from err
 
 
-def check_multi_turn_inputs(config: DictConfig, datasets: dict) -> None:
+def check_multi_turn_inputs(config: PPOTrainerConfig, datasets: dict) -> None:
     """With multi_turn.enable: the tools, interaction and agent-loop YAMLs load, and every row's `agent_name`
     and `interaction_kwargs.name` is registered (checked over the whole data set before any worker starts).
 
@@ -143,7 +149,7 @@ def check_multi_turn_inputs(config: DictConfig, datasets: dict) -> None:
             raise ValueError(f"{key}={config.data.get(key.split('.')[1])}: {err}") from err
 
 
-def load_tokenizer(config: DictConfig):
+def load_tokenizer(config: PPOTrainerConfig):
     """The policy tokenizer, left padding for generation.
 
     Its folder is `data.tokenizer`, else `actor_rollout_ref.model.tokenizer_path`, else the model path;
@@ -166,7 +172,7 @@ def load_tokenizer(config: DictConfig):
     return tok
 
 
-def build_reward_fns(config: DictConfig, tokenizer, train_dataset=None, val_dataset=None):
+def build_reward_fns(config: PPOTrainerConfig, tokenizer, train_dataset=None, val_dataset=None):
     """Reward managers for training and validation. A rule-based reward is first checked on a few training
     and validation rows, and every row must carry the ground truth it scores against."""
     from rlpost.reward import RewardFunctionError, check_reward_fn, load_reward_manager, reward_fn_spec

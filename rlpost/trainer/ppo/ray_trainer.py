@@ -29,7 +29,6 @@ from typing import Any, Iterator
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
 
 from rlpost import keys as K
 from rlpost.algos.filter_groups import group_metric, kept_group_rows
@@ -72,7 +71,8 @@ class RayPPOTrainer:
     """Drives PPO / GRPO / RLOO / REINFORCE++ / ReMax / DAPO training over Ray worker groups.
 
     Args:
-        config: the composed `ppo_trainer` config (validated here).
+        config: the typed `ppo_trainer` config, or the composed DictConfig (validated here, once); the
+            trainer, its phases and its workers all read the typed one, `self.config`.
         tokenizer: the policy tokenizer (eos/pad ids for generation, decoding for dumps).
         role_worker_mapping: {Role: worker class or `ray.remote(worker class)`}; needs Role.ActorRollout
             (or Role.ActorRolloutRef), plus Role.RefPolicy / Role.Critic / Role.RewardModel when the
@@ -85,14 +85,13 @@ class RayPPOTrainer:
         device_name: `cuda` or `cpu` (default `trainer.device`); CPU gives CPU-only pools.
     """
 
-    def __init__(self, config: DictConfig, tokenizer, role_worker_mapping: dict[Role, Any],
+    def __init__(self, config: Any, tokenizer, role_worker_mapping: dict[Role, Any],
                  resource_pool_manager: ResourcePoolManager, ray_worker_group_cls: type = RayWorkerGroup,
                  processor=None, reward_fn=None, val_reward_fn=None, train_dataset=None, val_dataset=None,
                  collate_fn=None, train_sampler=None, device_name: str | None = None):
-        from rlpost.trainer.config import typed_config
+        from rlpost.trainer.config import as_typed
 
-        # `config` stays the DictConfig verl code reads; workers get the validated, frozen typed sub-configs.
-        self.typed_config = typed_config(config)
+        config = as_typed(config)  # frozen, validated; reads like verl's DictConfig (`.get`, `[]`, `in`)
         self.config, self.tokenizer, self.processor = config, tokenizer, processor
         self.reward_fn, self.val_reward_fn = reward_fn, val_reward_fn
         self.role_worker_mapping = role_worker_mapping
@@ -109,7 +108,7 @@ class RayPPOTrainer:
         rc = self.algo.rollout_correction  # bypass mode corrects inside the actor's loss instead
         self.use_rollout_correction = bool(rc.rollout_is or rc.rollout_rs) and not rc.bypass_mode
         self.workers: WorkerGroups | None = None
-        self.profiler, self.memory_estimate = ProfileSchedule(self.typed_config, {}), {}  # set in init_workers
+        self.profiler, self.memory_estimate = ProfileSchedule(self.config, {}), {}  # set in init_workers
         self.global_steps, self.epoch, self.tracker = 0, 0, None
         self.features = active_features(self)  # what the estimator and options add to the step
         self._create_dataloader(train_dataset, val_dataset, collate_fn, train_sampler)
@@ -128,18 +127,18 @@ class RayPPOTrainer:
         """Create the resource pools and worker groups and initialise every role's models."""
         if self.resource_pool_manager.use_gpu is None:
             self.resource_pool_manager.use_gpu = self.device_name == "cuda"
-        self.workers = build_worker_groups(self.typed_config, self.plan, self.role_worker_mapping,
+        self.workers = build_worker_groups(self.config, self.plan, self.role_worker_mapping,
                                            self.resource_pool_manager, self.ray_worker_group_cls,
                                            self.total_training_steps)
-        self.rollouts = build_rollouts(self.typed_config, self.workers, self._prepare, self._gen_inputs)
+        self.rollouts = build_rollouts(self.config, self.workers, self._prepare, self._gen_inputs)
         self.validator = Validator(self.config, self.tokenizer, self.rollouts, self.val_reward_fn,
                                    self.val_dataloader)
         self.checkpointer = TrainerCheckpointer(self.config, self.workers, self.train_dataloader, self.rollouts,
                                                 self.features)
-        self.profiler = ProfileSchedule(self.typed_config, {
+        self.profiler = ProfileSchedule(self.config, {
             "actor": self.actor_rollout_wg, "rollout": self.actor_rollout_wg, "ref": self.ref_policy_wg,
             "critic": self.critic_wg, "reward_model": self.rm_wg})
-        self.memory_estimate = estimate_metrics(self.typed_config)  # logged with the first step's measured peaks
+        self.memory_estimate = estimate_metrics(self.config)  # logged with the first step's measured peaks
 
     # verl's names of the worker groups
     @property
@@ -167,7 +166,7 @@ class RayPPOTrainer:
             raise RuntimeError("call trainer.init_workers() before trainer.fit()")
         self.tracker = Tracking(
             project_name=self.config.trainer.project_name, experiment_name=self.config.trainer.experiment_name,
-            default_backend=list(self.config.trainer.logger), config=OmegaConf.to_container(self.config, resolve=True),
+            default_backend=list(self.config.trainer.logger), config=self.config.to_dict(),
             log_dir=self.config.trainer.default_local_dir)
         try:
             return self._train_loop()

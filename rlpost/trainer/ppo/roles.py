@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from omegaconf import DictConfig
 
 from rlpost.config import PPOTrainerConfig
 
@@ -24,7 +23,7 @@ from rlpost.trainer.config.roles import need_critic, need_reference_policy
 ROLLOUT_POOL = "rollout_pool"
 
 
-def resource_pool_spec(config: DictConfig) -> dict[str, list[int]]:
+def resource_pool_spec(config: PPOTrainerConfig) -> dict[str, list[int]]:
     """{pool name: processes per node}: the trainer's devices, plus a split placement's rollout devices."""
     trainer, rollout = config.trainer, config.actor_rollout_ref.rollout
     spec = {"global_pool": [trainer.n_gpus_per_node] * trainer.nnodes}
@@ -65,7 +64,7 @@ class RolePlan:
     ref_in_actor: bool
 
 
-def default_role_worker_mapping(config: DictConfig) -> tuple[dict[Role, type], dict[Role, str]]:
+def default_role_worker_mapping(config: PPOTrainerConfig) -> tuple[dict[Role, type], dict[Role, str]]:
     """The roles `config` needs, all on `global_pool` but a split placement's rollout (`rollout_pool`):
     (role_worker_mapping, role -> pool name)."""
     from rlpost.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker
@@ -86,7 +85,7 @@ def default_role_worker_mapping(config: DictConfig) -> tuple[dict[Role, type], d
     return workers, {role: ROLLOUT_POOL if role == Role.Rollout else "global_pool" for role in workers}
 
 
-def plan_roles(config: DictConfig, role_worker_mapping: dict[Role, Any], pools: ResourcePoolManager) -> RolePlan:
+def plan_roles(config: PPOTrainerConfig, role_worker_mapping: dict[Role, Any], pools: ResourcePoolManager) -> RolePlan:
     """Check the mapping holds every role the config needs; decide where the reference policy lives.
 
     Raises:

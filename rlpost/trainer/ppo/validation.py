@@ -15,7 +15,7 @@ from collections import defaultdict
 from typing import Any
 
 import numpy as np
-from omegaconf import DictConfig
+from rlpost.config.schema import PPOTrainerConfig
 
 from rlpost import keys as K
 from rlpost.agent.metrics import summarize
@@ -47,18 +47,15 @@ def generation_inputs(batch: DataProto, tokenizer, *, validate: bool, step: int,
     return gen
 
 
-def chat_template_kwargs(config: DictConfig) -> dict[str, Any]:
-    """`data.apply_chat_template_kwargs` as a plain dict."""
-    from omegaconf import OmegaConf
-
-    value = config.data.apply_chat_template_kwargs
-    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else dict(value or {})
+def chat_template_kwargs(config: PPOTrainerConfig) -> dict[str, Any]:
+    """`data.apply_chat_template_kwargs` as a plain dict (a copy: the config's own is not handed out)."""
+    return dict(config.data.apply_chat_template_kwargs or {})
 
 
 class Validator:
     """Runs validation over the whole validation loader with the actor's rollout engine."""
 
-    def __init__(self, config: DictConfig, tokenizer, actor_rollout_wg, val_reward_fn, val_dataloader):
+    def __init__(self, config: PPOTrainerConfig, tokenizer, actor_rollout_wg, val_reward_fn, val_dataloader):
         self.config = config
         self.tokenizer = tokenizer
         self.actor_rollout_wg = actor_rollout_wg

@@ -63,7 +63,10 @@ def test_more_worker_processes_than_cpus_fails_before_ray(capsys, tiny_model_dir
 
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
         cfg = compose("ppo_trainer", overrides=BASE + ["trainer.n_gpus_per_node=64", "ray_init.num_cpus=3",
-                                                       "data.train_batch_size=64"])
+                                                       "data.train_batch_size=64",
+                                                       "actor_rollout_ref.actor.ppo_mini_batch_size=64",
+                                                       "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+                                                       "critic.ppo_micro_batch_size_per_gpu=1"])
     try:
         run_ppo(cfg)
     except InputError as err:
