@@ -6,9 +6,17 @@ any missing, unknown or mistyped value.
 """
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 from rlpost.config.base import BaseConfig
+from rlpost.config.constraints import (
+    CLOSED_UNIT,
+    NON_NEGATIVE,
+    POSITIVE,
+    POSITIVE_FLOAT,
+    POSITIVE_OR_NULL,
+    STEPS_OR_NEVER,
+)
 
 from rlpost.config.schema_workers import (
     ActorRolloutRefConfig,
@@ -49,10 +57,10 @@ class DataConfig(BaseConfig):
     val_files: str | list[str] | None
     prompt_key: str
     reward_fn_key: str
-    max_prompt_length: int
-    max_response_length: int
-    train_batch_size: int
-    val_batch_size: int | None
+    max_prompt_length: Annotated[int, POSITIVE]
+    max_response_length: Annotated[int, POSITIVE]
+    train_batch_size: Annotated[int, POSITIVE]
+    val_batch_size: Annotated[int | None, POSITIVE_OR_NULL]
     return_raw_input_ids: bool
     return_raw_chat: bool
     tool_config_path: str | None
@@ -62,9 +70,9 @@ class DataConfig(BaseConfig):
     val_shuffle: bool
     validation_shuffle: bool
     seed: int
-    dataloader_num_workers: int
+    dataloader_num_workers: Annotated[int, NON_NEGATIVE]
     filter_overlong_prompts: bool
-    filter_overlong_prompts_workers: int
+    filter_overlong_prompts_workers: Annotated[int, POSITIVE]
     truncation: str
     image_key: str | None
     video_key: str | None
@@ -73,7 +81,7 @@ class DataConfig(BaseConfig):
     mm_processor_kwargs: dict[str, Any]
     trust_remote_code: bool
     custom_cls: CustomClsConfig
-    gen_batch_size: int
+    gen_batch_size: Annotated[int, POSITIVE]
     train_max_samples: int
     val_max_samples: int
     return_multi_modal_inputs: bool
@@ -150,18 +158,18 @@ class CriticConfig(BaseConfig):
     rollout_n: int
     model: CriticModelConfig
     optim: OptimConfig
-    ppo_mini_batch_size: int
+    ppo_mini_batch_size: Annotated[int, POSITIVE]
     ppo_micro_batch_size: int | None
     ppo_micro_batch_size_per_gpu: int | None
     forward_micro_batch_size_per_gpu: int | None
     use_dynamic_bsz: bool
-    ppo_max_token_len_per_gpu: int
-    forward_max_token_len_per_gpu: int
-    ppo_epochs: int
+    ppo_max_token_len_per_gpu: Annotated[int, POSITIVE]
+    forward_max_token_len_per_gpu: Annotated[int, POSITIVE]
+    ppo_epochs: Annotated[int, POSITIVE]
     shuffle: bool
     data_loader_seed: int | None
-    grad_clip: float
-    cliprange_value: float
+    grad_clip: Annotated[float, POSITIVE_FLOAT]
+    cliprange_value: Annotated[float, POSITIVE_FLOAT]
     loss_agg_mode: str
     ulysses_sequence_parallel_size: int
     checkpoint: CheckpointConfig
@@ -201,7 +209,7 @@ class SandboxFusionConfig(BaseConfig):
     """`reward_model.sandbox_fusion`."""
 
     url: str | None
-    max_concurrent: int
+    max_concurrent: Annotated[int, POSITIVE]
     memory_limit_mb: int
 
 
@@ -223,8 +231,8 @@ class OverlongBufferConfig(BaseConfig):
     """`reward_model.overlong_buffer` (read by the dapo reward manager)."""
 
     enable: bool
-    len: int
-    penalty_factor: float
+    len: Annotated[int, NON_NEGATIVE]
+    penalty_factor: Annotated[float, NON_NEGATIVE]
     log: bool
 
 
@@ -271,9 +279,9 @@ class RewardModelConfig(BaseConfig):
     model: RewardModelModelConfig
     micro_batch_size_per_gpu: int | None
     micro_batch_size: int | None
-    max_length: int | None
+    max_length: Annotated[int | None, POSITIVE_OR_NULL]
     use_dynamic_bsz: bool
-    forward_max_token_len_per_gpu: int
+    forward_max_token_len_per_gpu: Annotated[int, POSITIVE]
     reward_manager: str
     reward_kwargs: dict[str, Any]
     overlong_buffer: OverlongBufferConfig
@@ -299,9 +307,9 @@ class KlCtrlConfig(BaseConfig):
     """`algorithm.kl_ctrl`."""
 
     type: str
-    kl_coef: float
-    horizon: int
-    target_kl: float
+    kl_coef: Annotated[float, NON_NEGATIVE]
+    horizon: Annotated[int, POSITIVE]
+    target_kl: Annotated[float, POSITIVE_FLOAT]
 
 
 @dataclass(frozen=True)
@@ -340,8 +348,8 @@ class FilterGroupsConfig(BaseConfig):
 class AlgorithmConfig(BaseConfig):
     """`algorithm`."""
 
-    gamma: float
-    lam: float
+    gamma: Annotated[float, CLOSED_UNIT]
+    lam: Annotated[float, CLOSED_UNIT]
     adv_estimator: str
     norm_adv_by_std_in_grpo: bool
     gdpo_reward_keys: list[str] | None
@@ -363,40 +371,40 @@ class TrainerConfig(BaseConfig):
     """`trainer`."""
 
     balance_batch: bool
-    total_epochs: int
-    total_training_steps: int | None
+    total_epochs: Annotated[int, POSITIVE]
+    total_training_steps: Annotated[int | None, POSITIVE_OR_NULL]
     profile_steps: list[int] | None
     project_name: str
     experiment_name: str
     logger: list[str]
-    log_val_generations: int
+    log_val_generations: Annotated[int, NON_NEGATIVE]
     rollout_data_dir: str | None
     validation_data_dir: str | None
-    nnodes: int
-    n_gpus_per_node: int
-    save_freq: int
+    nnodes: Annotated[int, POSITIVE]
+    n_gpus_per_node: Annotated[int, POSITIVE]
+    save_freq: Annotated[int, STEPS_OR_NEVER]
     resume_mode: str
     resume_from_path: str | None
     val_before_train: bool
     val_only: bool
-    test_freq: int
-    critic_warmup: int
-    max_nonfinite_steps: int
+    test_freq: Annotated[int, STEPS_OR_NEVER]
+    critic_warmup: Annotated[int, NON_NEGATIVE]
+    max_nonfinite_steps: Annotated[int, POSITIVE]
     default_hdfs_dir: str | None
     del_local_ckpt_after_load: bool
     default_local_dir: str
     remove_previous_ckpt_in_save: bool
-    max_actor_ckpt_to_keep: int | None
-    max_critic_ckpt_to_keep: int | None
-    ray_wait_register_center_timeout: int
-    ray_call_timeout: float
-    ray_stall_timeout: float
+    max_actor_ckpt_to_keep: Annotated[int | None, POSITIVE_OR_NULL]
+    max_critic_ckpt_to_keep: Annotated[int | None, POSITIVE_OR_NULL]
+    ray_wait_register_center_timeout: Annotated[int, POSITIVE]
+    ray_call_timeout: Annotated[float, POSITIVE_FLOAT]
+    ray_stall_timeout: Annotated[float, POSITIVE_FLOAT]
     verbose_engine_logs: bool
     device: str
     dry_run: bool
     device_memory_gb: float | None
     staleness: int
-    rollout_drift_warn: float
+    rollout_drift_warn: Annotated[float, POSITIVE_FLOAT]
     controller_nsight_options: dict[str, Any]
     worker_nsight_options: dict[str, Any]
     esi_redundant_time: int
@@ -420,7 +428,7 @@ class GlobalProfilerConfig(BaseConfig):
 class RayInitConfig(BaseConfig):
     """`ray_init`."""
 
-    num_cpus: int | None
+    num_cpus: Annotated[int | None, POSITIVE_OR_NULL]
     timeline_json_file: str | None
 
 

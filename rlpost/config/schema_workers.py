@@ -6,16 +6,27 @@ missing, unknown or mistyped key.
 """
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 from rlpost.config.base import BaseConfig
+from rlpost.config.constraints import (
+    ABOVE_ONE,
+    BETAS,
+    CLOSED_UNIT,
+    NON_NEGATIVE,
+    OPEN_UNIT,
+    POSITIVE,
+    POSITIVE_FLOAT,
+    POSITIVE_OR_NULL,
+    TOP_K,
+)
 
 
 @dataclass(frozen=True)
 class WrapPolicyConfig(BaseConfig):
     """`*.fsdp_config.wrap_policy`."""
 
-    min_num_params: int
+    min_num_params: Annotated[int, NON_NEGATIVE]
 
 
 @dataclass(frozen=True)
@@ -100,18 +111,18 @@ class FsdpConfig(BaseConfig):
 class OptimConfig(BaseConfig):
     """`actor.optim` and `critic.optim`."""
 
-    lr: float
+    lr: Annotated[float, NON_NEGATIVE]
     lr_warmup_steps: int
-    lr_warmup_steps_ratio: float
-    min_lr_ratio: float | None
-    num_cycles: float
+    lr_warmup_steps_ratio: Annotated[float, CLOSED_UNIT]
+    min_lr_ratio: Annotated[float | None, CLOSED_UNIT]
+    num_cycles: Annotated[float, POSITIVE_FLOAT]
     lr_scheduler: str
     warmup_style: str
     lr_scheduler_type: str
     zero_indexed_step: bool
     total_training_steps: int
-    weight_decay: float
-    betas: list[float]
+    weight_decay: Annotated[float, NON_NEGATIVE]
+    betas: Annotated[list[float], BETAS]
     optimizer: str
     optimizer_impl: str
     override_optimizer_config: dict[str, Any] | None
@@ -239,33 +250,33 @@ class ActorConfig(BaseConfig):
     """`actor_rollout_ref.actor`."""
 
     strategy: str
-    ppo_mini_batch_size: int
+    ppo_mini_batch_size: Annotated[int, POSITIVE]
     ppo_micro_batch_size: int | None
     ppo_micro_batch_size_per_gpu: int | None
     use_dynamic_bsz: bool
-    ppo_max_token_len_per_gpu: int
-    grad_clip: float
-    clip_ratio: float
-    clip_ratio_low: float
-    clip_ratio_high: float
-    clip_ratio_c: float
+    ppo_max_token_len_per_gpu: Annotated[int, POSITIVE]
+    grad_clip: Annotated[float, POSITIVE_FLOAT]
+    clip_ratio: Annotated[float, POSITIVE_FLOAT]
+    clip_ratio_low: Annotated[float, POSITIVE_FLOAT]
+    clip_ratio_high: Annotated[float, POSITIVE_FLOAT]
+    clip_ratio_c: Annotated[float, ABOVE_ONE]
     policy_loss: PolicyLossConfig
-    tau_pos: float
-    tau_neg: float
+    tau_pos: Annotated[float, POSITIVE_FLOAT]
+    tau_neg: Annotated[float, POSITIVE_FLOAT]
     tis_imp_ratio_cap: float
     freeze_vision_tower: bool
     loss_agg_mode: str
-    entropy_coeff: float
+    entropy_coeff: Annotated[float, NON_NEGATIVE]
     use_kl_loss: bool
     use_torch_compile: bool
-    kl_loss_coef: float
+    kl_loss_coef: Annotated[float, NON_NEGATIVE]
     kl_loss_type: str
-    ppo_epochs: int
+    ppo_epochs: Annotated[int, POSITIVE]
     data_loader_seed: int | None
     shuffle: bool
     ulysses_sequence_parallel_size: int
     entropy_from_logits_with_chunking: bool
-    entropy_from_logits_chunk_size: int
+    entropy_from_logits_chunk_size: Annotated[int, POSITIVE]
     entropy_checkpointing: bool
     checkpoint: ActorCheckpointConfig
     optim: OptimConfig
@@ -291,11 +302,11 @@ class RefConfig(BaseConfig):
     log_prob_micro_batch_size: int | None
     log_prob_micro_batch_size_per_gpu: int | None
     log_prob_use_dynamic_bsz: bool
-    log_prob_max_token_len_per_gpu: int
+    log_prob_max_token_len_per_gpu: Annotated[int, POSITIVE]
     ulysses_sequence_parallel_size: int
     use_torch_compile: bool
     entropy_from_logits_with_chunking: bool
-    entropy_from_logits_chunk_size: int
+    entropy_from_logits_chunk_size: Annotated[int, POSITIVE]
     entropy_checkpointing: bool
     model: dict[str, Any] | None
     profiler: ProfilerConfig
@@ -317,10 +328,10 @@ class EngineKwargsConfig(BaseConfig):
 class ValKwargsConfig(BaseConfig):
     """`actor_rollout_ref.rollout.val_kwargs`: sampling used for validation."""
 
-    top_k: int
-    top_p: float
-    temperature: float
-    n: int
+    top_k: Annotated[int, TOP_K]
+    top_p: Annotated[float, OPEN_UNIT]
+    temperature: Annotated[float, NON_NEGATIVE]
+    n: Annotated[int, POSITIVE]
     do_sample: bool
 
 
@@ -329,13 +340,13 @@ class MultiTurnConfig(BaseConfig):
     """`actor_rollout_ref.rollout.multi_turn`."""
 
     enable: bool
-    max_assistant_turns: int | None
+    max_assistant_turns: Annotated[int | None, POSITIVE_OR_NULL]
     max_turns: int | None
-    max_user_turns: int | None
-    max_parallel_calls: int
-    max_tool_response_length: int
+    max_user_turns: Annotated[int | None, POSITIVE_OR_NULL]
+    max_parallel_calls: Annotated[int, POSITIVE]
+    max_tool_response_length: Annotated[int, POSITIVE]
     tool_response_truncate_side: str
-    tool_timeout_s: float
+    tool_timeout_s: Annotated[float, POSITIVE_FLOAT]
     tool_config_path: str | None
     interaction_config_path: str | None
     completion_callback: str | None
@@ -401,33 +412,33 @@ class RolloutConfig(BaseConfig):
     mode: str
     nnodes: int
     n_gpus_per_node: int
-    temperature: float
-    top_k: int
-    top_p: float
+    temperature: Annotated[float, NON_NEGATIVE]
+    top_k: Annotated[int, TOP_K]
+    top_p: Annotated[float, OPEN_UNIT]
     prompt_length: int
     response_length: int
     dtype: str
-    gpu_memory_utilization: float
+    gpu_memory_utilization: Annotated[float, OPEN_UNIT]
     ignore_eos: bool
     enforce_eager: bool
     free_cache_engine: bool
     load_format: str
-    tensor_model_parallel_size: int
+    tensor_model_parallel_size: Annotated[int, POSITIVE]
     data_parallel_size: int
     expert_parallel_size: int
     cudagraph_capture_sizes: list[int] | None
     enable_prefix_caching: bool
     quantization: str | None
     quantization_config_file: str | None
-    max_num_batched_tokens: int
-    max_model_len: int | None
-    max_num_seqs: int
+    max_num_batched_tokens: Annotated[int, POSITIVE]
+    max_model_len: Annotated[int | None, POSITIVE_OR_NULL]
+    max_num_seqs: Annotated[int, POSITIVE]
     log_prob_micro_batch_size: int | None
     log_prob_micro_batch_size_per_gpu: int | None
     log_prob_use_dynamic_bsz: bool
-    log_prob_max_token_len_per_gpu: int
+    log_prob_max_token_len_per_gpu: Annotated[int, POSITIVE]
     do_sample: bool
-    n: int
+    n: Annotated[int, POSITIVE]
     calculate_log_probs: bool
     disable_log_stats: bool
     enable_chunked_prefill: bool
@@ -443,7 +454,7 @@ class RolloutConfig(BaseConfig):
     val_kwargs: ValKwargsConfig
     over_sample_rate: float
     multi_stage_wake_up: bool
-    update_weights_bucket_megabytes: int
+    update_weights_bucket_megabytes: Annotated[int, POSITIVE]
     checkpoint_engine: CheckpointEngineConfig
     trace: TraceConfig
     skip_rollout: bool
@@ -464,7 +475,7 @@ class ActorRolloutRefConfig(BaseConfig):
     """`actor_rollout_ref`: the hybrid worker group."""
 
     hybrid_engine: bool
-    nccl_timeout: int
+    nccl_timeout: Annotated[int, POSITIVE]
     model: ModelConfig
     actor: ActorConfig
     ref: RefConfig

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rlpost.algos.advantages import estimator_needs
+from rlpost.config.constraints import check_fields
 from rlpost.trainer.config.choices import enums
 from rlpost.trainer.config.errors import ConfigError, warn
 from rlpost.trainer.config.roles import need_critic, need_reference_policy, need_reward_model
@@ -19,51 +20,6 @@ from rlpost.utils.liger import LIGER_REQUIREMENT, liger_model_types
 from rlpost.utils.lora_config import lora_enabled
 
 ARR = "actor_rollout_ref"
-
-POSITIVE_INTS = (
-    "data.train_batch_size", "data.max_prompt_length", "data.max_response_length",
-    "data.filter_overlong_prompts_workers", f"{ARR}.actor.ppo_mini_batch_size", f"{ARR}.actor.ppo_epochs",
-    f"{ARR}.actor.ppo_max_token_len_per_gpu", f"{ARR}.ref.log_prob_max_token_len_per_gpu",
-    f"{ARR}.actor.entropy_from_logits_chunk_size", f"{ARR}.ref.entropy_from_logits_chunk_size",
-    f"{ARR}.rollout.n", f"{ARR}.rollout.val_kwargs.n", f"{ARR}.rollout.tensor_model_parallel_size",
-    f"{ARR}.rollout.max_num_batched_tokens", f"{ARR}.rollout.max_num_seqs",
-    f"{ARR}.rollout.update_weights_bucket_megabytes",
-    f"{ARR}.rollout.log_prob_max_token_len_per_gpu", "critic.ppo_mini_batch_size", "critic.ppo_epochs",
-    "critic.ppo_max_token_len_per_gpu", "critic.forward_max_token_len_per_gpu",
-    "reward_model.forward_max_token_len_per_gpu", "reward_model.sandbox_fusion.max_concurrent",
-    "algorithm.kl_ctrl.horizon", "trainer.total_epochs", "trainer.nnodes", "trainer.n_gpus_per_node",
-    "trainer.ray_wait_register_center_timeout", "trainer.max_nonfinite_steps", f"{ARR}.nccl_timeout",
-    "data.gen_batch_size",
-    f"{ARR}.rollout.multi_turn.max_parallel_calls", f"{ARR}.rollout.multi_turn.max_tool_response_length",
-)
-POSITIVE_OR_NULL = (
-    "data.val_batch_size", f"{ARR}.rollout.max_model_len", f"{ARR}.rollout.multi_turn.max_assistant_turns",
-    f"{ARR}.rollout.multi_turn.max_user_turns",
-    "reward_model.max_length", "trainer.total_training_steps", "trainer.max_actor_ckpt_to_keep",
-    "trainer.max_critic_ckpt_to_keep", "ray_init.num_cpus",
-)
-NON_NEGATIVE = (
-    f"{ARR}.actor.entropy_coeff", f"{ARR}.actor.kl_loss_coef", f"{ARR}.actor.optim.lr",
-    f"{ARR}.actor.optim.weight_decay", "critic.optim.lr", "critic.optim.weight_decay",
-    f"{ARR}.rollout.temperature", f"{ARR}.rollout.val_kwargs.temperature", "algorithm.kl_ctrl.kl_coef",
-    f"{ARR}.actor.fsdp_config.wrap_policy.min_num_params", "trainer.log_val_generations",
-    "trainer.critic_warmup", "data.dataloader_num_workers", "reward_model.overlong_buffer.len",
-    "reward_model.overlong_buffer.penalty_factor",
-)
-POSITIVE_FLOATS = (
-    f"{ARR}.actor.grad_clip", f"{ARR}.actor.clip_ratio", f"{ARR}.actor.clip_ratio_low",
-    f"{ARR}.actor.clip_ratio_high", f"{ARR}.actor.optim.num_cycles", "critic.grad_clip",
-    "critic.cliprange_value", "critic.optim.num_cycles", "algorithm.kl_ctrl.target_kl",
-    "trainer.rollout_drift_warn", "trainer.ray_call_timeout", "trainer.ray_stall_timeout",
-    f"{ARR}.actor.tau_pos",
-    f"{ARR}.actor.tau_neg", f"{ARR}.rollout.multi_turn.tool_timeout_s",
-)
-OPEN_UNIT = (f"{ARR}.rollout.gpu_memory_utilization", f"{ARR}.rollout.top_p", f"{ARR}.rollout.val_kwargs.top_p")
-CLOSED_UNIT = (
-    "algorithm.gamma", "algorithm.lam", f"{ARR}.actor.optim.lr_warmup_steps_ratio",
-    f"{ARR}.actor.optim.min_lr_ratio", "critic.optim.lr_warmup_steps_ratio", "critic.optim.min_lr_ratio",
-)
-
 
 def get(c: Any, key: str) -> Any:
     """Value of a dotted key on the typed config (or a DictConfig)."""
@@ -101,47 +57,13 @@ def check_enums(c: PPOTrainerConfig, spelled: Mapping[str, str] | None = None) -
 
 
 def check_ranges(c: PPOTrainerConfig) -> None:
-    """Sizes are positive, coefficients non-negative, fractions inside their interval."""
-    for key in POSITIVE_INTS:
-        if get(c, key) < 1:
-            fail(f"{key}={get(c, key)}", "must be an integer >= 1", f"{key}=1")
-    for key in POSITIVE_OR_NULL:
-        if get(c, key) is not None and get(c, key) < 1:
-            fail(f"{key}={get(c, key)}", "must be an integer >= 1 or null", f"{key}=null")
-    for key in NON_NEGATIVE:
-        if get(c, key) < 0:
-            fail(f"{key}={get(c, key)}", "must be >= 0", f"{key}=0")
-    for key in POSITIVE_FLOATS:
-        if get(c, key) <= 0:
-            fail(f"{key}={get(c, key)}", "must be > 0", f"{key}=1.0")
-    for key in OPEN_UNIT:
-        if not 0 < get(c, key) <= 1:
-            fail(f"{key}={get(c, key)}", "must be in (0, 1]", f"{key}={min(max(get(c, key), 0.1), 1.0)}")
-    for key in CLOSED_UNIT:
-        if get(c, key) is not None and not 0 <= get(c, key) <= 1:
-            fail(f"{key}={get(c, key)}", "must be in [0, 1]", f"{key}={min(max(get(c, key), 0.0), 1.0)}")
-    _check_misc_ranges(c)
-
-
-def _check_misc_ranges(c: PPOTrainerConfig) -> None:
-    for key in ("trainer.save_freq", "trainer.test_freq"):
-        if get(c, key) == 0 or get(c, key) < -1:
-            fail(f"{key}={get(c, key)}", "must be a number of steps >= 1, or -1 for never", f"{key}=-1")
-    for key in (f"{ARR}.rollout.top_k", f"{ARR}.rollout.val_kwargs.top_k"):
-        if get(c, key) < -1:
-            fail(f"{key}={get(c, key)}", "must be -1 (off) or >= 0", f"{key}=-1")
-    if c.actor_rollout_ref.actor.clip_ratio_c <= 1:
-        key = f"{ARR}.actor.clip_ratio_c"
-        fail(f"{key}={get(c, key)}", "the dual-clip constant must be > 1", f"{key}=3.0")
+    """Every value inside the constraint its schema field declares (sizes positive, coefficients
+    non-negative, fractions inside their interval, ...); then the free-form engine map's one bounded value."""
+    check_fields(c, ConfigError)
     mem = c.actor_rollout_ref.rollout.engine_kwargs.sglang.get("mem_fraction_static")
     if mem is not None and not (isinstance(mem, (int, float)) and 0 < mem <= 1):
         key = f"{ARR}.rollout.engine_kwargs.sglang.mem_fraction_static"
         fail(f"{key}={mem}", "must be in (0, 1] or null", f"{key}=0.8")
-    betas = {f"{ARR}.actor.optim.betas": c.actor_rollout_ref.actor.optim.betas,
-             "critic.optim.betas": c.critic.optim.betas}
-    for key, value in betas.items():
-        if len(value) != 2 or not all(0 <= b < 1 for b in value):
-            fail(f"{key}={value}", "must be two floats in [0, 1)", f"{key}=[0.9,0.999]")
 
 
 def groups_metric_after_kl(algo) -> bool:
