@@ -1,17 +1,18 @@
 """`AgentLoopConfig`: the settings the agent loops read, taken from `actor_rollout_ref.rollout`
-(`multi_turn.*`, `agent.*`, `response_length`) and validated once."""
+(`multi_turn.*`, `agent.*`, `response_length`) and validated once. Built directly (agent loops used
+without the trainer), a field left out takes its default from the packaged YAML, as the trainer's does."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlpost.config.defaults import default_of
+
 from rlpost.agent.sanity import SANITY_CHECK_MODES
 from rlpost.agent.tool_parser import TOOL_PARSERS
 from rlpost.agent.trajectory import TRUNCATE_SIDES
 
-# `multi_turn.tool_timeout_s` (rlpost's key; verl has none); a tool's own `config.timeout` in the tools YAML wins.
-DEFAULT_TOOL_TIMEOUT_S = 60.0
 DEFAULT_AGENT_LOOP = "single_turn_agent"
 # Rows without `agent_name` when tools or an interaction are configured (and agent.default_agent_loop is null).
 TOOL_AGENT_LOOP = "tool_agent"
@@ -24,6 +25,11 @@ def default_agent_loop(configured: str | None, tool_config_path: str | None,
     if configured:
         return configured
     return TOOL_AGENT_LOOP if tool_config_path or interaction_config_path else DEFAULT_AGENT_LOOP
+
+
+def _yaml(key: str) -> Any:
+    """Default factory: the packaged YAML's value of `actor_rollout_ref.rollout.<key>`."""
+    return field(default_factory=lambda: default_of(f"actor_rollout_ref.rollout.{key}"))
 
 
 def _check_choice(key: str, value: Any, choices: tuple[str, ...] | list[str]) -> None:
@@ -41,7 +47,7 @@ def _check_positive(key: str, value: Any, allow_none: bool) -> None:
 
 @dataclass(frozen=True)
 class AgentLoopConfig:
-    """Settings of the agent loops; defaults are verl's (and rollout.yaml's).
+    """Settings of the agent loops; defaults are rollout.yaml's (verl's).
 
     Attributes:
         response_length: token budget of the whole response, all turns together.
@@ -59,18 +65,18 @@ class AgentLoopConfig:
     """
 
     response_length: int
-    max_assistant_turns: int | None = None
-    max_user_turns: int | None = None
-    max_parallel_calls: int = 1
-    max_tool_response_length: int = 256
-    tool_response_truncate_side: str = "middle"
-    tokenization_sanity_check_mode: str = "strict"
-    format: str = "hermes"
-    tool_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
+    max_assistant_turns: int | None = _yaml("multi_turn.max_assistant_turns")
+    max_user_turns: int | None = _yaml("multi_turn.max_user_turns")
+    max_parallel_calls: int = _yaml("multi_turn.max_parallel_calls")
+    max_tool_response_length: int = _yaml("multi_turn.max_tool_response_length")
+    tool_response_truncate_side: str = _yaml("multi_turn.tool_response_truncate_side")
+    tokenization_sanity_check_mode: str = _yaml("multi_turn.tokenization_sanity_check_mode")
+    format: str = _yaml("multi_turn.format")
+    tool_timeout_s: float = _yaml("multi_turn.tool_timeout_s")
     default_agent_loop: str = DEFAULT_AGENT_LOOP
-    tool_config_path: str | None = None
-    interaction_config_path: str | None = None
-    agent_loop_config_path: str | None = None
+    tool_config_path: str | None = _yaml("multi_turn.tool_config_path")
+    interaction_config_path: str | None = _yaml("multi_turn.interaction_config_path")
+    agent_loop_config_path: str | None = _yaml("agent.agent_loop_config_path")
     template_kwargs: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
