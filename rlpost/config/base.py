@@ -59,6 +59,23 @@ class BaseConfig:
                 return default
         return node
 
+    def replace(self, **changes: Any) -> Any:
+        """A copy with dotted keys below this node changed, e.g. `cfg.replace(**{"rollout.n": 4})`: the config
+        itself is never rewritten, so code that needs another value builds another config."""
+        direct: dict[str, Any] = {}
+        nested: dict[str, dict[str, Any]] = {}
+        for dotted, value in changes.items():
+            head, _, rest = dotted.partition(".")
+            if head not in self.__dataclass_fields__:
+                raise KeyError(f"{type(self).__name__} has no key {head!r}; keys: {sorted(self.__dataclass_fields__)}")
+            if rest:
+                nested.setdefault(head, {})[rest] = value
+            else:
+                direct[head] = value
+        for head, inner in nested.items():
+            direct[head] = getattr(self, head).replace(**inner)
+        return dataclasses.replace(self, **direct)
+
     def to_dict(self) -> dict[str, Any]:
         """A plain nested dict (lists and free-form maps copied)."""
         return to_plain(self)

@@ -27,7 +27,7 @@ def build_rollout(config: Any, model_path: str, tokenizer: Any, device: str, mod
     """Create the engine named by `config.name` (actor_rollout_ref.rollout).
 
     Args:
-        config: the rollout config group (DictConfig or dataclass).
+        config: the typed rollout group (`RolloutConfig`), or its DictConfig (converted and checked here, once).
         model_path: HF folder (tokenizer/config; weights too unless load_format is dummy_*).
         tokenizer: the HF tokenizer.
         device: "cpu" or "cuda".
@@ -40,7 +40,11 @@ def build_rollout(config: Any, model_path: str, tokenizer: Any, device: str, mod
     Raises:
         ValueError: unknown engine name (lists the valid ones).
     """
-    name = str(config.name)
+    from rlpost.config.convert import typed_group
+    from rlpost.config.schema_workers import RolloutConfig
+
+    config = typed_group(config, RolloutConfig, "actor_rollout_ref.rollout.")
+    name = config.name
     if name in _ENGINE_MODULES:
         importlib.import_module(_ENGINE_MODULES[name])
     elif name not in ROLLOUT_REGISTRY:

@@ -50,7 +50,7 @@ def resolve_sampling(config: Any, meta_info: dict) -> SamplingSpec:
         val = config.val_kwargs
         do_sample, temperature, top_k, top_p = bool(val.do_sample), float(val.temperature), val.top_k, val.top_p
     else:
-        do_sample = bool(config.do_sample)
+        do_sample = config.do_sample
         temperature = float(meta_info.get(keys.META_TEMPERATURE, config.temperature))
         top_k, top_p = config.top_k, config.top_p
     if keys.META_DO_SAMPLE in meta_info:  # the caller may only turn sampling off, never on
@@ -60,9 +60,9 @@ def resolve_sampling(config: Any, meta_info: dict) -> SamplingSpec:
         temperature=temperature,
         top_k=int(top_k),
         top_p=float(top_p),
-        max_tokens=int(config.response_length),
-        ignore_eos=bool(config.ignore_eos),
-        logprobs=bool(config.calculate_log_probs),
+        max_tokens=config.response_length,
+        ignore_eos=config.ignore_eos,
+        logprobs=config.calculate_log_probs,
     )
 
 

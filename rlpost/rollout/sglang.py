@@ -96,10 +96,10 @@ class SGLangRollout(BaseRollout):
                  module: torch.nn.Module | None = None) -> None:
         sglang = _import_sglang(device)
         self.config, self.tokenizer = config, tokenizer
-        self.free_cache_engine = bool(config.free_cache_engine)
+        self.free_cache_engine = config.free_cache_engine
         # With an actor in this process the weights are re-synced after every sleep: drop them then.
         self.release_weights = module is not None
-        tp = int(config.tensor_model_parallel_size)
+        tp = config.tensor_model_parallel_size
         rank = dist.get_rank() if dist.is_initialized() else 0
         self.group, tp_rank = consecutive_groups(tp) if tp > 1 else (None, 0)
         self.owner_rank = rank - tp_rank

@@ -108,7 +108,7 @@ SCHEDULER_RESERVE = 2
 def context_length(config: Any) -> int:
     """SGLang's `context_length`: the rollout's `max_model_len` (null = prompt + response) raised to prompt +
     response + `SCHEDULER_RESERVE`, so that every response can reach `response_length` tokens."""
-    needed = int(config.prompt_length) + int(config.response_length) + SCHEDULER_RESERVE
+    needed = config.prompt_length + config.response_length + SCHEDULER_RESERVE
     return max(max_model_len(config), needed)
 
 
@@ -122,27 +122,27 @@ def engine_kwargs(config: Any, model_path: str, rank: int, base_gpu_id: int, fa3
     """
     extra = {k: v for k, v in dict(config.engine_kwargs.sglang).items() if v is not None}
     check_extra_keys(extra)
-    tp = int(config.tensor_model_parallel_size)
-    chunked = int(config.max_num_batched_tokens) if bool(config.enable_chunked_prefill) else -1
+    tp = config.tensor_model_parallel_size
+    chunked = config.max_num_batched_tokens if config.enable_chunked_prefill else -1
     replica = rank // tp
     kwargs: dict[str, Any] = {
         "model_path": model_path,
         "dtype": str(config.dtype),
-        "load_format": load_format_name(str(config.load_format)),
+        "load_format": load_format_name(config.load_format),
         "context_length": context_length(config),
-        "mem_fraction_static": float(config.gpu_memory_utilization),
+        "mem_fraction_static": config.gpu_memory_utilization,
         "tp_size": tp,
         "base_gpu_id": base_gpu_id,
         "gpu_id_step": 1,
         "random_seed": engine_seed(config, extra.pop("random_seed", None)) + replica,
         # engines of one node must not pick the same ports (SGLang probes from `port` upwards)
         "port": 30000 + 1000 * replica,
-        "enable_memory_saver": bool(config.free_cache_engine),
+        "enable_memory_saver": config.free_cache_engine,
         "skip_tokenizer_init": True,
-        "disable_cuda_graph": bool(config.enforce_eager),
-        "max_running_requests": int(config.max_num_seqs),
+        "disable_cuda_graph": config.enforce_eager,
+        "max_running_requests": config.max_num_seqs,
         "chunked_prefill_size": chunked,
-        "disable_radix_cache": not bool(config.enable_prefix_caching),
+        "disable_radix_cache": not config.enable_prefix_caching,
         "log_level": "error",
         "sampling_backend": "pytorch",
     }

@@ -36,7 +36,7 @@ def max_model_len(config: Any) -> int:
     """The engine's context length: `rollout.max_model_len`, or prompt_length + response_length when null."""
     if config.max_model_len is not None:
         return int(config.max_model_len)
-    return int(config.prompt_length) + int(config.response_length)
+    return config.prompt_length + config.response_length
 
 
 def engine_seed(config: Any, engine_kwargs_seed: Any = None) -> int:

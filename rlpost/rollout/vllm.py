@@ -48,7 +48,7 @@ def _parallel_kwargs(config: Any, device: str) -> dict[str, Any]:
     consecutive ranks holds one engine, one shard per rank (`external_launcher`); the blocks generate
     independently (vLLM's "external data parallel": no lock-step between them). The worker hands the
     peers of a block the same prompts (`ActorRolloutRefWorker._generate_with_tp_peers`)."""
-    tp = int(config.tensor_model_parallel_size)
+    tp = config.tensor_model_parallel_size
     _, world = _rank_world()
     if device != "cuda" and tp != 1:
         raise ValueError(
@@ -85,25 +85,25 @@ def engine_kwargs(config: Any, model_path: str, device: str, lora_rank: int = 0)
     (`engine_seed`). `lora_rank` > 0 reserves
     an adapter slot (the engine serves the actor's LoRA adapter, `VLLMRollout.load_adapter`).
     """
-    tp = int(config.tensor_model_parallel_size)
+    tp = config.tensor_model_parallel_size
     rank, _ = _rank_world()
     extra = {k: v for k, v in dict(config.engine_kwargs.vllm).items() if v is not None}
     kwargs: dict[str, Any] = {
         "model": model_path,
         "dtype": str(config.dtype),
-        "load_format": load_format_name(str(config.load_format)),
+        "load_format": load_format_name(config.load_format),
         "max_model_len": max_model_len(config),
-        "max_num_batched_tokens": int(config.max_num_batched_tokens),
-        "max_num_seqs": int(config.max_num_seqs),
-        "enforce_eager": bool(config.enforce_eager),
-        "enable_chunked_prefill": bool(config.enable_chunked_prefill),
-        "enable_prefix_caching": bool(config.enable_prefix_caching),
-        "disable_log_stats": bool(config.disable_log_stats),
-        "gpu_memory_utilization": float(config.gpu_memory_utilization),
+        "max_num_batched_tokens": config.max_num_batched_tokens,
+        "max_num_seqs": config.max_num_seqs,
+        "enforce_eager": config.enforce_eager,
+        "enable_chunked_prefill": config.enable_chunked_prefill,
+        "enable_prefix_caching": config.enable_prefix_caching,
+        "disable_log_stats": config.disable_log_stats,
+        "gpu_memory_utilization": config.gpu_memory_utilization,
         # one seed per data-parallel replica: TP peers must sample identically, replicas must not
         "seed": engine_seed(config, extra.pop("seed", None)) + rank // tp,
         "logprobs_mode": "processed_logprobs",
-        "enable_sleep_mode": device == "cuda" and bool(config.free_cache_engine),
+        "enable_sleep_mode": device == "cuda" and config.free_cache_engine,
         **_parallel_kwargs(config, device),
         **_lora_kwargs(lora_rank),
     }
@@ -220,7 +220,7 @@ class VLLMRollout(BaseRollout):
         lora_rank: int = 0,
     ) -> None:
         self.config, self.tokenizer, self.device, self.name_map = config, tokenizer, device, name_map
-        self.free_cache_engine = bool(config.free_cache_engine)
+        self.free_cache_engine = config.free_cache_engine
         # With an actor in this process every generation can be preceded by a weight sync, so sleep drops
         # the weights (level 2) instead of copying them to host memory and back only to overwrite them.
         self.sleep_level = 2 if module is not None and lora_rank == 0 else 1

@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from rlpost import keys
+from rlpost.config.schema_workers import ActorRolloutRefConfig
 from rlpost.protocol import DataProto
 from rlpost.rollout import build_rollout
 
@@ -67,16 +68,13 @@ def num_devices(config: DictConfig) -> int:
 
 def build_engine(config: DictConfig, tokenizer, device: str):
     """An object with `generate_sequences(DataProto)`: an engine here, or a Ray group of rollout workers."""
+    worker_cfg = worker_config(config)
     if num_devices(config) == 1:
-        return build_rollout(rollout_config(config), config.model.path, tokenizer, device)
+        return build_rollout(worker_cfg.rollout, worker_cfg.model.path, tokenizer, device)
     from rlpost.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup, init_ray
     from rlpost.workers.fsdp_workers import ActorRolloutRefWorker
 
     init_ray(config.ray_init)
-    from rlpost.trainer.config.defaults import default_of
-
-    worker_cfg = OmegaConf.create({"model": model_config(config), "rollout": rollout_config(config),
-                                   "nccl_timeout": default_of("actor_rollout_ref.nccl_timeout")})
     pool = RayResourcePool([int(config.trainer.n_gpus_per_node)] * int(config.trainer.nnodes),
                            use_gpu=device == "cuda", name_prefix="generation")
     group = RayWorkerGroup(pool, RayClassWithInitArgs(ActorRolloutRefWorker, config=worker_cfg, role="rollout"))
@@ -84,29 +82,23 @@ def build_engine(config: DictConfig, tokenizer, device: str):
     return group
 
 
-def rollout_config(config: DictConfig) -> DictConfig:
-    """The rollout group, loading weights from model.path.
+def worker_config(config: DictConfig) -> ActorRolloutRefConfig:
+    """The typed `actor_rollout_ref` group a rollout worker reads: generation.yaml's `model` and `rollout` keys
+    over the packaged policy defaults (generation.yaml holds only what it changes), checked once, keys named as
+    generation.yaml spells them.
 
     `dummy_*` load formats mean "weights arrive from the trainer"; with no trainer here they come
     from the checkpoint on disk instead, which is what such a config asks for in the end.
     """
-    rollout = _over_defaults("actor_rollout_ref.rollout", config.rollout)
-    if str(rollout["load_format"]).startswith("dummy"):
-        rollout["load_format"] = "auto"
-    return OmegaConf.create(rollout)
+    from rlpost.config.convert import typed_group
+    from rlpost.config.defaults import default_of
 
-
-def model_config(config: DictConfig) -> DictConfig:
-    """The model group: generation.yaml's `model` keys over the policy-model defaults of ppo_trainer."""
-    return OmegaConf.create(_over_defaults("actor_rollout_ref.model", config.model))
-
-
-def _over_defaults(group: str, values: DictConfig) -> dict:
-    """`values` merged over the packaged default of `group` (generation.yaml holds only what it changes)."""
-    from rlpost.trainer.config.defaults import default_of
-
-    merged = OmegaConf.merge(OmegaConf.create(default_of(group)), OmegaConf.to_container(values, resolve=True))
-    return OmegaConf.to_container(merged, resolve=True)
+    merged = OmegaConf.merge(OmegaConf.create(default_of("actor_rollout_ref")),
+                             {"model": OmegaConf.to_container(config.model, resolve=True),
+                              "rollout": OmegaConf.to_container(config.rollout, resolve=True)})
+    if str(merged.rollout.load_format).startswith("dummy"):
+        merged.rollout.load_format = "auto"
+    return typed_group(merged, ActorRolloutRefConfig, "")
 
 
 def build_prompt_batch(chats: Sequence[Any], tokenizer, max_prompt_length: int) -> DataProto:
@@ -158,7 +150,7 @@ def generate(config: DictConfig) -> pd.DataFrame:
     if prompt_key not in frame.columns:
         raise KeyError(f"data.prompt_key={prompt_key!r}: no such column in {config.data.path}; "
                        f"has {list(frame.columns)}")
-    trust = bool(model_config(config).trust_remote_code)
+    trust = worker_config(config).model.trust_remote_code
     tokenizer = AutoTokenizer.from_pretrained(config.model.path, trust_remote_code=trust)
     device = str(OmegaConf.select(config, "trainer.device", default=None) or
                  ("cuda" if torch.cuda.is_available() else "cpu"))

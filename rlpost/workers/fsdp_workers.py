@@ -17,6 +17,9 @@ from typing import Any
 import torch
 
 from rlpost import keys
+from rlpost.config.convert import typed_group
+from rlpost.config.schema import CriticConfig
+from rlpost.config.schema_workers import ActorRolloutRefConfig
 from rlpost.protocol import DataProto
 from rlpost.single_controller.base import Dispatch, register
 from rlpost.utils.activation_offload import enable_activation_offload
@@ -165,7 +168,8 @@ class ActorRolloutRefWorker(_FSDPRole):
     """Actor (trainable FSDP2 policy), rollout engine (optional) and reference policy (frozen FSDP2 copy).
 
     Args:
-        config: `actor_rollout_ref` group (model, actor, rollout, ref); role `rollout` reads only model and rollout.
+        config: the typed `actor_rollout_ref` group (model, actor, rollout, ref), or its DictConfig (converted
+            and checked here, once); role `rollout` reads only model and rollout.
         role: one of ROLES.
 
     Attributes:
@@ -178,7 +182,8 @@ class ActorRolloutRefWorker(_FSDPRole):
     def __init__(self, config: Any, role: str) -> None:
         if role not in ROLES:
             raise ValueError(f"role={role!r} is not one of {ROLES}")
-        super().__init__(timeout_s=float(config.nccl_timeout))  # actor_rollout_ref.nccl_timeout
+        config = typed_group(config, ActorRolloutRefConfig, "actor_rollout_ref.")
+        super().__init__(timeout_s=config.nccl_timeout)  # actor_rollout_ref.nccl_timeout
         self.config = config
         self.role = role
         self._is_actor = role in ("actor", "actor_rollout", "actor_rollout_ref")
@@ -192,11 +197,11 @@ class ActorRolloutRefWorker(_FSDPRole):
         self._lora_sync = None  # LoRA: `rlpost.workers.lora_sync.LoraSync`, set in init_model
         self.mini_batch_rows = None
         # Ulysses groups (None without sequence parallelism); the data-parallel size is world / SP size.
-        self.actor_sp = new_sequence_parallel(int(config.actor.ulysses_sequence_parallel_size)) \
+        self.actor_sp = new_sequence_parallel(config.actor.ulysses_sequence_parallel_size) \
             if self._is_actor else None
-        self.ref_sp = new_sequence_parallel(int(config.ref.ulysses_sequence_parallel_size)) if self._is_ref else None
+        self.ref_sp = new_sequence_parallel(config.ref.ulysses_sequence_parallel_size) if self._is_ref else None
         if self._is_actor:
-            dp = self.world_size // int(config.actor.ulysses_sequence_parallel_size)
+            dp = self.world_size // config.actor.ulysses_sequence_parallel_size
             self.mini_batch_rows = rows_per_rank(config.actor.ppo_mini_batch_size, config.rollout.n, dp,
                                                  "actor_rollout_ref.actor.ppo_mini_batch_size")
 
@@ -205,7 +210,7 @@ class ActorRolloutRefWorker(_FSDPRole):
         (per-device sizes: deprecated global ones were mapped at start-up). The token budget is per device,
         so a Ulysses group, whose devices share each micro-batch, packs SP size times as many tokens."""
         meta = data.meta_info
-        meta.setdefault(keys.META_TEMPERATURE, float(self.config.rollout.temperature))
+        meta.setdefault(keys.META_TEMPERATURE, self.config.rollout.temperature)
         meta["micro_batch_size"] = group.log_prob_micro_batch_size_per_gpu
         meta["use_dynamic_bsz"] = bool(group.log_prob_use_dynamic_bsz)
         meta["max_token_len"] = int(group.log_prob_max_token_len_per_gpu) * sp_size(sp)
@@ -227,7 +232,7 @@ class ActorRolloutRefWorker(_FSDPRole):
         model_cfg = self.config.model
         model_path = local_model_path(model_cfg)  # the /dev/shm copy with model.use_shm
         self.tokenizer = auto_tokenizer().from_pretrained(model_cfg.tokenizer_path or model_path,
-                                                         trust_remote_code=bool(model_cfg.trust_remote_code))
+                                                         trust_remote_code=model_cfg.trust_remote_code)
         if model_cfg.custom_chat_template is not None:  # saved with hf_model checkpoints
             self.tokenizer.chat_template = model_cfg.custom_chat_template
         if self._is_actor:
@@ -235,8 +240,8 @@ class ActorRolloutRefWorker(_FSDPRole):
             self.actor_module, self.actor_optimizer, self.actor_lr_scheduler, self.actor_peft = self._build_trainable(
                 model_cfg, acfg.optim, acfg.fsdp_config, False, total_training_steps, "actor_rollout_ref.model")
             self.actor = DataParallelPPOActor(acfg, self.actor_module, self.actor_optimizer,
-                                              bool(model_cfg.use_remove_padding), self.mini_batch_rows, self.actor_sp,
-                                              bool(model_cfg.use_fused_kernels))
+                                              model_cfg.use_remove_padding, self.mini_batch_rows, self.actor_sp,
+                                              model_cfg.use_fused_kernels)
             if self.actor_sp is not None:
                 use_ulysses_attention(self.actor_module, self.actor_sp.size)
             if acfg.router_replay.mode == "R2":
@@ -246,8 +251,8 @@ class ActorRolloutRefWorker(_FSDPRole):
         self._ref_in_actor = self._is_ref and self.actor_peft is not None
         if self._ref_in_actor:  # the same module, hence the actor's sequence-parallel layout (checked at start-up)
             self.ref_policy = DataParallelPPOActor(self.config.ref, self.actor_module, None,
-                                                   bool(model_cfg.use_remove_padding), sp=self.actor_sp,
-                                                   use_fused_kernels=bool(model_cfg.use_fused_kernels))
+                                                   model_cfg.use_remove_padding, sp=self.actor_sp,
+                                                   use_fused_kernels=model_cfg.use_fused_kernels)
         elif self._is_ref:
             # A separate frozen FSDP module even when it starts from the actor's weights: the actor moves.
             # Frozen, so it is loaded straight in the compute dtype (no fp32 master copy), or in bf16 when
@@ -261,8 +266,8 @@ class ActorRolloutRefWorker(_FSDPRole):
             del full_state
             self.ref_module = ref_module
             self.ref_policy = DataParallelPPOActor(self.config.ref, ref_module, None,
-                                                   bool(model_cfg.use_remove_padding), sp=self.ref_sp,
-                                                   use_fused_kernels=bool(model_cfg.use_fused_kernels))
+                                                   model_cfg.use_remove_padding, sp=self.ref_sp,
+                                                   use_fused_kernels=model_cfg.use_fused_kernels)
             if self.ref_sp is not None:
                 use_ulysses_attention(ref_module, self.ref_sp.size)
             self._offload(ref_module, None, ref_fsdp)
@@ -272,12 +277,12 @@ class ActorRolloutRefWorker(_FSDPRole):
             # Tensor-parallel peers (consecutive ranks, as vLLM lays them out) must feed their shared
             # engine the same prompts: `generate_sequences` gathers the peers' shards and splits the result.
             if self.world_size > 1:
-                tp = int(self.config.rollout.tensor_model_parallel_size)
+                tp = self.config.rollout.tensor_model_parallel_size
                 self._tp_group, self._tp_rank = consecutive_groups(tp)
             if self.actor_peft is not None:
                 from rlpost.workers.lora_sync import LoraSync
 
-                self._lora_sync = LoraSync(self.actor_module, self.actor_peft, bool(model_cfg.lora.merge))
+                self._lora_sync = LoraSync(self.actor_module, self.actor_peft, model_cfg.lora.merge)
             self.rollout = build_rollout(self.config.rollout, model_path, self.tokenizer, self.device,
                                          module=self.actor_module,
                                          lora_rank=self._lora_sync.engine_lora_rank if self._lora_sync else 0)
@@ -308,7 +313,7 @@ class ActorRolloutRefWorker(_FSDPRole):
         if self._lora_sync is not None:
             self._lora_sync.sync(self.rollout, dtype)
         else:
-            bucket = int(self.config.rollout.update_weights_bucket_megabytes) * 2**20
+            bucket = self.config.rollout.update_weights_bucket_megabytes * 2**20
             self.rollout.update_weights(checkpoint_names(
                 self.actor_module, iter_full_params(self.actor_module, dtype, bucket_bytes=bucket)))
         self._offload(self.actor_module, None, fsdp_cfg)
@@ -369,7 +374,7 @@ class ActorRolloutRefWorker(_FSDPRole):
         self._log_prob_meta(data, self.config.rollout, self.actor_sp)
         stats = self.actor.compute_log_prob_stats(
             _on_device(data, self.device), calculate_entropy=True,
-            calculate_sum_pi_squared=bool(self.config.actor.calculate_sum_pi_squared))
+            calculate_sum_pi_squared=self.config.actor.calculate_sum_pi_squared)
         self._offload(self.actor_module, None, fsdp_cfg)
         out = DataProto.from_dict(tensors=_to_cpu(stats),
                                   meta_info={keys.META_TEMPERATURE: data.meta_info[keys.META_TEMPERATURE]})
@@ -404,7 +409,7 @@ class ActorRolloutRefWorker(_FSDPRole):
         start = time.perf_counter()
         fsdp_cfg = self.config.actor.fsdp_config
         self._onload(self.actor_module, self.actor_optimizer, fsdp_cfg)
-        data.meta_info.setdefault(keys.META_TEMPERATURE, float(self.config.rollout.temperature))
+        data.meta_info.setdefault(keys.META_TEMPERATURE, self.config.rollout.temperature)
         data, _ = group_rows(data, *sp_parts(self.actor_sp))
         metrics: dict[str, Any] = self.actor.update_policy(_on_device(data, self.device))
         metrics["actor/lr"] = self.actor_lr_scheduler.get_last_lr()[0]
@@ -439,8 +444,9 @@ class CriticWorker(_FSDPRole):
     """Value model (token-classification head, one label) trained with the clipped value loss.
 
     Args:
-        config: `critic` group (model, optim, ppo_* batch keys, forward_* keys, cliprange_value); `rollout_n`
-            (follows actor_rollout_ref.rollout.n) multiplies ppo_mini_batch_size.
+        config: the typed `critic` group (model, optim, ppo_* batch keys, forward_* keys, cliprange_value), or
+            its DictConfig (converted here, once); `rollout_n` (follows actor_rollout_ref.rollout.n) multiplies
+            ppo_mini_batch_size.
 
     Attributes:
         mini_batch_rows: rows per PPO mini-batch on this rank (ppo_mini_batch_size x rollout_n / ranks).
@@ -449,10 +455,11 @@ class CriticWorker(_FSDPRole):
 
     def __init__(self, config: Any) -> None:
         super().__init__()
+        config = typed_group(config, CriticConfig, "critic.")
         self.config = config
-        self.sp = new_sequence_parallel(int(config.ulysses_sequence_parallel_size))
+        self.sp = new_sequence_parallel(config.ulysses_sequence_parallel_size)
         self.mini_batch_rows = rows_per_rank(config.ppo_mini_batch_size, config.rollout_n,
-                                             self.world_size // int(config.ulysses_sequence_parallel_size),
+                                             self.world_size // config.ulysses_sequence_parallel_size,
                                              "critic.ppo_mini_batch_size")
         self.fsdp_config = config.model.fsdp_config
 
@@ -469,11 +476,11 @@ class CriticWorker(_FSDPRole):
             enable_full_determinism(seed)
         model_cfg = self.config.model
         self.tokenizer = auto_tokenizer().from_pretrained(model_cfg.tokenizer_path,
-                                                         trust_remote_code=bool(model_cfg.trust_remote_code))
+                                                         trust_remote_code=model_cfg.trust_remote_code)
         self.module, self.optimizer, self.lr_scheduler, self.peft = self._build_trainable(
             model_cfg, self.config.optim, self.fsdp_config, True, total_training_steps, "critic.model")
         self.critic = DataParallelPPOCritic(self.config, self.module, self.optimizer,
-                                            bool(model_cfg.use_remove_padding), self.mini_batch_rows, self.sp)
+                                            model_cfg.use_remove_padding, self.mini_batch_rows, self.sp)
         if self.sp is not None:
             use_ulysses_attention(self.module, self.sp.size)
         self._offload(self.module, self.optimizer, self.fsdp_config)
@@ -487,9 +494,9 @@ class CriticWorker(_FSDPRole):
         rows = len(data)
         data, start = group_rows(data, *sp_parts(self.sp))
         data.meta_info["micro_batch_size"] = cfg.forward_micro_batch_size_per_gpu
-        data.meta_info["use_dynamic_bsz"] = bool(cfg.use_dynamic_bsz)
+        data.meta_info["use_dynamic_bsz"] = cfg.use_dynamic_bsz
         # a per-device token budget: the devices of a Ulysses group share each micro-batch
-        data.meta_info["max_token_len"] = int(cfg.forward_max_token_len_per_gpu) * sp_size(self.sp)
+        data.meta_info["max_token_len"] = cfg.forward_max_token_len_per_gpu * sp_size(self.sp)
         values = self.critic.compute_values(_on_device(data, self.device))
         self._offload(self.module, None, self.fsdp_config)
         return own_rows(DataProto.from_dict(tensors=_to_cpu({keys.VALUES: values})), start, rows)

@@ -18,7 +18,10 @@ from types import SimpleNamespace
 from typing import Any
 
 import torch
+
 from rlpost import keys
+from rlpost.config.convert import typed_group
+from rlpost.config.schema import RewardModelConfig
 from rlpost.protocol import DataProto
 from rlpost.single_controller.base import Dispatch, register
 from rlpost.utils.distributed import init_distributed
@@ -49,7 +52,7 @@ def load_reward_model(model_cfg: Any, dtype: torch.dtype) -> torch.nn.Module:
     from transformers import AutoModelForSequenceClassification
 
     import_external_libs(model_cfg.external_lib)
-    trust = bool(model_cfg.trust_remote_code)
+    trust = model_cfg.trust_remote_code
     path = local_model_path(model_cfg)
     hf_config = load_hf_config(path, trust, {})  # the reward_model.model group has no override_config
     hf_config.num_labels = 1
@@ -211,17 +214,18 @@ class RewardModelWorker(ProfiledWorker):
     """Scores responses with a learned reward model, colocated with the actor (same process and group).
 
     Args:
-        config: the `reward_model` group.
+        config: the typed `reward_model` group, or its DictConfig (converted and checked here, once).
     """
 
     def __init__(self, config: Any) -> None:
         super().__init__()
+        config = typed_group(config, RewardModelConfig, "reward_model.")
         self.config = config
         init_distributed(self.device)
         self.module: torch.nn.Module | None = None
         self.tokenizer = self.input_tokenizer = None
         self.retemplate = False
-        self.sp = new_sequence_parallel(int(config.ulysses_sequence_parallel_size))  # None without Ulysses
+        self.sp = new_sequence_parallel(config.ulysses_sequence_parallel_size)  # None without Ulysses
         self.scorer: TokenScores | None = None  # remove-padding: the per-token view of `module`
 
     def _load_tokenizers(self) -> None:
@@ -232,7 +236,7 @@ class RewardModelWorker(ProfiledWorker):
         src = model_cfg.input_tokenizer
         if src is None:
             return
-        trust = bool(model_cfg.trust_remote_code)
+        trust = model_cfg.trust_remote_code
         self.tokenizer = AutoTokenizer.from_pretrained(local_model_path(model_cfg), trust_remote_code=trust)
         if os.path.realpath(os.path.expanduser(str(src))) == os.path.realpath(os.path.expanduser(model_cfg.path)):
             return
@@ -280,8 +284,8 @@ class RewardModelWorker(ProfiledWorker):
         """(B,) float32 logits at each row's last real token, micro-batched like the critic's forward (the token
         budget is per device: the devices of a Ulysses group share each micro-batch)."""
         cfg = self.config
-        micros, rev = micro_batches(inputs, cfg.micro_batch_size_per_gpu, bool(cfg.use_dynamic_bsz),
-                                    int(cfg.forward_max_token_len_per_gpu) * sp_size(self.sp))
+        micros, rev = micro_batches(inputs, cfg.micro_batch_size_per_gpu, cfg.use_dynamic_bsz,
+                                    cfg.forward_max_token_len_per_gpu * sp_size(self.sp))
         out = []
         for mb in micros:
             mb = {k: v.to(self.device) for k, v in mb.items()}

@@ -24,7 +24,7 @@ from rlpost.workers.fsdp_workers import ActorRolloutRefWorker
 
 
 def _bucket_bytes(config: Any) -> int:
-    return int(config.rollout.checkpoint_engine.update_weights_bucket_megabytes) * 2**20
+    return config.rollout.checkpoint_engine.update_weights_bucket_megabytes * 2**20
 
 
 class _WeightSyncMixin:

@@ -77,7 +77,7 @@ def test_cpu_batch_gives_cpu_log_probs_equal_to_hf(worker, tiny_model_dir):
 
 def test_remove_padding_equals_padded_on_gpu(worker):
     batch = make_batch(len(worker.tokenizer), seed=3)
-    worker.config.rollout.log_prob_micro_batch_size_per_gpu = 8  # all 8 rows packed into one row
+    worker.config = worker.config.replace(**{"rollout.log_prob_micro_batch_size_per_gpu": 8})  # 8 rows packed into one
     worker.actor.use_remove_padding = False
     padded = worker.compute_log_prob(_proto(batch))
     worker.actor.use_remove_padding = True

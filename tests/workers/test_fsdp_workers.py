@@ -77,9 +77,9 @@ def _actor_checks(rank: int, world: int, model_dir: str, tmp: str, res: dict) ->
     res["calls_at_first_generate"] = list(w.rollout.calls)
     w.rollout.received.clear()
     res["logp"], res["ent"] = _logp(w, batch, rank, world)
-    w.config.rollout.log_prob_use_dynamic_bsz = True
+    w.config = w.config.replace(**{"rollout.log_prob_use_dynamic_bsz": True})
     res["logp_dyn"], _ = _logp(w, batch, rank, world)
-    w.config.rollout.log_prob_use_dynamic_bsz = False
+    w.config = w.config.replace(**{"rollout.log_prob_use_dynamic_bsz": False})
     w.actor.use_remove_padding = True
     res["logp_rmpad"], _ = _logp(w, batch, rank, world)
     w.actor.use_remove_padding = False
@@ -99,11 +99,11 @@ def _actor_checks(rank: int, world: int, model_dir: str, tmp: str, res: dict) ->
     # Reload and redo the update with a different micro-batch split: same result expected.
     w.load_checkpoint(ckpt)
     res["logp_reloaded"], _ = _logp(w, batch, rank, world)
-    w.actor.config.ppo_micro_batch_size_per_gpu = 1
+    w.actor.config = w.actor.config.replace(ppo_micro_batch_size_per_gpu=1)
     w.update_actor(_proto(batch, rank, world, **extra))
     res["logp_after_b"], _ = _logp(w, batch, rank, world)
     w.load_checkpoint(ckpt)
-    w.actor.config.use_dynamic_bsz = True
+    w.actor.config = w.actor.config.replace(use_dynamic_bsz=True)
     w.update_actor(_proto(batch, rank, world, **extra))
     res["logp_after_dyn"], _ = _logp(w, batch, rank, world)
 

@@ -67,9 +67,9 @@ def _run(rank: int, model_dir: str, tmp: str) -> None:
     w.actor.use_remove_padding = True  # packed rows through the LoRA layers
     res["logp_rmpad"] = gather_all(w.compute_log_prob(shard_of(batch, rank, world)).batch[keys.OLD_LOG_PROBS])
     w.actor.use_remove_padding = False
-    w.config.rollout.log_prob_use_dynamic_bsz = True  # token-budget micro-batches
+    w.config = w.config.replace(**{"rollout.log_prob_use_dynamic_bsz": True})  # token-budget micro-batches
     res["logp_dyn"] = gather_all(w.compute_log_prob(shard_of(batch, rank, world)).batch[keys.OLD_LOG_PROBS])
-    w.config.rollout.log_prob_use_dynamic_bsz = False
+    w.config = w.config.replace(**{"rollout.log_prob_use_dynamic_bsz": False})
 
     w.save_checkpoint(f"{tmp}/ckpt", global_step=2)
     res["shard_keys"] = sorted(torch.load(f"{tmp}/ckpt/model_world_size_2_rank_{rank}.pt", weights_only=False))

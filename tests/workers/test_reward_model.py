@@ -78,9 +78,9 @@ def _run(rank: int, rm_dir: str, policy_dir: str, vocab: int, tmp: str) -> None:
     w = RewardModelWorker(rm_config(rm_dir))
     w.init_model()
     res["direct"] = score(w)
-    w.config.use_dynamic_bsz = True
+    w.config = w.config.replace(use_dynamic_bsz=True)
     res["dynamic"] = score(w)
-    w.config.use_dynamic_bsz, w.config.max_length = False, 4
+    w.config = w.config.replace(use_dynamic_bsz=False, max_length=4)
     res["truncated"] = score(w)
     w2 = RewardModelWorker(rm_config(rm_dir, policy_dir, "reward_model.model.fsdp_config.param_offload=true"))
     w2.init_model()
@@ -99,7 +99,7 @@ def _run(rank: int, rm_dir: str, policy_dir: str, vocab: int, tmp: str) -> None:
         w3 = RewardModelWorker(rm_config(rm_dir, None, *packed, f"reward_model.ulysses_sequence_parallel_size={size}"))
         w3.init_model()
         res[name] = score(w3)
-        w3.config.use_dynamic_bsz, w3.config.max_length = True, 4
+        w3.config = w3.config.replace(use_dynamic_bsz=True, max_length=4)
         res[f"{name}_dynamic_truncated"] = score(w3)
     if rank == 0:
         res["tmp"] = tmp

@@ -108,7 +108,7 @@ def _actor_results(rank: int, model_dir: str, size: int) -> dict[str, torch.Tens
     batch = make_batch(len(w.tokenizer))
     out = w.compute_log_prob(shard_of(batch, rank, 2))
     res = {"logp": gather_all(out.batch[keys.OLD_LOG_PROBS]), "ent": gather_all(out.batch[keys.ENTROPYS])}
-    w.config.rollout.log_prob_use_dynamic_bsz = True
+    w.config = w.config.replace(**{"rollout.log_prob_use_dynamic_bsz": True})
     res["logp_dyn"] = gather_all(w.compute_log_prob(shard_of(batch, rank, 2)).batch[keys.OLD_LOG_PROBS])
     res["ref"] = gather_all(w.compute_ref_log_prob(shard_of(batch, rank, 2)).batch[keys.REF_LOG_PROB])
     res["generated"] = gather_all(w.generate_sequences(_prompts(batch, rank)).batch[keys.RESPONSES])

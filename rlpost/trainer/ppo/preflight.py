@@ -74,12 +74,12 @@ def check_model_families(config: Any) -> None:
                bool(arr.model.use_fused_kernels))]
     if need_critic(config):
         groups.append(("critic.model", config.critic.model, "critic.ulysses_sequence_parallel_size",
-                       int(config.critic.ulysses_sequence_parallel_size), False))
+                       config.critic.ulysses_sequence_parallel_size, False))
     for group, model_cfg, sp_key, sp, fused in groups:
         traits = _traits_of(model_cfg)
         if traits is None:
             continue
-        why = path_refusals(traits, group, bool(model_cfg.use_remove_padding), sp_key, sp, fused)
+        why = path_refusals(traits, group, model_cfg.use_remove_padding, sp_key, sp, fused)
         if group == "actor_rollout_ref.model":
             why += [r for r in [engine_refusal(traits, arr.rollout.name, config.trainer.device),
                                 replay_refusal(traits, arr.actor.router_replay.mode)] if r]
@@ -98,7 +98,7 @@ def _traits_of(model_cfg: Any) -> Any:
         return None
     import_external_libs(model_cfg.external_lib)
     try:
-        hf_config = load_hf_config(path, bool(model_cfg.trust_remote_code), model_cfg.override_config)
+        hf_config = load_hf_config(path, model_cfg.trust_remote_code, model_cfg.override_config)
     except (OSError, ValueError, KeyError):
         return None
     return model_traits(hf_config)
@@ -108,7 +108,7 @@ def check_output_folder(config: Any) -> None:
     """`trainer.default_local_dir` can hold checkpoints and logs: no file in its place, writable."""
     from rlpost.utils.checkpoint import unwritable_folder
 
-    path = os.path.abspath(os.path.expanduser(str(config.trainer.default_local_dir)))
+    path = os.path.abspath(os.path.expanduser(config.trainer.default_local_dir))
     reason = unwritable_folder(path)
     if reason:
         raise ValueError(f"trainer.default_local_dir={path!r} cannot hold checkpoints and logs: {reason}")

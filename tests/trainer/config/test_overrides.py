@@ -25,7 +25,7 @@ def test_typo_names_the_nearest_key():
     (f"{ARR}.ref.sync_ref_model", None),                       # no sibling is close: no guess at 'ref.model'
 ])
 def test_closest_key_prefers_siblings_and_never_guesses_wildly(key, expected):
-    from rlpost.trainer.config.convert import _leaf_keys
+    from rlpost.config.convert import _leaf_keys
     from rlpost.trainer.config.errors import closest_key
 
     assert closest_key(key, _leaf_keys()) == expected

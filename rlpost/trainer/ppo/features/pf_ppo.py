@@ -17,7 +17,7 @@ class PfPpo(StepFeature):
 
     @classmethod
     def enabled_by(cls, config: Any) -> bool:
-        return bool(config.algorithm.use_pf_ppo)
+        return config.algorithm.use_pf_ppo
 
     def after_advantage(self, batch: DataProto, metrics: dict[str, Any]) -> None:
         pf = self.trainer.config.algorithm.pf_ppo
