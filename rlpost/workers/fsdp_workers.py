@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import shutil
 import time
-from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -25,8 +24,7 @@ from rlpost.single_controller.base import Dispatch, register
 from rlpost.utils.activation_offload import enable_activation_offload
 from rlpost.utils.checkpoint import prune_oldest
 from rlpost.utils.distributed import consecutive_groups, init_distributed
-from rlpost.utils.weight_names import checkpoint_names
-from rlpost.utils.fsdp import (apply_fsdp2, compute_dtype, iter_full_params, load_model_to, load_shards_from_rank0,
+from rlpost.utils.fsdp import (apply_fsdp2, compute_dtype, load_model_to, load_shards_from_rank0,
                                move_optimizer, offload_model, reshard, to_dtype)
 from rlpost.utils.lora import apply_lora
 from rlpost.utils.lora_config import lora_enabled
@@ -41,6 +39,7 @@ from rlpost.workers.actor import DataParallelPPOActor
 from rlpost.workers.batching import group_rows, own_rows, rows_per_rank, sp_parts
 from rlpost.workers.critic import DataParallelPPOCritic
 from rlpost.workers.fsdp_checkpoint import load_fsdp_checkpoint, save_fsdp_checkpoint
+from rlpost.workers.parts import EngineSync, ModelPart, engine_sync
 from rlpost.workers.profiling import ProfiledWorker
 
 ROLES = ("actor", "rollout", "ref", "actor_rollout", "actor_rollout_ref")
@@ -189,12 +188,13 @@ class ActorRolloutRefWorker(_FSDPRole):
         self._is_actor = role in ("actor", "actor_rollout", "actor_rollout_ref")
         self._is_rollout = role in ("rollout", "actor_rollout", "actor_rollout_ref")
         self._is_ref = role in ("ref", "actor_rollout_ref")
-        self.actor = self.ref_policy = self.rollout = None
+        # The parts (`rlpost.workers.parts`), built by init_model as the role asks.
+        self.actor_part: ModelPart | None = None
+        self.ref_part: ModelPart | None = None
+        self.engine_sync: EngineSync | None = None  # how a colocated engine gets the actor's weights
+        self.actor = self.ref_policy = self.rollout = None  # verl's names: the parts' runners and the engine
         self.agent_rollout = None  # multi-turn rollouts (rollout.multi_turn.enable), set in init_model
         self._tp_group, self._tp_rank = None, 0  # rollout tensor-parallel peers, set in init_model
-        self.actor_module = self.actor_optimizer = self.actor_lr_scheduler = self.actor_peft = None
-        self._ref_in_actor = False  # LoRA: reference log-probs come from the actor with adapters off
-        self._lora_sync = None  # LoRA: `rlpost.workers.lora_sync.LoraSync`, set in init_model
         self.mini_batch_rows = None
         # Ulysses groups (None without sequence parallelism); the data-parallel size is world / SP size.
         self.actor_sp = new_sequence_parallel(config.actor.ulysses_sequence_parallel_size) \
@@ -236,66 +236,93 @@ class ActorRolloutRefWorker(_FSDPRole):
         if model_cfg.custom_chat_template is not None:  # saved with hf_model checkpoints
             self.tokenizer.chat_template = model_cfg.custom_chat_template
         if self._is_actor:
-            acfg = self.config.actor
-            self.actor_module, self.actor_optimizer, self.actor_lr_scheduler, self.actor_peft = self._build_trainable(
-                model_cfg, acfg.optim, acfg.fsdp_config, False, total_training_steps, "actor_rollout_ref.model")
-            self.actor = DataParallelPPOActor(acfg, self.actor_module, self.actor_optimizer,
-                                              model_cfg.use_remove_padding, self.mini_batch_rows, self.actor_sp,
-                                              model_cfg.use_fused_kernels)
-            if self.actor_sp is not None:
-                use_ulysses_attention(self.actor_module, self.actor_sp.size)
-            if acfg.router_replay.mode == "R2":
-                from rlpost.utils.router_replay import use_router_replay
-
-                self.actor.router_replay = use_router_replay(self.actor_module)
-        self._ref_in_actor = self._is_ref and self.actor_peft is not None
-        if self._ref_in_actor:  # the same module, hence the actor's sequence-parallel layout (checked at start-up)
-            self.ref_policy = DataParallelPPOActor(self.config.ref, self.actor_module, None,
-                                                   model_cfg.use_remove_padding, sp=self.actor_sp,
-                                                   use_fused_kernels=model_cfg.use_fused_kernels)
-        elif self._is_ref:
-            # A separate frozen FSDP module even when it starts from the actor's weights: the actor moves.
-            # Frozen, so it is loaded straight in the compute dtype (no fp32 master copy), or in bf16 when
-            # ref.fsdp_config.model_dtype asks for it (the same on GPU; half the memory on CPU).
-            ref_fsdp = self.config.ref.fsdp_config
-            ref_dtype = to_dtype(ref_fsdp.model_dtype)
-            if ref_dtype == torch.float32:
-                ref_dtype = compute_dtype(self.device, ref_fsdp.mixed_precision.param_dtype)
-            ref_module, full_state = load_for_sharding(model_cfg, ref_dtype, offload_policy=ref_fsdp.offload_policy)
-            self._shard(ref_module, ref_fsdp, trainable=False, full_state=full_state)
-            del full_state
-            self.ref_module = ref_module
-            self.ref_policy = DataParallelPPOActor(self.config.ref, ref_module, None,
-                                                   model_cfg.use_remove_padding, sp=self.ref_sp,
-                                                   use_fused_kernels=model_cfg.use_fused_kernels)
-            if self.ref_sp is not None:
-                use_ulysses_attention(ref_module, self.ref_sp.size)
-            self._offload(ref_module, None, ref_fsdp)
+            self.actor_part = self._actor_part(model_cfg, total_training_steps)
+            self.actor = self.actor_part.policy
+        if self._is_ref:
+            self.ref_part = self._ref_part(model_cfg)
+            self.ref_policy = self.ref_part.policy
         if self._is_rollout:
-            from rlpost.rollout import build_rollout
-
-            # Tensor-parallel peers (consecutive ranks, as vLLM lays them out) must feed their shared
-            # engine the same prompts: `generate_sequences` gathers the peers' shards and splits the result.
-            if self.world_size > 1:
-                tp = self.config.rollout.tensor_model_parallel_size
-                self._tp_group, self._tp_rank = consecutive_groups(tp)
-            if self.actor_peft is not None:
-                from rlpost.workers.lora_sync import LoraSync
-
-                self._lora_sync = LoraSync(self.actor_module, self.actor_peft, model_cfg.lora.merge)
-            self.rollout = build_rollout(self.config.rollout, model_path, self.tokenizer, self.device,
-                                         module=self.actor_module,
-                                         lora_rank=self._lora_sync.engine_lora_rank if self._lora_sync else 0)
-            if self.config.rollout.multi_turn.enable:
-                from rlpost.workers.agent_rollout import AgentRollout
-
-                self.agent_rollout = AgentRollout(self.config.rollout, self.tokenizer, arr_config=self.config)
-            if self.actor_module is not None:
-                self._sync_weights()
-            if self.config.rollout.free_cache_engine:
-                self.rollout.sleep()
+            self._rollout_part(model_path)
         if self._is_actor:
             self._offload(self.actor_module, self.actor_optimizer, self.config.actor.fsdp_config)
+
+    # verl's names for the actor part's pieces (None without an actor)
+    @property
+    def actor_module(self):
+        return self.actor_part.module if self.actor_part else None
+
+    @property
+    def actor_optimizer(self):
+        return self.actor_part.optimizer if self.actor_part else None
+
+    @property
+    def actor_lr_scheduler(self):
+        return self.actor_part.lr_scheduler if self.actor_part else None
+
+    @property
+    def actor_peft(self):
+        return self.actor_part.peft if self.actor_part else None
+
+    def _actor_part(self, model_cfg: Any, total_training_steps: int | None) -> ModelPart:
+        """The trainable policy: sharded, with AdamW and its LR schedule (LoRA adapters when configured)."""
+        acfg = self.config.actor
+        module, optimizer, scheduler, peft = self._build_trainable(
+            model_cfg, acfg.optim, acfg.fsdp_config, False, total_training_steps, "actor_rollout_ref.model")
+        policy = DataParallelPPOActor(acfg, module, optimizer, model_cfg.use_remove_padding, self.mini_batch_rows,
+                                      self.actor_sp, model_cfg.use_fused_kernels)
+        if self.actor_sp is not None:
+            use_ulysses_attention(module, self.actor_sp.size)
+        if acfg.router_replay.mode == "R2":
+            from rlpost.utils.router_replay import use_router_replay
+
+            policy.router_replay = use_router_replay(module)
+        return ModelPart(module, policy, acfg.fsdp_config, self.actor_sp, optimizer, scheduler, peft)
+
+    def _ref_part(self, model_cfg: Any) -> ModelPart:
+        """The frozen reference: a LoRA actor itself with its adapters disabled (the same module, hence the
+        actor's sequence-parallel layout, checked at start-up), else a separate frozen FSDP module, even when
+        it starts from the actor's weights (the actor moves). Frozen, it loads straight in the compute dtype
+        (no fp32 master copy), or in bf16 when ref.fsdp_config.model_dtype asks for it."""
+        actor = self.actor_part
+        if actor is not None and actor.peft is not None:
+            policy = DataParallelPPOActor(self.config.ref, actor.module, None, model_cfg.use_remove_padding,
+                                          sp=actor.sp, use_fused_kernels=model_cfg.use_fused_kernels)
+            return ModelPart(actor.module, policy, actor.fsdp_cfg, actor.sp, view=actor.peft.disable_adapter)
+        ref_fsdp = self.config.ref.fsdp_config
+        ref_dtype = to_dtype(ref_fsdp.model_dtype)
+        if ref_dtype == torch.float32:
+            ref_dtype = compute_dtype(self.device, ref_fsdp.mixed_precision.param_dtype)
+        module, full_state = load_for_sharding(model_cfg, ref_dtype, offload_policy=ref_fsdp.offload_policy)
+        self._shard(module, ref_fsdp, trainable=False, full_state=full_state)
+        del full_state
+        policy = DataParallelPPOActor(self.config.ref, module, None, model_cfg.use_remove_padding, sp=self.ref_sp,
+                                      use_fused_kernels=model_cfg.use_fused_kernels)
+        if self.ref_sp is not None:
+            use_ulysses_attention(module, self.ref_sp.size)
+        self._offload(module, None, ref_fsdp)
+        return ModelPart(module, policy, ref_fsdp, self.ref_sp)
+
+    def _rollout_part(self, model_path: str) -> None:
+        """The engine, its weight-sync strategy, its tensor-parallel peers and (multi-turn) the agent loops;
+        the engine starts from the actor's weights when this worker holds the actor."""
+        from rlpost.rollout import build_rollout
+
+        # Tensor-parallel peers (consecutive ranks, as vLLM lays them out) must feed their shared
+        # engine the same prompts: `generate_sequences` gathers the peers' shards and splits the result.
+        if self.world_size > 1:
+            self._tp_group, self._tp_rank = consecutive_groups(self.config.rollout.tensor_model_parallel_size)
+        self.engine_sync = engine_sync(self.actor_part, self.config)
+        self.rollout = build_rollout(self.config.rollout, model_path, self.tokenizer, self.device,
+                                     module=self.actor_module,
+                                     lora_rank=self.engine_sync.engine_lora_rank if self.engine_sync else 0)
+        if self.config.rollout.multi_turn.enable:
+            from rlpost.workers.agent_rollout import AgentRollout
+
+            self.agent_rollout = AgentRollout(self.config.rollout, self.tokenizer, arr_config=self.config)
+        if self.engine_sync is not None:
+            self._sync_weights()
+        if self.config.rollout.free_cache_engine:
+            self.rollout.sleep()
 
     @phase("update_weights")
     def _sync_weights(self) -> float:
@@ -309,13 +336,7 @@ class ActorRolloutRefWorker(_FSDPRole):
         fsdp_cfg = self.config.actor.fsdp_config
         self._onload(self.actor_module, None, fsdp_cfg)
         _free_cached_blocks(self.device)
-        dtype = to_dtype(self.config.rollout.dtype)
-        if self._lora_sync is not None:
-            self._lora_sync.sync(self.rollout, dtype)
-        else:
-            bucket = self.config.rollout.update_weights_bucket_megabytes * 2**20
-            self.rollout.update_weights(checkpoint_names(
-                self.actor_module, iter_full_params(self.actor_module, dtype, bucket_bytes=bucket)))
+        self.engine_sync.sync(self.rollout, to_dtype(self.config.rollout.dtype))
         self._offload(self.actor_module, None, fsdp_cfg)
         return time.perf_counter() - start
 
@@ -385,19 +406,14 @@ class ActorRolloutRefWorker(_FSDPRole):
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
         """Reads `input_ids`, `attention_mask`, `position_ids`, `responses`; writes `ref_log_prob` (B, R).
         A LoRA actor computes them itself with its adapters disabled (the base model is the reference)."""
-        if self._ref_in_actor:
-            module, fsdp_cfg, sp = self.actor_module, self.config.actor.fsdp_config, self.actor_sp
-            adapters_off = self.actor_peft.disable_adapter()
-        else:
-            module, fsdp_cfg, sp = self.ref_module, self.config.ref.fsdp_config, self.ref_sp
-            adapters_off = nullcontext()
-        self._onload(module, None, fsdp_cfg)
+        part = self.ref_part
+        self._onload(part.module, None, part.fsdp_cfg)
         rows = len(data)
-        data, start = group_rows(data, *sp_parts(sp))
-        self._log_prob_meta(data, self.config.ref, sp)
-        with adapters_off:
-            log_probs, _ = self.ref_policy.compute_log_prob(_on_device(data, self.device), calculate_entropy=False)
-        self._offload(module, None, fsdp_cfg)
+        data, start = group_rows(data, *sp_parts(part.sp))
+        self._log_prob_meta(data, self.config.ref, part.sp)
+        with part.view():
+            log_probs, _ = part.policy.compute_log_prob(_on_device(data, self.device), calculate_entropy=False)
+        self._offload(part.module, None, part.fsdp_cfg)
         return own_rows(DataProto.from_dict(tensors=_to_cpu({keys.REF_LOG_PROB: log_probs})), start, rows)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)

@@ -2,13 +2,15 @@
 worker groups on separate devices, weights sent between them over a collective (`rlpost.workers.weight_sync`).
 
 `SplitActorWorker` is the actor without an engine; `SplitRolloutWorker` is the engine without an actor.
-Both are `ActorRolloutRefWorker`s with a narrower role, plus the transfer methods. The rollout's methods do
+Both are `ActorRolloutRefWorker`s built with a narrower role (fewer parts, no colocated weight sync), plus a
+`Transfer` part and the methods that drive it. The rollout's methods do
 not block the driver, so it can train while the engines generate (one-step-off-policy).
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -27,24 +29,27 @@ def _bucket_bytes(config: Any) -> int:
     return config.rollout.checkpoint_engine.update_weights_bucket_megabytes * 2**20
 
 
-class _WeightSyncMixin:
-    """The transfer group's handle and plan, shared by both sides."""
+@dataclass
+class Transfer:
+    """The weight-transfer part of a split worker: its handle on the transfer group (None on trainer ranks
+    other than 0, which only gather) and the plan of tensors, the same on both sides."""
 
-    _sync_group: Any = None
-    _sync_metas: list[weight_sync.TensorMeta] = []
+    group: Any = None
+    metas: list[weight_sync.TensorMeta] = field(default_factory=list)
 
-    def _join(self, host: str, port: int, rank: int, world: int, metas: list) -> None:
-        self._sync_metas = metas
+    def join(self, host: str, port: int, rank: int, world: int, metas: list, device: str, timeout_s: float) -> None:
+        """Take the plan; rank >= 0 joins the group as that rank."""
+        self.metas = metas
         if rank >= 0:
-            self._sync_group = weight_sync.connect(host, port, rank, world, self.device,
-                                                   timeout_s=float(self.config.nccl_timeout))
+            self.group = weight_sync.connect(host, port, rank, world, device, timeout_s=timeout_s)
 
 
-class SplitActorWorker(_WeightSyncMixin, ActorRolloutRefWorker):
+class SplitActorWorker(ActorRolloutRefWorker):
     """The actor of a split placement (role `actor`): trains; its rank 0 sends the weights."""
 
     def __init__(self, config: Any, role: str = "actor") -> None:
         super().__init__(config, role)
+        self.transfer = Transfer()
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def weight_meta(self) -> list[weight_sync.TensorMeta]:
@@ -73,7 +78,8 @@ class SplitActorWorker(_WeightSyncMixin, ActorRolloutRefWorker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
     def join_weight_sync(self, host: str, port: int, world: int, metas: list) -> None:
         """Trainer rank 0 becomes rank 0 of the transfer group; the other trainer ranks only gather."""
-        self._join(host, port, 0 if self.rank == 0 else -1, world, metas)
+        self.transfer.join(host, port, 0 if self.rank == 0 else -1, world, metas, self.device,
+                           self.config.nccl_timeout)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
     def send_weights(self) -> dict[str, float]:
@@ -86,27 +92,28 @@ class SplitActorWorker(_WeightSyncMixin, ActorRolloutRefWorker):
         self._onload(self.actor_module, None, fsdp_cfg)
         dtype = to_dtype(self.config.rollout.dtype)
         named = self._engine_tensors(iter_full_params(self.actor_module, None if self.actor_peft else dtype), dtype)
-        sent = weight_sync.send(self._sync_group, named, self._sync_metas, _bucket_bytes(self.config))
+        sent = weight_sync.send(self.transfer.group, named, self.transfer.metas, _bucket_bytes(self.config))
         self._offload(self.actor_module, None, fsdp_cfg)
         return {"timing_s/send_weights": time.perf_counter() - start, "perf/weight_sync_bytes": float(sent)}
 
 
-class SplitRolloutWorker(_WeightSyncMixin, ActorRolloutRefWorker):
+class SplitRolloutWorker(ActorRolloutRefWorker):
     """The rollout engines of a split placement (role `rollout`): generate; receive the weights."""
 
     def __init__(self, config: Any, role: str = "rollout") -> None:
         super().__init__(config, role)
+        self.transfer = Transfer()
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
     def join_weight_sync(self, host: str, port: int, world: int, metas: list) -> None:
         """Rollout rank r is rank 1 + r of the transfer group."""
-        self._join(host, port, 1 + self.rank, world, metas)
+        self.transfer.join(host, port, 1 + self.rank, world, metas, self.device, self.config.nccl_timeout)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
     def receive_weights(self) -> float:
         """Receive every bucket and stream it into the engine; returns the seconds it took."""
         start = time.perf_counter()
-        self.rollout.update_weights(weight_sync.receive(self._sync_group, self._sync_metas,
+        self.rollout.update_weights(weight_sync.receive(self.transfer.group, self.transfer.metas,
                                                         _bucket_bytes(self.config), self._model_device()))
         return time.perf_counter() - start
 
