@@ -133,6 +133,11 @@ def _check_misc_ranges(c: PPOTrainerConfig) -> None:
     if c.actor_rollout_ref.actor.clip_ratio_c <= 1:
         key = f"{ARR}.actor.clip_ratio_c"
         fail(f"{key}={get(c, key)}", "the dual-clip constant must be > 1", f"{key}=3.0")
+    policy_loss = c.actor_rollout_ref.actor.policy_loss
+    if policy_loss.loss_mode == "dro" and (policy_loss.dro_beta is None or policy_loss.dro_beta < 0):
+        key = f"{ARR}.actor.policy_loss.dro_beta"
+        fail(f"{key}={show(policy_loss.dro_beta)} with policy_loss.loss_mode=dro",
+             "the DRO loss needs its penalty weight >= 0", f"{key}=0.05")
     mem = c.actor_rollout_ref.rollout.engine_kwargs.sglang.get("mem_fraction_static")
     if mem is not None and not (isinstance(mem, (int, float)) and 0 < mem <= 1):
         key = f"{ARR}.rollout.engine_kwargs.sglang.mem_fraction_static"
