@@ -275,6 +275,8 @@ class ActorConfig(BaseConfig):
     use_remove_padding: bool
     calculate_entropy: bool
     calculate_sum_pi_squared: bool
+    sum_pi_squared_checkpointing: bool
+    rollout_n: int
     use_prefix_grouper: bool
     loss_scale_factor: float | None
     pad_to_length: bool
@@ -287,6 +289,7 @@ class RefConfig(BaseConfig):
     """`actor_rollout_ref.ref`."""
 
     strategy: str
+    rollout_n: int
     fsdp_config: FsdpConfig
     log_prob_micro_batch_size: int | None
     log_prob_micro_batch_size_per_gpu: int | None
@@ -419,6 +422,7 @@ class RolloutConfig(BaseConfig):
     enable_prefix_caching: bool
     quantization: str | None
     quantization_config_file: str | None
+    mtp: dict[str, Any] | None  # follows model.mtp (not built: unsupported.UNBUILT_GROUPS)
     max_num_batched_tokens: int
     max_model_len: int | None
     max_num_seqs: int
@@ -466,6 +470,7 @@ class ActorRolloutRefConfig(BaseConfig):
     hybrid_engine: bool
     nccl_timeout: int
     model: ModelConfig
+    # rollout before actor and ref: their rollout_n follows rollout.n, and a bad value is named where it was set
+    rollout: RolloutConfig
     actor: ActorConfig
     ref: RefConfig
-    rollout: RolloutConfig
