@@ -108,7 +108,7 @@ class _Console:
     def log(self, data: Mapping[str, Any], step: int) -> None:
         _print(format_console_line(data, step))
 
-    def finish(self) -> None:
+    def finish(self, exit_code: int = 0) -> None:
         """Nothing to flush: every line is printed as it is logged."""
 
 
@@ -123,7 +123,7 @@ class _File:
         self._f.write(json.dumps(record, allow_nan=False) + "\n")
         self._f.flush()
 
-    def finish(self) -> None:
+    def finish(self, exit_code: int = 0) -> None:
         self._f.close()
 
 
@@ -139,8 +139,8 @@ class _Wandb:
     def log(self, data: Mapping[str, Any], step: int) -> None:
         self.run.log({k: to_scalar(v) for k, v in data.items()}, step=step)
 
-    def finish(self) -> None:
-        self.run.finish()
+    def finish(self, exit_code: int = 0) -> None:
+        self.run.finish(exit_code=exit_code)
 
 
 class _Tensorboard:
@@ -155,7 +155,7 @@ class _Tensorboard:
             self.writer.add_scalar(key, value, step)
         self.writer.flush()
 
-    def finish(self) -> None:
+    def finish(self, exit_code: int = 0) -> None:
         self.writer.close()
 
 
@@ -195,8 +195,8 @@ class _Mlflow:
         if metrics:
             self.client.log_batch(self.run_id, metrics=metrics)
 
-    def finish(self) -> None:
-        self.client.set_terminated(self.run_id)
+    def finish(self, exit_code: int = 0) -> None:
+        self.client.set_terminated(self.run_id, status="FINISHED" if exit_code == 0 else "FAILED")
 
 
 class _SimpleModule:
@@ -209,7 +209,7 @@ class _SimpleModule:
     def log(self, data: Mapping[str, Any], step: int) -> None:
         self.module.log(numeric_items(data), step=step)
 
-    def finish(self) -> None:
+    def finish(self, exit_code: int = 0) -> None:
         self.module.finish()
 
 
@@ -272,15 +272,19 @@ class Tracking:
             return _SimpleModule(mod, lambda: mod.init(project=project, experiment_name=experiment, config=config))
         return _SimpleModule(mod, lambda: mod.init(project=project, name=experiment, config=config))
 
-    def log(self, data: Mapping[str, Any], step: int) -> None:
-        """Send one step's metrics (name -> number; other values go to file/wandb only) to every backend."""
-        for backend in self.backends.values():
-            backend.log(data, step)
+    def log(self, data: Mapping[str, Any], step: int, backend: str | Sequence[str] | None = None) -> None:
+        """Send one step's metrics (name -> number; other values go to file/wandb only) to every backend, or only
+        to those named in `backend`."""
+        chosen = None if backend is None else {backend} if isinstance(backend, str) else set(backend)
+        for name, sink in self.backends.items():
+            if chosen is None or name in chosen:
+                sink.log(data, step)
 
-    def finish(self) -> None:
-        """Flush and close every backend (call once at the end of training)."""
+    def finish(self, exit_code: int = 0) -> None:
+        """Flush and close every backend (call once at the end of training). A non-zero `exit_code` marks the
+        run failed where the backend records that (wandb's exit code, MLflow's FAILED status)."""
         for backend in self.backends.values():
-            backend.finish()
+            backend.finish(exit_code=exit_code)
         self.backends = {}
 
     def __del__(self) -> None:  # a crashed trainer should still flush the file backend

@@ -218,3 +218,25 @@ def test_step_progress_counts_and_eta():
     bar.close()
     text = buf.getvalue()
     assert "5/10" in text and "score=0.500" in text and "<" in text  # tqdm's "elapsed<remaining"
+
+
+def test_log_to_named_backends_and_finish_with_exit_code(tmp_path, capsys):
+    tracker = Tracking("proj", "exp", ["console"], log_dir=tmp_path)
+    tracker.log({"critic/score/mean": 1.0}, step=1, backend=["file"])  # the file only
+    tracker.log({"critic/score/mean": 2.0}, step=2, backend="console")  # the console only
+    tracker.finish(exit_code=1)
+    records = [json.loads(x) for x in (tmp_path / METRICS_FILE).read_text().splitlines()]
+    assert records == [{"step": 1, "critic/score/mean": 1.0}]
+    assert capsys.readouterr().out.splitlines() == ["step 2 | score 2"]
+
+
+def test_mlflow_run_ending_with_an_error_is_marked_failed(tmp_path, monkeypatch):
+    pytest.importorskip("mlflow")
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    tracker = Tracking("proj", "exp", ["mlflow"], log_dir=tmp_path)
+    run_id = tracker.backends["mlflow"].run_id
+    tracker.finish(exit_code=2)
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
+    assert client.get_run(run_id).info.status == "FAILED"

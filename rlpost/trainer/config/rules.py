@@ -60,6 +60,11 @@ def check_ranges(c: PPOTrainerConfig) -> None:
     """Every value inside the constraint its schema field declares (sizes positive, coefficients
     non-negative, fractions inside their interval, ...); then the free-form engine map's one bounded value."""
     check_fields(c, ConfigError)
+    policy_loss = c.actor_rollout_ref.actor.policy_loss
+    if policy_loss.loss_mode == "dro" and (policy_loss.dro_beta is None or policy_loss.dro_beta < 0):
+        key = f"{ARR}.actor.policy_loss.dro_beta"
+        fail(f"{key}={show(policy_loss.dro_beta)} with policy_loss.loss_mode=dro",
+             "the DRO loss needs its penalty weight >= 0", f"{key}=0.05")
     mem = c.actor_rollout_ref.rollout.engine_kwargs.sglang.get("mem_fraction_static")
     if mem is not None and not (isinstance(mem, (int, float)) and 0 < mem <= 1):
         key = f"{ARR}.rollout.engine_kwargs.sglang.mem_fraction_static"

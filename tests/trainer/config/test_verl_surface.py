@@ -32,6 +32,8 @@ def test_every_registered_name_validates(small_cfg, key, names):
             extra = {"actor_rollout_ref.actor.calculate_sum_pi_squared": True}
         if name == "codapo":  # reads the dapo manager's 'acc'
             extra = {"reward_model.reward_manager": "dapo"}
+        if name == "dro":  # weighs its log-ratio penalty by dro_beta
+            extra = {f"{ARR}.actor.policy_loss.dro_beta": 0.05}
         typed = typed_config(small_cfg({**group, **extra, key: name}))
         node = typed
         for part in key.split("."):
