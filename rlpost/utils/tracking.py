@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 METRICS_FILE = "metrics.jsonl"
+SUPERSEDED_FILE = "metrics_superseded.jsonl"  # rows of steps a resumed run trains again
 VAL_GENERATIONS_FILE = "val_generations.jsonl"
 SUPPORTED_LOGGERS = ("console", "file", "wandb", "tensorboard", "mlflow", "swanlab", "trackio")
 
@@ -122,6 +123,30 @@ class _File:
         record = {"step": int(step), **json_safe(dict(data))}
         self._f.write(json.dumps(record, allow_nan=False) + "\n")
         self._f.flush()
+
+    def resume_at(self, step: int) -> list[int]:
+        """Move the rows of steps after `step` (trained again from the checkpoint of `step`) and a line torn by a
+        crash to `metrics_superseded.jsonl` beside it; returns the steps moved."""
+        self._f.close()
+        keep, moved, steps = [], [], []
+        for line in self.path.read_text().splitlines(keepends=True):
+            try:
+                row_step = int(json.loads(line)["step"])
+            except (ValueError, KeyError, TypeError):
+                row_step = None
+            if row_step is not None and row_step <= step and line.endswith("\n"):
+                keep.append(line)
+            else:
+                moved.append(line if line.endswith("\n") else line + "\n")
+                steps += [] if row_step is None else [row_step]
+        if moved:
+            with open(self.path.parent / SUPERSEDED_FILE, "a") as f:
+                f.writelines(moved)
+            tmp = self.path.with_suffix(".jsonl.tmp")
+            tmp.write_text("".join(keep))
+            os.replace(tmp, self.path)
+        self._f = open(self.path, "a")
+        return steps
 
     def finish(self) -> None:
         self._f.close()
@@ -276,6 +301,17 @@ class Tracking:
         """Send one step's metrics (name -> number; other values go to file/wandb only) to every backend."""
         for backend in self.backends.values():
             backend.log(data, step)
+
+    def resume_at(self, step: int) -> None:
+        """The run continues after `step`: rows the file backend holds for later steps (a run that went on past
+        the checkpoint it now resumes from, e.g. after a fallback from a damaged one) move aside, so
+        `metrics.jsonl` holds each step once."""
+        backend = self.backends.get("file")
+        steps = backend.resume_at(step) if backend is not None else []
+        if steps:
+            print(f"[rlpost] {backend.path}: {len(steps)} row(s) of steps {min(steps)}-{max(steps)} are after the "
+                  f"checkpoint this run resumes from (step {step}); they are trained again, so they moved to "
+                  f"{backend.path.parent / SUPERSEDED_FILE}")
 
     def finish(self) -> None:
         """Flush and close every backend (call once at the end of training)."""
