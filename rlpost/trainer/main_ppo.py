@@ -88,6 +88,7 @@ def run(cfg: DictConfig) -> int:
             print(f"error: {err}", file=sys.stderr)
             return 2
         return 0
+    from rlpost.reward import RewardFunctionError
     from rlpost.trainer.ppo.launch import InputError
     from rlpost.trainer.ppo.interrupt import RunInterrupted
     from rlpost.trainer.ppo.nonfinite import NonFiniteError
@@ -95,7 +96,7 @@ def run(cfg: DictConfig) -> int:
 
     try:
         run_ppo(cfg)
-    except (InputError, CheckpointError) as err:
+    except (InputError, CheckpointError, RewardFunctionError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except NonFiniteError as err:

@@ -366,11 +366,18 @@ class ValidationGenerationsLogger:
 
 
 class StepProgress:
-    """Console progress bar over training steps with ETA (tqdm); the trainer calls `update()` per step."""
+    """Console progress bar over training steps with ETA (tqdm); the trainer calls `update()` per step.
+
+    Only on a terminal: written to a file or a pipe (a captured log, a job's output) each redraw becomes a line
+    among the per-step lines, which already say how far the run is.
+    """
 
     def __init__(self, total_steps: int, initial_step: int = 0, file: Any = None, disable: bool = False):
         from tqdm import tqdm
 
+        stream = file if file is not None else sys.stderr
+        disable = disable or not (hasattr(stream, "isatty") and stream.isatty())
+        self._n = initial_step
         self.bar = tqdm(
             total=total_steps, initial=initial_step, desc="Training", unit="step",
             dynamic_ncols=True, file=file, disable=disable,
@@ -383,11 +390,12 @@ class StepProgress:
             if "critic/score/mean" in nums:
                 self.bar.set_postfix(score=f"{nums['critic/score/mean']:.3f}", refresh=False)
         self.bar.update(n)
+        self._n += n
 
     @property
     def n(self) -> int:
         """Steps done so far (including `initial_step`)."""
-        return int(self.bar.n)
+        return self._n
 
     def close(self) -> None:
         """Close the bar (idempotent)."""

@@ -1,6 +1,6 @@
 """What a worker process writes, and how the driver looks inside a worker that stopped answering.
 
-Worker side (`setup_worker_process`, called by `WorkerHost.init_roles` before any role is built):
+Worker side (`setup_worker_process`, called by `WorkerHost.setup` before any role is built):
 - its Python stacks can be dumped on demand: `faulthandler` is registered on SIGUSR1 and writes every
   thread's stack to `<log dir>/stack_<roles>_rank<r>_pid<p>.txt`. The handler runs in C, so it answers even while
   the worker is stuck in a sleep, a collective or a C extension, and needs no py-spy;
@@ -38,7 +38,7 @@ _stack_file = None  # kept open for the life of the process: faulthandler writes
 
 @dataclass(frozen=True)
 class WorkerInfo:
-    """Where a worker process runs and where its stack dumps go (returned by `WorkerHost.init_roles`)."""
+    """Where a worker process runs and where its stack dumps go (returned by `WorkerHost.setup`)."""
 
     rank: int
     pid: int
