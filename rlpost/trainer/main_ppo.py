@@ -5,7 +5,9 @@
     python -m rlpost.trainer.main_ppo --config-path=/abs/dir --config-name=my_exp key=value
 
 A user YAML in any folder extends the default with `defaults: [ppo_trainer, _self_]`: this module
-puts the package's config folder on Hydra's search path itself, so no plugin or flag is needed.
+puts the package's config folder on Hydra's search path itself, so no plugin or flag is needed. A relative
+`--config-path` is looked for beside this module first (Hydra's rule: verl's `--config-path=config` is the
+packaged config), then beside the working directory.
 """
 
 import atexit
