@@ -107,6 +107,24 @@ def test_a_hang_while_workers_start_logs_their_stacks(group, caplog):
     assert "--- rank 0 (role critic, phase __init__) ---" in report and "in __init__" in report
 
 
+def test_ranks_on_another_host_are_dumped_by_a_task_on_their_node(group):
+    import dataclasses
+
+    from rlpost.single_controller.ray.diagnostics import collect_stacks
+
+    wg, _ = group
+    # as a multi-node run's driver sees them: another host's processes, whose pids mean nothing here
+    elsewhere = [dataclasses.replace(w, host="another-host") for w in wg.workers]
+    assert all(w.node_id for w in elsewhere)
+    pending = wg.nap_or_die(-1, 4.0)  # both ranks busy in a nap, not answering calls
+    try:
+        time.sleep(1.0)
+        stacks = collect_stacks(elsewhere)
+    finally:
+        assert pending.get() == [0, 1]
+    assert set(stacks) == {0, 1} and all("in nap_or_die" in s for s in stacks.values()), stacks
+
+
 def test_hung_rank_times_out_with_its_stack(group):
     wg, _ = group
     wg.call_timeout_s, wg.stall_timeout_s = 1.5, None
