@@ -1,9 +1,9 @@
 """Loggers: console line, metrics.jsonl, wandb (offline, read back), tensorboard, mlflow, progress bar."""
 
 import importlib.util
-import io
 import json
 import math
+import os
 import struct
 import time
 from pathlib import Path
@@ -210,13 +210,20 @@ def test_validation_generations_wandb_needs_run():
 
 
 def test_step_progress_counts_and_eta():
-    buf = io.StringIO()
-    bar = StepProgress(total_steps=10, initial_step=3, file=buf)
-    bar.update(metrics={"critic/score/mean": 0.5})
-    bar.update()
-    assert bar.n == 5
-    bar.close()
-    text = buf.getvalue()
+    import fcntl
+    import termios
+
+    main, side = os.openpty()  # a real terminal, 80 columns wide: the bar draws only there
+    fcntl.ioctl(side, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    with os.fdopen(side, "w") as terminal:
+        bar = StepProgress(total_steps=10, initial_step=3, file=terminal)
+        bar.update(metrics={"critic/score/mean": 0.5})
+        bar.update()
+        assert bar.n == 5
+        bar.close()
+        terminal.flush()
+        text = os.read(main, 65536).decode()
+    os.close(main)
     assert "5/10" in text and "score=0.500" in text and "<" in text  # tqdm's "elapsed<remaining"
 
 

@@ -179,10 +179,15 @@ class RayWorkerGroup:
         env = [{**e, **{k: str(v) for k, v in (worker_env or {}).items()}} for e in env]
         label = "-".join(p for p in roles if p) or self.name  # its processes' log files start with it
         label = "".join(c if c.isalnum() or c in "_-." else "-" for c in label)
-        init_refs = [h.init_roles.remote(e, roles, label) for h, e in zip(self._hosts, env)]
-        gather = Gatherer(self.name, "__init__", list(range(len(self._hosts))), startup_timeout_s,
-                          timeout_key="trainer.ray_wait_register_center_timeout")
-        self.workers: list[WorkerInfo] = gather(init_refs)
+        ranks = list(range(len(self._hosts)))
+        setup = Gatherer(self.name, "setup", ranks, startup_timeout_s,
+                         timeout_key="trainer.ray_wait_register_center_timeout")
+        self.workers: list[WorkerInfo] = setup([h.setup.remote(e, label) for h, e in zip(self._hosts, env)])
+        # the roles' constructors (model loading, process groups) may hang: with the workers known, a stall
+        # there is reported with every late rank's stack, as in any later call
+        build = Gatherer(self.name, "__init__", ranks, startup_timeout_s, stall_timeout_s, self.workers,
+                         timeout_key="trainer.ray_wait_register_center_timeout")
+        build([h.build_roles.remote(roles) for h in self._hosts])
         self.pids = [w.pid for w in self.workers]
         self._prefix: str | None = None
         self._layout: DpLayout | None = None

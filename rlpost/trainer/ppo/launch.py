@@ -31,7 +31,8 @@ def run_ppo(config: Any) -> dict[str, float]:
     from rlpost.trainer.config import as_typed
     from rlpost.utils.run_lock import FolderInUse, run_lock
 
-    from rlpost.trainer.ppo.checkpointing import already_complete, finished_run
+    from rlpost.trainer.ppo.checkpointing import already_complete, check_resume_inputs, finished_run
+    from rlpost.trainer.ppo.interrupt import interrupted, sigterm_as_interrupt
     from rlpost.trainer.ppo.preflight import check_devices, check_memory
     from rlpost.trainer.ppo.profiling import check_profiler_tools
 
@@ -47,6 +48,7 @@ def run_ppo(config: Any) -> dict[str, float]:
     if done is not None:
         print(already_complete(done, trainer.total_training_steps))
         return {}
+    check_resume_inputs(config)  # an incompatible checkpoint stops here, not after the workers load their models
     trainer_cfg = config.trainer
     run_dir = os.path.abspath(os.path.expanduser(trainer_cfg.default_local_dir))
     log_dir = os.path.join(run_dir, "logs")
@@ -60,8 +62,12 @@ def run_ppo(config: Any) -> dict[str, float]:
             print(f"[rlpost] engine and Ray logs of this run: {log_dir} (trainer.verbose_engine_logs=true shows "
                   "them here)")
         try:
-            trainer.init_workers()
-            return trainer.fit()
+            with sigterm_as_interrupt():
+                trainer.init_workers()
+                return trainer.fit()
+        except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: say where the run stopped and what resumes it
+            raise interrupted(err, trainer_cfg.default_local_dir, trainer.global_steps,
+                              trainer.total_training_steps) from None
         finally:
             finish_ray(config.ray_init)
 
@@ -155,6 +161,7 @@ def load_tokenizer(config: PPOTrainerConfig):
     Its folder is `data.tokenizer`, else `actor_rollout_ref.model.tokenizer_path`, else the model path;
     `actor_rollout_ref.model.custom_chat_template` replaces its chat template when set.
     """
+    from rlpost.utils.model_files import check_tokenizer_folder
     from rlpost.utils.tokenizer import hf_tokenizer
 
     model = config.actor_rollout_ref.model
@@ -165,6 +172,7 @@ def load_tokenizer(config: PPOTrainerConfig):
     if not os.path.isdir(path):
         raise InputError(f"{key}={path!r} is not a local folder; no model hub is used at run time: point it at a "
                          f"HF model folder (config.json + tokenizer), e.g. one made by scripts/make_tiny_model.py")
+    check_tokenizer_folder(key, path)
     tok = hf_tokenizer(path, trust_remote_code=config.data.trust_remote_code)
     tok.padding_side = "left"
     if model.custom_chat_template is not None:

@@ -179,6 +179,7 @@ class RayPPOTrainer:
 
         trainer_cfg = self.config.trainer
         self.global_steps = self._load_checkpoint()
+        self.tracker.resume_at(self.global_steps)
         if self.global_steps:
             self.rollouts.set_version(self.global_steps)
         if self.global_steps >= self.total_training_steps:
