@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlpost.config.base import BaseConfig
+from rlpost.config.schema_distillation import DistillationConfig
 
 from rlpost.config.schema_workers import (
     ActorRolloutRefConfig,
@@ -526,7 +527,7 @@ class PPOTrainerConfig(BaseConfig):
     global_profiler: GlobalProfilerConfig
     ray_kwargs: RayKwargsConfig
     reward: RewardConfig
+    distillation: DistillationConfig
     # verl's groups for features not built (unsupported.UNBUILT_GROUPS): verl's defaults, never read
-    distillation: dict[str, Any]
     transfer_queue: dict[str, Any]
     skip: dict[str, Any]

@@ -1,0 +1,112 @@
+"""Start-up rules of on-policy distillation (`distillation.*`): teachers, the loss, the teachers' pool.
+
+A teacher added on the command line with only some keys (`+distillation.teacher_models.gsm8k.model_path=...`,
+as verl's multi-teacher scripts do) gets the rest from the default entry (`teacher_model`) first.
+"""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from rlpost.algos.distillation import DISTILLATION_LOSSES, TOPK_MODES
+from rlpost.config.schema import PPOTrainerConfig
+from rlpost.trainer.config.errors import warn
+from rlpost.trainer.config.rules import fail
+
+D = "distillation"
+LOSS = f"{D}.distillation_loss"
+TEMPLATE = "teacher_model"
+
+
+def fill_teacher_entries(cfg: DictConfig) -> None:
+    """Complete every `distillation.teacher_models.<name>` with the default entry's keys it lacks (in place)."""
+    from rlpost.trainer.config.defaults import package_defaults
+
+    teachers = OmegaConf.select(cfg, f"{D}.teacher_models", default=None)
+    if not isinstance(teachers, DictConfig):
+        return
+    template = package_defaults()[D]["teacher_models"][TEMPLATE]
+    with open_dict(teachers):
+        for name in list(teachers):
+            entry = teachers[name]
+            if isinstance(entry, DictConfig):
+                teachers[name] = OmegaConf.merge(template, entry)
+
+
+def check_distillation(c: PPOTrainerConfig) -> None:
+    """The loss mode is built; enabled, there is a teacher, several teachers each have their own `key`, and the
+    teachers' pool has devices."""
+    d, loss = c.distillation, c.distillation.distillation_loss
+    if loss.loss_mode not in DISTILLATION_LOSSES:
+        fail(f"{LOSS}.loss_mode={loss.loss_mode}", f"not a distillation loss mode ({DISTILLATION_LOSSES.names()})",
+             f"{LOSS}.loss_mode=k3")
+    teachers = d.teachers()
+    if not d.enabled:
+        if teachers:
+            warn(f"{D}.teacher_models.{next(iter(teachers))}.model_path is set but {D}.enabled=false: no teacher "
+                 f"is created (set {D}.enabled=true to distil)")
+        return
+    if loss.loss_mode in TOPK_MODES:
+        fail(f"not supported yet: {LOSS}.loss_mode={loss.loss_mode}", "the teachers return the log-probs of the "
+             "sampled tokens, not top-k distributions", f"{LOSS}.loss_mode=k1 (or k3, k2, abs)")
+    if loss.policy_loss_mode != "vanilla":
+        fail(f"not supported yet: {LOSS}.policy_loss_mode={loss.policy_loss_mode}", "the distillation advantages "
+             "go through the actor's own policy loss (actor_rollout_ref.actor.policy_loss.loss_mode)",
+             f"{LOSS}.policy_loss_mode=vanilla")
+    if not teachers:
+        fail(f"{D}.enabled=true, every {D}.teacher_models.<name>.model_path=null", "distillation needs a teacher",
+             f"{D}.teacher_models.{TEMPLATE}.model_path=<HF model folder> (the policy's own path: self-distillation "
+             f"from a frozen copy of the initial policy)")
+    if len(teachers) > 1:
+        keys = [t.key for t in teachers.values()]
+        unkeyed = [n for n, t in teachers.items() if t.key is None]
+        if unkeyed:
+            fail(f"{D}.teacher_models.{unkeyed[0]}.key=null with {len(teachers)} teachers",
+                 f"each teacher scores the rows whose {D}.teacher_key ({d.teacher_key}) equals its key",
+                 f"{D}.teacher_models.{unkeyed[0]}.key=<a {d.teacher_key} value of your data>")
+        if len(set(keys)) < len(keys):
+            dup = next(k for k in keys if keys.count(k) > 1)
+            fail(f"{D}.teacher_models.*.key={dup} on two teachers", "a row has one teacher",
+                 "a distinct key per teacher")
+    if d.nnodes < 0 or (d.nnodes > 0 and d.n_gpus_per_node < 1):
+        fail(f"{D}.nnodes={d.nnodes}, {D}.n_gpus_per_node={d.n_gpus_per_node}",
+             "the teachers' own pool needs at least one device (nnodes=0: they share the trainer's devices)",
+             f"{D}.nnodes=1 {D}.n_gpus_per_node=1, or {D}.nnodes=0")
+    if loss.distillation_loss_coef < 0:
+        fail(f"{LOSS}.distillation_loss_coef={loss.distillation_loss_coef}", "a weight is >= 0",
+             f"{LOSS}.distillation_loss_coef=1.0")
+    for name, t in teachers.items():
+        if t.inference != _default_inference(c):
+            warn(f"{D}.teacher_models.{name}.inference accepted: rlpost's teacher is an FSDP forward-only model "
+                 f"(the reference's fsdp_config and log_prob_* micro-batching), not an inference engine; these "
+                 f"settings are not used")
+            break
+
+
+def _default_inference(c: PPOTrainerConfig) -> dict:
+    from rlpost.trainer.config.defaults import package_defaults
+
+    node = package_defaults()[D]["teacher_models"][TEMPLATE]["inference"]
+    raw = OmegaConf.to_container(node, resolve=False)
+    rollout = c.actor_rollout_ref.rollout
+    return {**raw, "name": rollout.name, "dtype": rollout.dtype}
+
+
+def distillation_plan(c: PPOTrainerConfig) -> list[str]:
+    """Dry-run lines: where the teachers run, which rows each scores, and the loss."""
+    d = c.distillation
+    if not d.enabled:
+        return []
+    loss = d.distillation_loss
+    where = (f"their own pool of {d.nnodes * d.n_gpus_per_node} devices ({D}.nnodes={d.nnodes} x n_gpus_per_node="
+             f"{d.n_gpus_per_node})" if d.nnodes > 0 else "the trainer's devices (beside the actor)")
+    lines = [f"teachers: FSDP forward-only on {where}"]
+    for name, t in d.teachers().items():
+        rows = "every row" if t.key is None else f"rows with {d.teacher_key}={t.key}"
+        lines.append(f"  teacher {name}: {t.model_path} ({rows})")
+    how = ("advantage = -divergence per token" + (" + task advantage" if loss.use_task_rewards else "")
+           if loss.use_policy_gradient else
+           "actor loss += coef x divergence" + ("" if loss.use_task_rewards else " (task advantages zeroed)"))
+    lines.append(f"distillation: {loss.loss_mode} reverse KL on the student's samples, coef="
+                 f"{loss.distillation_loss_coef}; {how}")
+    return lines
