@@ -75,21 +75,21 @@ def check_distillation(c: PPOTrainerConfig) -> None:
     if loss.distillation_loss_coef < 0:
         fail(f"{LOSS}.distillation_loss_coef={loss.distillation_loss_coef}", "a weight is >= 0",
              f"{LOSS}.distillation_loss_coef=1.0")
+    written = _written_inference()
     for name, t in teachers.items():
-        if t.inference != _default_inference(c):
+        if any(t.inference.get(k) != v for k, v in written.items()):
             warn(f"{D}.teacher_models.{name}.inference accepted: rlpost's teacher is an FSDP forward-only model "
                  f"(the reference's fsdp_config and log_prob_* micro-batching), not an inference engine; these "
                  f"settings are not used")
             break
 
 
-def _default_inference(c: PPOTrainerConfig) -> dict:
+def _written_inference() -> dict:
+    """The default entry's inference settings that are plain values (not following a rollout key)."""
     from rlpost.trainer.config.defaults import package_defaults
 
-    node = package_defaults()[D]["teacher_models"][TEMPLATE]["inference"]
-    raw = OmegaConf.to_container(node, resolve=False)
-    rollout = c.actor_rollout_ref.rollout
-    return {**raw, "name": rollout.name, "dtype": rollout.dtype}
+    raw = OmegaConf.to_container(package_defaults()[D]["teacher_models"][TEMPLATE]["inference"], resolve=False)
+    return {k: v for k, v in raw.items() if not (isinstance(v, str) and "${" in v)}
 
 
 def distillation_plan(c: PPOTrainerConfig) -> list[str]:
