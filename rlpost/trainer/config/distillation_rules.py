@@ -92,6 +92,18 @@ def _written_inference() -> dict:
     return {k: v for k, v in raw.items() if not (isinstance(v, str) and "${" in v)}
 
 
+def _weights(model_path: str, shards: int) -> str:
+    """'; <params>, <GiB> of bf16 weights per device' from the folder's config.json, '' without one."""
+    import os
+
+    from rlpost.utils.memory_estimate import GIB, load_shape
+
+    if not os.path.isfile(os.path.join(os.path.expanduser(model_path), "config.json")):
+        return ""
+    params = load_shape(model_path).params
+    return f"; {params / 1e6:.1f}M parameters, {2 * params / shards / GIB:.2f} GiB of bf16 weights per device"
+
+
 def distillation_plan(c: PPOTrainerConfig) -> list[str]:
     """Dry-run lines: where the teachers run, which rows each scores, and the loss."""
     d = c.distillation
@@ -101,9 +113,10 @@ def distillation_plan(c: PPOTrainerConfig) -> list[str]:
     where = (f"their own pool of {d.nnodes * d.n_gpus_per_node} devices ({D}.nnodes={d.nnodes} x n_gpus_per_node="
              f"{d.n_gpus_per_node})" if d.nnodes > 0 else "the trainer's devices (beside the actor)")
     lines = [f"teachers: FSDP forward-only on {where}"]
+    shards = d.nnodes * d.n_gpus_per_node if d.nnodes > 0 else c.trainer.nnodes * c.trainer.n_gpus_per_node
     for name, t in d.teachers().items():
         rows = "every row" if t.key is None else f"rows with {d.teacher_key}={t.key}"
-        lines.append(f"  teacher {name}: {t.model_path} ({rows})")
+        lines.append(f"  teacher {name}: {t.model_path} ({rows}){_weights(t.model_path, shards)}")
     how = ("advantage = -divergence per token" + (" + task advantage" if loss.use_task_rewards else "")
            if loss.use_policy_gradient else
            "actor loss += coef x divergence" + ("" if loss.use_task_rewards else " (task advantages zeroed)"))

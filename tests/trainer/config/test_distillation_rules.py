@@ -60,3 +60,13 @@ def test_engine_settings_are_accepted_with_a_notice_and_a_path_without_enabled_w
     lines = [str(w.message) for w in caught]
     assert any(line.startswith("distillation.teacher_models.teacher_model.inference accepted: ") for line in lines)
     assert any("model_path is set but distillation.enabled=false" in line for line in lines)
+
+
+def test_the_plan_sizes_a_teacher_from_its_config(small_cfg, tiny_model_dir):
+    from rlpost.utils.memory_estimate import load_shape
+
+    params = load_shape(tiny_model_dir).params
+    plan = dry_run_plan(typed_config(small_cfg({**ON, "distillation.teacher_models.teacher_model.model_path":
+                                                tiny_model_dir})))
+    # the trainer's 2 devices hold the shards: 2 bytes x params / 2
+    assert f"{params / 1e6:.1f}M parameters, {params / 2**30:.2f} GiB of bf16 weights per device" in plan
