@@ -199,3 +199,29 @@ def topk_overlap(student_topk_ids: torch.Tensor, teacher_topk_ids: torch.Tensor,
     shared = (student_topk_ids.unsqueeze(-1) == teacher_topk_ids.unsqueeze(-2)).any(dim=-1).sum(dim=-1)
     mask = response_mask.bool()
     return float(shared[mask].sum()) / (max(int(mask.sum()), 1) * k)
+
+
+def mix_teacher_log_probs(log_probs: dict[str, torch.Tensor], rows: dict[str, torch.Tensor],
+                          weights: dict[str, float]) -> torch.Tensor:
+    """Each row's teacher log-probs from several teachers.
+
+    Teachers given `rows` masks that split the batch (chosen by the row's `teacher_key`) give each row their own
+    log-probs; teachers that all score every row are mixed: sum_i w_i log p_i / sum_i w_i (a weighted geometric
+    mean of their distributions, evaluated at the sampled tokens).
+
+    Args:
+        log_probs: {teacher: (B, R) log-probs of the sampled tokens}.
+        rows: {teacher: bool (B,) rows it scores}.
+        weights: {teacher: weight > 0}, read when every teacher scores every row.
+
+    Returns:
+        (B, R) target log-probs.
+    """
+    names = list(log_probs)
+    if all(bool(rows[n].all()) for n in names):
+        total = sum(float(weights[n]) for n in names)
+        return sum(float(weights[n]) / total * log_probs[n] for n in names)
+    out = torch.zeros_like(log_probs[names[0]])
+    for n in names:
+        out = torch.where(rows[n].to(out.device)[:, None], log_probs[n], out)
+    return out

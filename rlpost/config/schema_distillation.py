@@ -34,6 +34,7 @@ class TeacherModelConfig(BaseConfig):
     key: str | None
     model_path: str | None
     num_replicas: int
+    weight: float
     inference: dict[str, Any]
 
 

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from rlpost import keys
+from rlpost.algos.distillation import mix_teacher_log_probs
 from rlpost.protocol import DataProto
 from rlpost.single_controller.base import Dispatch, register
 from rlpost.utils.fsdp import compute_dtype, to_dtype
@@ -33,16 +34,15 @@ def teacher_model_config(model_cfg: Any, model_path: str) -> Any:
 
 
 def rows_of_teacher(values: np.ndarray | None, teacher_keys: dict[str, str | None]) -> dict[str, np.ndarray]:
-    """{teacher name: bool (B,) mask of the rows it scores}: a teacher with key null scores every row; otherwise
-    the rows whose `teacher_key` value equals its key.
+    """{teacher name: bool (B,) mask of the rows it scores}: teachers with key null score every row; otherwise
+    each teacher the rows whose `teacher_key` value equals its key.
 
     Raises:
         ValueError: a row no teacher scores (its value and the teachers' keys named).
     """
     n = 0 if values is None else len(values)
-    if len(teacher_keys) == 1 and next(iter(teacher_keys.values())) is None:
-        name = next(iter(teacher_keys))
-        return {name: np.ones(n, dtype=bool)}
+    if all(key is None for key in teacher_keys.values()):  # every teacher scores every row (a weighted mixture)
+        return {name: np.ones(n, dtype=bool) for name in teacher_keys}
     masks = {name: np.asarray([v == key for v in values], dtype=bool) for name, key in teacher_keys.items()}
     covered = np.any(np.stack(list(masks.values())), axis=0) if masks else np.zeros(n, dtype=bool)
     if not covered.all():
@@ -95,7 +95,8 @@ class TeacherWorker(_FSDPRole):
         `teacher_log_probs` (B, R): each row's sampled tokens under its teacher.
 
         Every teacher runs on all of this rank's rows (the forward's collectives then match across ranks
-        whatever the rows' teachers); each row keeps its own teacher's values.
+        whatever the rows' teachers); each row keeps its own teacher's values, or the weighted mixture of the
+        teachers when none has a key (`rlpost.algos.distillation.mix_teacher_log_probs`).
         """
         ref, fsdp_cfg = self.arr.ref, self.arr.ref.fsdp_config
         meta = data.meta_info
@@ -105,11 +106,11 @@ class TeacherWorker(_FSDPRole):
         meta["max_token_len"] = int(ref.log_prob_max_token_len_per_gpu)
         teacher_keys = {name: t.key for name, t in self.config.teachers().items()}
         masks = rows_of_teacher(data.non_tensor_batch.get(self.config.teacher_key), teacher_keys)
-        out = None
+        per_teacher = {}
         for name, actor in self.teachers.items():
             self._onload(actor.module, None, fsdp_cfg)
-            log_probs, _ = actor.compute_log_prob(_on_device(data, self.device), calculate_entropy=False)
+            per_teacher[name], _ = actor.compute_log_prob(_on_device(data, self.device), calculate_entropy=False)
             self._offload(actor.module, None, fsdp_cfg)
-            rows = torch.as_tensor(masks[name], device=log_probs.device)
-            out = log_probs if out is None else torch.where(rows[:, None], log_probs, out)
+        weights = {name: t.weight for name, t in self.config.teachers().items()}
+        out = mix_teacher_log_probs(per_teacher, {n: torch.as_tensor(m) for n, m in masks.items()}, weights)
         return DataProto.from_dict(tensors=_to_cpu({keys.TEACHER_LOG_PROBS: out}))

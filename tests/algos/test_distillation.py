@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from rlpost.algos.distillation import (distillation_advantages, distillation_loss, distillation_metrics,
-                                       estimator_divergence, is_topk_mode, topk_divergence, topk_overlap)
+                                       estimator_divergence, is_topk_mode, mix_teacher_log_probs, topk_divergence,
+                                       topk_overlap)
 
 LN2 = math.log(2.0)
 
@@ -115,3 +116,15 @@ def test_modes_and_errors():
         is_topk_mode("k4")
     with pytest.raises(ValueError, match="top-k"):
         estimator_divergence(_lp(0.5), _lp(0.5), "forward_kl_topk")
+
+
+def test_teachers_by_row_or_mixed_by_weight():
+    a, b = torch.tensor([[-1.0, -2.0], [-3.0, -4.0]]), torch.tensor([[-5.0, -6.0], [-7.0, -8.0]])
+    split = {"a": torch.tensor([True, False]), "b": torch.tensor([False, True])}
+    # each row its own teacher's values
+    assert torch.equal(mix_teacher_log_probs({"a": a, "b": b}, split, {"a": 1.0, "b": 1.0}),
+                       torch.tensor([[-1.0, -2.0], [-7.0, -8.0]]))
+    # every teacher on every row: weights 3 and 1 -> 0.75 a + 0.25 b
+    every = {"a": torch.tensor([True, True]), "b": torch.tensor([True, True])}
+    assert torch.allclose(mix_teacher_log_probs({"a": a, "b": b}, every, {"a": 3.0, "b": 1.0}),
+                          torch.tensor([[-2.0, -3.0], [-4.0, -5.0]]))

@@ -21,3 +21,8 @@ def test_teachers_by_data_source():
 def test_a_row_no_teacher_claims_is_named():
     with pytest.raises(ValueError, match="teacher key value 'code' matches no distillation.teacher_models"):
         rows_of_teacher(np.array(["gsm8k", "code"], dtype=object), {"math": "gsm8k", "geometry": "geo"})
+
+
+def test_several_unkeyed_teachers_all_score_every_row():
+    masks = rows_of_teacher(np.array(["a", "b"], dtype=object), {"t1": None, "t2": None})
+    assert masks["t1"].tolist() == masks["t2"].tolist() == [True, True]

@@ -57,14 +57,19 @@ def check_distillation(c: PPOTrainerConfig) -> None:
         fail(f"{D}.enabled=true, every {D}.teacher_models.<name>.model_path=null", "distillation needs a teacher",
              f"{D}.teacher_models.{TEMPLATE}.model_path=<HF model folder> (the policy's own path: self-distillation "
              f"from a frozen copy of the initial policy)")
+    for name, t in teachers.items():
+        if t.weight <= 0:
+            fail(f"{D}.teacher_models.{name}.weight={t.weight}", "a teacher's weight in the mixture is > 0",
+                 f"{D}.teacher_models.{name}.weight=1.0")
     if len(teachers) > 1:
         keys = [t.key for t in teachers.values()]
         unkeyed = [n for n, t in teachers.items() if t.key is None]
-        if unkeyed:
-            fail(f"{D}.teacher_models.{unkeyed[0]}.key=null with {len(teachers)} teachers",
-                 f"each teacher scores the rows whose {D}.teacher_key ({d.teacher_key}) equals its key",
+        if unkeyed and len(unkeyed) < len(teachers):
+            fail(f"{D}.teacher_models.{unkeyed[0]}.key=null beside teachers with a key",
+                 f"either each teacher scores the rows whose {D}.teacher_key ({d.teacher_key}) equals its key, or "
+                 "every teacher scores every row (mixed by weight)",
                  f"{D}.teacher_models.{unkeyed[0]}.key=<a {d.teacher_key} value of your data>")
-        if len(set(keys)) < len(keys):
+        if not unkeyed and len(set(keys)) < len(keys):
             dup = next(k for k in keys if keys.count(k) > 1)
             fail(f"{D}.teacher_models.*.key={dup} on two teachers", "a row has one teacher",
                  "a distinct key per teacher")
@@ -115,7 +120,9 @@ def distillation_plan(c: PPOTrainerConfig) -> list[str]:
     lines = [f"teachers: FSDP forward-only on {where}"]
     shards = d.nnodes * d.n_gpus_per_node if d.nnodes > 0 else c.trainer.nnodes * c.trainer.n_gpus_per_node
     for name, t in d.teachers().items():
-        rows = "every row" if t.key is None else f"rows with {d.teacher_key}={t.key}"
+        mixed = len(d.teachers()) > 1 and t.key is None
+        rows = f"every row, weight {t.weight}" if mixed else "every row" if t.key is None else \
+            f"rows with {d.teacher_key}={t.key}"
         lines.append(f"  teacher {name}: {t.model_path} ({rows}){_weights(t.model_path, shards)}")
     how = ("advantage = -divergence per token" + (" + task advantage" if loss.use_task_rewards else "")
            if loss.use_policy_gradient else

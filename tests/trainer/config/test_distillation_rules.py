@@ -42,6 +42,10 @@ def test_default_is_off_and_a_teacher_beside_the_actor(small_cfg):
      "not supported yet: distillation.distillation_loss.policy_loss_mode=gspo"),
     ({**ON, "distillation.teacher_models.teacher_model.key": "a", "distillation.teacher_models.b.model_path": "/m/b",
       "distillation.teacher_models.b.key": "a"}, "distillation.teacher_models.*.key=a on two teachers"),
+    ({**ON, "distillation.teacher_models.b.model_path": "/m/b", "distillation.teacher_models.b.key": "x"},
+     "distillation.teacher_models.teacher_model.key=null beside teachers with a key"),
+    ({**ON, "distillation.teacher_models.teacher_model.weight": 0.0},
+     "distillation.teacher_models.teacher_model.weight=0.0: a teacher's weight in the mixture is > 0"),
     ({**ON, "distillation.nnodes": 1, "distillation.n_gpus_per_node": 0},
      "distillation.nnodes=1, distillation.n_gpus_per_node=0: the teachers' own pool needs at least one device"),
     ({**ON, "distillation.distillation_loss.distillation_loss_coef": -1.0},
@@ -70,3 +74,10 @@ def test_the_plan_sizes_a_teacher_from_its_config(small_cfg, tiny_model_dir):
                                                 tiny_model_dir})))
     # the trainer's 2 devices hold the shards: 2 bytes x params / 2
     assert f"{params / 1e6:.1f}M parameters, {params / 2**30:.2f} GiB of bf16 weights per device" in plan
+
+
+def test_unkeyed_teachers_are_a_weighted_mixture_in_the_plan(small_cfg):
+    plan = dry_run_plan(typed_config(small_cfg({**ON, "distillation.teacher_models.b.model_path": "/m/b",
+                                                "distillation.teacher_models.b.weight": 3.0})))
+    assert "teacher teacher_model: /m/teacher (every row, weight 1.0)" in plan
+    assert "teacher b: /m/b (every row, weight 3.0)" in plan

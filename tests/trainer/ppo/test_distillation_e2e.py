@@ -107,8 +107,9 @@ def _in_process(args: list[str]) -> int:
      "error: distillation.teacher_models.teacher_model.model_path="),
     (["distillation.teacher_models.teacher_model.model_path={teacher}", "distillation.distillation_loss.loss_mode=jsd_topk"],
      "config error: not supported yet: distillation.distillation_loss.loss_mode=jsd_topk"),
-    (["distillation.teacher_models.teacher_model.model_path={teacher}", "+distillation.teacher_models.b.model_path={teacher}"],
-     "config error: distillation.teacher_models.teacher_model.key=null with 2 teachers"),
+    (["distillation.teacher_models.teacher_model.model_path={teacher}", "+distillation.teacher_models.b.model_path={teacher}",
+      "+distillation.teacher_models.b.key=rlpost/arith"],
+     "config error: distillation.teacher_models.teacher_model.key=null beside teachers with a key"),
 ])
 def test_bad_teacher_configs_stop_before_ray_with_one_line(models, tmp_path, capsys, extra, message):
     extra = [e.format(**{k: v for k, v in models.items() if k != "root"}) for e in extra]
