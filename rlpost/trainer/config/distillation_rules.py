@@ -98,14 +98,17 @@ def _written_inference() -> dict:
 
 
 def _weights(model_path: str, shards: int) -> str:
-    """'; <params>, <GiB> of bf16 weights per device' from the folder's config.json, '' without one."""
+    """'; <params>, <GiB> of bf16 weights per device' from the folder's config.json, '' without a readable one."""
     import os
 
     from rlpost.utils.memory_estimate import GIB, load_shape
 
     if not os.path.isfile(os.path.join(os.path.expanduser(model_path), "config.json")):
         return ""
-    params = load_shape(model_path).params
+    try:
+        params = load_shape(model_path).params
+    except (KeyError, ValueError, TypeError):  # a config.json without a decoder's shape: no size to print
+        return ""
     return f"; {params / 1e6:.1f}M parameters, {2 * params / shards / GIB:.2f} GiB of bf16 weights per device"
 
 

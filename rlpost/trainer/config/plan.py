@@ -106,6 +106,8 @@ def _roles(c: PPOTrainerConfig) -> list[str]:
         roles.append("critic")
     if need_reward_model(c):
         roles.append("reward_model")
+    if c.distillation.enabled:
+        roles.append("teacher")
     fn = c.custom_reward_function
     reward = f"{fn.path}:{fn.name}" if fn.path else "built-in scorer per data_source"
     if c.reward_model.enable:
