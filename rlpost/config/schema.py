@@ -17,6 +17,7 @@ from rlpost.config.constraints import (
     POSITIVE_OR_NULL,
     STEPS_OR_NEVER,
 )
+from rlpost.config.schema_distillation import DistillationConfig
 
 from rlpost.config.schema_workers import (
     ActorRolloutRefConfig,
@@ -531,7 +532,7 @@ class PPOTrainerConfig(BaseConfig):
     ray_kwargs: RayKwargsConfig
     reward: RewardConfig
     reward_manager: RewardManagerRefConfig  # verl's earlier spelling of reward.reward_manager (copied onto it)
+    distillation: DistillationConfig
     # verl's groups for features not built (unsupported.UNBUILT_GROUPS): verl's defaults, never read
-    distillation: dict[str, Any]
     transfer_queue: dict[str, Any]
     skip: dict[str, Any]

@@ -79,7 +79,8 @@ def groups_metric_after_kl(algo) -> bool:
 def check_combinations(c: PPOTrainerConfig) -> None:
     """Cross-key rules: estimator vs rollout.n, validation sampling, KL placement, engine vs device."""
     algo, rollout = c.algorithm, c.actor_rollout_ref.rollout
-    if estimator_needs(algo.adv_estimator).groups and rollout.n == 1:
+    teacher_only = c.distillation.enabled and not c.distillation.distillation_loss.use_task_rewards
+    if estimator_needs(algo.adv_estimator).groups and rollout.n == 1 and not teacher_only:
         # verl runs these (a group of one: GRPO keeps the score as the advantage, RLOO gives 0), so a warning
         warn(f"algorithm.adv_estimator={algo.adv_estimator} with {ARR}.rollout.n=1: {algo.adv_estimator} compares "
              "the responses of one prompt, and each group holds one, so the advantages carry no comparison; "

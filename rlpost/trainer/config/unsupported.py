@@ -188,7 +188,6 @@ NOT_SUPPORTED_YET: dict[str, Refusal] = {
 # `--cfg job` find them: any leaf set away from its default is refused, naming that leaf. Their typed field is a
 # plain mapping, as nothing reads them.
 UNBUILT_GROUPS: dict[str, str] = {
-    "distillation": "on-policy distillation",
     "transfer_queue": "the transfer queue",
     "skip": "the rollout skip/cache manager",
     "trainer.v1": "a v1 trainer mode other than sync (rlpost's one trainer)",

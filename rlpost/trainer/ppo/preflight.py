@@ -28,6 +28,9 @@ def model_folders(config: Any) -> dict[str, str]:
         folders["critic.model.path"] = config.critic.model.path
     if config.reward_model.enable:
         folders["reward_model.model.path"] = config.reward_model.model.path
+    if config.distillation.enabled:
+        folders.update({f"distillation.teacher_models.{name}.model_path": t.model_path
+                        for name, t in config.distillation.teacher_models.items() if t.model_path})
     return folders
 
 
@@ -39,6 +42,7 @@ def check_model_and_data_paths(config: Any) -> None:
         if not os.path.isdir(os.path.expanduser(str(path))):
             raise ValueError(missing_folder(key, path))
         check_model_folder(key, str(path))  # a truncated or NaN weights file, a broken config.json: named here
+    check_teacher_vocabularies(config)
     rollout = config.actor_rollout_ref.rollout
     for key, path in (("actor_rollout_ref.rollout.multi_turn.tool_config_path", rollout.multi_turn.tool_config_path),
                       ("actor_rollout_ref.rollout.multi_turn.interaction_config_path",
@@ -52,6 +56,29 @@ def check_model_and_data_paths(config: Any) -> None:
             if not os.path.isfile(os.path.expanduser(str(path))):
                 raise ValueError(f"{key}: file not found: {path!r}; give the parquet file(s) of your data, e.g. "
                                  "made by examples/data_preprocess/gsm8k.py")
+
+
+def check_teacher_vocabularies(config: Any) -> None:
+    """Each distillation teacher reads the student's token ids: its tokenizer must map the same strings to the
+    same ids as the policy's (a different tokenizer is refused, whatever its size)."""
+    if not config.distillation.enabled:
+        return
+    from rlpost.utils.tokenizer import auto_tokenizer
+
+    model = config.actor_rollout_ref.model
+    student_path = model.tokenizer_path or model.path
+    student = auto_tokenizer().from_pretrained(os.path.expanduser(str(student_path))).get_vocab()
+    for name, teacher in config.distillation.teacher_models.items():
+        if not teacher.model_path:
+            continue
+        vocab = auto_tokenizer().from_pretrained(os.path.expanduser(str(teacher.model_path))).get_vocab()
+        if vocab == student:
+            continue
+        differ = sorted(set(vocab.items()) ^ set(student.items()), key=lambda kv: kv[1])[0]
+        raise ValueError(f"distillation.teacher_models.{name}.model_path={teacher.model_path!r}: its tokenizer differs "
+                         f"from the policy's ({student_path}): {len(vocab)} vs {len(student)} tokens, e.g. token "
+                         f"{differ[0]!r} -> id {differ[1]} in one only; the teacher scores the student's token ids, so "
+                         "use a teacher of the same tokenizer (same family)")
 
 
 def check_lora_inputs(config: Any) -> None:

@@ -345,9 +345,9 @@ def test_rollout_seed_is_refused_on_the_hf_engine_and_interpolated_defaults_say_
         typed_config(small_cfg({"actor_rollout_ref.rollout.name": "hf", "actor_rollout_ref.rollout.seed": 3}))
     # a leaf of an unbuilt group that follows another key: changing that other key is not a change of the leaf
     typed_config(small_cfg({"actor_rollout_ref.rollout.name": "hf", "trainer.project_name": "p"}))
-    with pytest.raises(ConfigError, match="teacher_model.inference.name=vllm .*; remove the override of "
-                                          "distillation.teacher_models.teacher_model.inference.name"):
-        typed_config(small_cfg({"distillation.teacher_models.teacher_model.inference.name": "vllm"}))
+    with pytest.raises(ConfigError, match="prometheus.served_model_name=m .*; remove the override of "
+                                          "actor_rollout_ref.rollout.prometheus.served_model_name"):
+        typed_config(small_cfg({"actor_rollout_ref.rollout.prometheus.served_model_name": "m"}))
 
 
 def test_gdpo_needs_its_reward_components(small_cfg):
