@@ -25,7 +25,7 @@ class Distillation(StepFeature):
 
     def after_advantage(self, batch: DataProto, metrics: dict[str, Any]) -> None:
         trainer = self.trainer
-        loss = trainer.typed_config.distillation.distillation_loss
+        loss = trainer.config.distillation.distillation_loss
         start = time.perf_counter()
         teacher = trainer.workers.teacher.compute_teacher_log_prob(batch).batch[K.TEACHER_LOG_PROBS]
         metrics["timing_s/teacher"] = time.perf_counter() - start
