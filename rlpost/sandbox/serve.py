@@ -59,7 +59,7 @@ def build_app(runner: Runner, workers: int, queue: int) -> Any:
         if req.language not in runner.languages():
             return sandbox_error(f"language {req.language!r} is not supported by this sandbox (supported: "
                                  f"{', '.join(runner.languages())}; cpp needs g++ on the service's machine)")
-        if counters["waiting"] >= queue:
+        if slots.locked() and counters["waiting"] >= queue:
             counters["rejected"] += 1
             return JSONResponse({"detail": f"sandbox queue full ({queue} waiting, {workers} running); retry later"},
                                 status_code=429)

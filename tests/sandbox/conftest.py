@@ -1,18 +1,9 @@
-"""A real sandbox service (`python -m rlpost.sandbox.serve`, 2 workers) shared by the sandbox tests."""
+"""Checks of what a sandbox run leaves behind (the service itself: the `sandbox` fixture of tests/conftest.py)."""
 
 import os
 import time
 
 import pytest
-
-
-@pytest.fixture(scope="session")
-def sandbox():
-    from rlpost.sandbox.local import LocalSandbox
-
-    service = LocalSandbox(workers=2)
-    yield service
-    service.stop()
 
 
 def descendants(pid: int) -> list[int]:

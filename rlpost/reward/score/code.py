@@ -90,11 +90,8 @@ def same_value(actual: str, expected: Any) -> bool:
         value = json.loads(actual.strip())
     except ValueError:
         return False
-    if value == expected:
-        return True
-    if isinstance(value, list) and isinstance(expected, list):  # tuples come back as lists
-        return json.loads(json.dumps(expected)) == value
-    return isinstance(expected, list) and len(expected) == 1 and value == expected[0]
+    expected = json.loads(json.dumps(expected))  # tuples compare as the lists JSON gives back
+    return value == expected or (isinstance(expected, list) and len(expected) == 1 and value == expected[0])
 
 
 def _case_program(code: str, tests: dict[str, Any], i: int) -> tuple[str, str]:
