@@ -1,7 +1,8 @@
 """The process that runs one untrusted program: PID 1 of fresh user, PID, network and mount namespaces.
 
-Started by `rlpost.sandbox.runner` as `python -I -S jail.py` with a JSON request on stdin; it writes one JSON
-result on stdout. Standard library only. It forks a child that calls unshare(2) for new user, mount, network
+Started once per service by `rlpost.sandbox.runner` as `python -I -S jail.py ADDRESS` (standard library only):
+a zygote that forks one handler per connection on an abstract Unix socket; the handler reads one JSON request and
+answers one JSON result. The handler forks a child that calls unshare(2) for new user, mount, network
 (no interface up) and PID namespaces; this process maps that namespace's uid 0 to `nobody` when the service
 runs as root (root ignores RLIMIT_NPROC and owns /etc/shadow), else to the service's own user; the child's
 child is PID 1 there and does the rest.
@@ -24,6 +25,7 @@ import os
 import resource
 import select
 import signal
+import socket
 import sys
 import time
 
@@ -262,11 +264,8 @@ def _map_user(pid: int) -> None:
         f.write(f"0 {gid} 1")
 
 
-def main() -> None:
-    """Read the request; fork a child into new namespaces whose own child (PID 1 there) runs it; print the result.
-
-    """
-    request = json.loads(sys.stdin.read())
+def execute(request: dict) -> bytes:
+    """Fork a child into new namespaces whose own child (PID 1 there) runs `request`; the result as JSON bytes."""
     ready_r, ready_w = os.pipe()
     go_r, go_w = os.pipe()
     out_r, out_w = os.pipe()
@@ -299,7 +298,41 @@ def main() -> None:
     while chunk := os.read(out_r, 1 << 16):
         chunks.append(chunk)
     os.waitpid(pid, 0)
-    sys.stdout.write(b"".join(chunks).decode() or json.dumps({"error": "the jail's namespace ended without a result"}))
+    for fd in (ready_r, go_w, out_r):
+        os.close(fd)
+    return b"".join(chunks) or json.dumps({"error": "the jail's namespace ended without a result"}).encode()
+
+
+def _handle(conn: socket.socket) -> None:
+    """One connection: send this process's pid (the service kills it on overrun), read the request until the
+    client's end of writing, answer the result."""
+    conn.sendall(f"{os.getpid()}\n".encode())
+    chunks = []
+    while chunk := conn.recv(1 << 16):
+        chunks.append(chunk)
+    conn.sendall(execute(json.loads(b"".join(chunks))))
+
+
+def serve(address: str) -> None:
+    """The zygote: accept connections on the abstract Unix socket `address`, fork one handler per connection
+    (a fork of this small warm process instead of a fresh interpreter per program)."""
+    LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # gone with the service
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind("\0" + address)
+    server.listen(1024)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # handlers reap themselves
+    sys.stdout.write("ready\n")
+    sys.stdout.flush()
+    while True:
+        conn, _ = server.accept()
+        if os.fork() == 0:
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the handler waits for its own children
+            server.close()
+            try:
+                _handle(conn)
+            finally:
+                os._exit(0)
+        conn.close()
 
 
 def _fetch(names: list[str]) -> dict:
@@ -315,4 +348,4 @@ def _fetch(names: list[str]) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    serve(sys.argv[1])

@@ -1,7 +1,8 @@
 """Run one SandboxFusion `/run_code` request in the jail (`rlpost.sandbox.jail`) and build its response.
 
-The jail enters its own user, network, PID and mount namespaces; it runs in its own session, and a backstop
-kills that whole session if the jail overruns its limits by `GRACE_S`.
+Each program goes to the jail's zygote (one warm process per service, on an abstract Unix socket: no file); its
+handler enters new user, network, PID and mount namespaces. A backstop kills the handler (and with it the
+namespace) if it overruns its limits by `GRACE_S`.
 
 Response (SandboxFusion's `RunCodeResponse`): `status` Success | Failed | SandboxError, `message`,
 `compile_result` / `run_result` (`status` Finished | TimeLimitExceeded, `execution_time`, `return_code`,
@@ -12,11 +13,15 @@ runtime_error, compile_error, sandbox_error) at the top and in each stage result
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
+import socket
 import stat
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -73,6 +78,34 @@ class Runner:
     def __post_init__(self) -> None:
         prefix = os.path.dirname(os.path.dirname(self.python))
         self.keep = sorted({prefix, os.path.dirname(os.path.realpath(self.gxx)) if self.gxx else prefix})
+        self.address = f"rlpost-sandbox-{os.getpid()}-{secrets.token_hex(6)}"
+        self._zygote: subprocess.Popen | None = None
+        self._start_zygote()
+
+    def _start_zygote(self) -> None:
+        """The jail's zygote (one warm process forking a handler per program), tied to this process's life."""
+        self.close()
+        self._zygote = subprocess.Popen([self.python, "-I", "-S", JAIL, self.address], stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        if self._zygote.stdout.readline().strip() != b"ready":
+            raise SandboxUnavailable(f"the sandbox's jail did not start: {self._zygote.stderr.read().decode()[-500:]}")
+
+    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        # connected by hand: not every event loop takes an abstract socket name as a path
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        try:
+            await asyncio.get_running_loop().sock_connect(sock, "\0" + self.address)
+        except OSError:
+            sock.close()
+            raise
+        return await asyncio.open_unix_connection(sock=sock)
+
+    def close(self) -> None:
+        """Stop the zygote (running programs end with their handlers)."""
+        if self._zygote is not None and self._zygote.poll() is None:
+            self._zygote.kill()
+            self._zygote.wait()
 
     def languages(self) -> list[str]:
         return [lang for lang in LANGUAGES if lang == "python" or self.gxx]
@@ -98,28 +131,29 @@ class Runner:
         """Run a `/run_code` body (language already checked); the SandboxFusion response."""
         jail_req = self.jail_request(req)
         budget = jail_req["run_timeout"] + (jail_req["compile_timeout"] if "compile" in jail_req else 0) + GRACE_S
-        proc = await asyncio.create_subprocess_exec(
-            self.python, "-I", "-S", JAIL, stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True)
         try:
-            out, err = await asyncio.wait_for(proc.communicate(json.dumps(jail_req).encode()), budget)
-        except asyncio.TimeoutError:
+            reader, writer = await self._connect()
+        except OSError:  # the zygote died (killed from outside): start another
+            self._start_zygote()
+            reader, writer = await self._connect()
+        writer.write(json.dumps(jail_req).encode())
+        writer.write_eof()
+        handler = None
+        try:
+            handler = int(await asyncio.wait_for(reader.readline(), GRACE_S))
+            out = await asyncio.wait_for(reader.read(), budget)
+        except (asyncio.TimeoutError, ValueError):
+            if handler is not None:  # its namespace's processes follow it (parent-death signals)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(handler, signal.SIGKILL)
             return sandbox_error(f"the jail did not finish within {budget:.0f} s and was killed")
         finally:
-            _kill_session(proc)
+            writer.close()
         try:
             result = json.loads(out.decode())
         except ValueError:
-            return sandbox_error(f"the jail ended with code {proc.returncode} without a result: "
-                                 f"{err.decode(errors='replace')[-500:]}")
+            return sandbox_error(f"the jail ended without a result ({len(out)} bytes of output)")
         return to_response(result)
-
-
-def _kill_session(proc: asyncio.subprocess.Process) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def sandbox_error(message: str) -> dict[str, Any]:

@@ -118,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sandbox: cannot listen on {args.host}:{args.port}: {err}; pick another --port (0: any free one)",
               file=sys.stderr)
         return 2
+    sock.listen(2048)  # connections wait in the backlog until the server accepts: the port file may go out now
     port = sock.getsockname()[1]
     config = uvicorn.Config(build_app(runner, args.workers, args.queue), log_level="warning", access_log=False)
     server = uvicorn.Server(config)
@@ -128,7 +129,10 @@ def main(argv: list[str] | None = None) -> int:
         with open(tmp, "w") as f:
             f.write(str(port))
         os.replace(tmp, args.port_file)
-    server.run(sockets=[sock])
+    try:
+        server.run(sockets=[sock])
+    finally:
+        runner.close()
     return 0
 
 

@@ -7,7 +7,7 @@ import pytest
 
 
 def descendants(pid: int) -> list[int]:
-    """Processes whose parent chain reaches `pid` (from /proc)."""
+    """Processes whose parent chain reaches `pid` (from /proc), but its children (the jail's zygote)."""
     parents = {}
     for name in os.listdir("/proc"):
         if name.isdigit():
@@ -16,7 +16,7 @@ def descendants(pid: int) -> list[int]:
                     parents[int(name)] = int(f.read().rsplit(")", 1)[1].split()[1])
             except (OSError, IndexError, ValueError):
                 continue
-    found, frontier = [], [pid]
+    found, frontier = [], [p for p, pp in parents.items() if pp == pid]
     while frontier:
         current = frontier.pop()
         children = [p for p, pp in parents.items() if pp == current]
@@ -27,7 +27,8 @@ def descendants(pid: int) -> list[int]:
 
 @pytest.fixture
 def nothing_left(sandbox):
-    """After the test the service has no child process left (jails, programs, their children) within 2 s.
+    """After the test the service has no process left under its zygote (handlers, programs, their children) within
+    2 s.
     (Files: each test checks the paths its program writes; the box itself is a tmpfs of the program's mount
     namespace, gone with it.)"""
     yield
