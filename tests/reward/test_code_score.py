@@ -18,6 +18,7 @@ def fenced(code: str, lang: str = "python") -> str:
 def test_parsing_helpers():
     assert extract_code("no code") == (None, "python")
     assert extract_code("```python\na\n```\ntext\n```cpp\nb\n```") == ("b\n", "cpp")  # the last block
+    assert extract_code("```python\na\n```\nthen ```python\nprint(2)\nx =") == ("print(2)\nx =", "python")  # cut off
     assert parse_tests("not json") is None and parse_tests({"inputs": ["1"], "outputs": []}) is None
     assert parse_tests({"assert_case": ["assert f(1) == 2"]})["inputs"] == [""]
     assert same_output("3  \n\n", "3\n") and same_output("1 2\n3", "1\n2 3") and not same_output("4\n", "3\n")

@@ -27,6 +27,7 @@ logger = logging.getLogger(__name__)
 FAILURES = ("wrong_answer", "runtime_error", "compile_error", "wall_time", "cpu_time", "memory", "output_limit",
             "sandbox_error", "no_code", "bad_tests")
 CODE_BLOCK = re.compile(r"```([A-Za-z0-9_+-]*)[ \t]*\n(.*?)```", re.DOTALL)
+OPEN_FENCE = re.compile(r"```([A-Za-z0-9_+-]*)[ \t]*\n(.*)\Z", re.DOTALL)
 LANGUAGE_NAMES = {"python": "python", "py": "python", "python3": "python", "cpp": "cpp", "c++": "cpp"}
 CALL_HARNESS = '''
 
@@ -45,11 +46,17 @@ __rlpost_call()
 
 
 def extract_code(completion: str) -> tuple[str | None, str]:
-    """(code, language) of the last fenced code block; (None, "python") without one."""
-    blocks = CODE_BLOCK.findall(completion or "")
-    if not blocks:
+    """(code, language) of the last fenced code block, or of an opening fence never closed (a response cut at
+    its length limit, as verl reads it); (None, "python") without a fence."""
+    text = completion or ""
+    blocks = CODE_BLOCK.findall(text)
+    opened = OPEN_FENCE.search(text[text.rfind("```"):]) if text.count("```") % 2 else None
+    if opened:
+        tag, code = opened.groups()
+    elif blocks:
+        tag, code = blocks[-1]
+    else:
         return None, "python"
-    tag, code = blocks[-1]
     return code, LANGUAGE_NAMES.get(tag.lower(), "python")
 
 
