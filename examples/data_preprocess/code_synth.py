@@ -8,6 +8,11 @@ cases `{"inputs": [...], "outputs": [...]}` as codecontests / APPS rows carry th
 
 Scored by running the program in the sandbox (`reward_model.sandbox_fusion.url=local`): the pass fraction of
 its test cases. `--data_source` picks the scorer's data source (codecontests, apps, taco, ... or rlpost/code).
+
+`--family ops` (the `TASK=code` quickstart): "... prints N times 37." with K in [2, 99], the test split's K values
+never in the training split; also writes `sft_train.parquet` (columns question/answer and prompt/response) from an
+imperfect teacher that uses the wrong operator in a `--sft_slip` fraction of its programs, and `corpus.txt` (the
+texts, for the tiny model's tokenizer).
 """
 
 from __future__ import annotations
@@ -25,6 +30,68 @@ TASKS = {  # name: (what to print, reference solution body over n)
     "mod_seven": ("N modulo 7", "n % 7"),
     "reverse": ("the digits of N in reverse order", "int(str(n)[::-1])"),
 }
+
+
+OPS = {"plus": "+", "times": "*", "minus": "-", "modulo": "%"}
+SLIPS = {"plus": "*", "times": "+", "minus": "+", "modulo": "//"}  # the teacher's usual wrong operator
+OPS_SOURCE = "rlpost/code"
+
+
+def ops_prompt(word: str, k: int) -> str:
+    return f"Write a Python program that reads N and prints N {word} {k}."
+
+
+def ops_program(op: str, k: int) -> str:
+    return f"```python\nn = int(input())\nprint(n {op} {k})\n```"
+
+
+def ops_rows(pairs: list[tuple[str, int]], split: str, rng: random.Random, n_cases: int) -> list[dict]:
+    rows = []
+    for idx, (word, k) in enumerate(pairs):
+        inputs = [rng.randint(0, 999) for _ in range(n_cases)]
+        outputs = [eval(f"{n} {OPS[word]} {k}") for n in inputs]  # noqa: S307 - our own constant expressions
+        tests = {"inputs": [f"{n}\n" for n in inputs], "outputs": [f"{o}\n" for o in outputs]}
+        rows.append({"data_source": OPS_SOURCE, "prompt": [{"role": "user", "content": ops_prompt(word, k)}],
+                     "ability": "code", "reward_model": {"style": "rule", "ground_truth": json.dumps(tests)},
+                     "extra_info": {"split": split, "index": idx, "op": word, "k": k}})
+    return rows
+
+
+def ops_sft_rows(pairs: list[tuple[str, int]], slip: float, rng: random.Random) -> list[dict]:
+    rows = []
+    for word, k in pairs:
+        program = ops_program(SLIPS[word] if rng.random() < slip else OPS[word], k)
+        rows.append({"question": ops_prompt(word, k), "answer": program, "prompt": ops_prompt(word, k),
+                     "response": program})
+    return rows
+
+
+def generate_ops(local_dir: str, train_size: int, test_size: int, seed: int, n_cases: int,
+                 sft_slip: float) -> dict[str, Path]:
+    """The ops family: train/test/sft_train parquet files and corpus.txt; test K values unseen in training."""
+    import pandas as pd
+
+    if not 0.0 <= sft_slip <= 1.0:
+        raise ValueError(f"--sft_slip must be in [0, 1], got {sft_slip}")
+    rng = random.Random(seed)
+    ks = list(range(2, 100))
+    rng.shuffle(ks)
+    test_ks, train_ks = ks[:20], ks[20:]
+    words = sorted(OPS)
+    train = [(rng.choice(words), rng.choice(train_ks)) for _ in range(train_size)]
+    test = [(words[i % len(words)], test_ks[i % len(test_ks)]) for i in range(test_size)]
+    out = Path(local_dir).expanduser()
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {name: out / f"{name}.parquet" for name in ("train", "test", "sft_train")}
+    pd.DataFrame(ops_rows(train, "train", rng, n_cases)).to_parquet(paths["train"])
+    pd.DataFrame(ops_rows(test, "test", rng, n_cases)).to_parquet(paths["test"])
+    sft = ops_sft_rows(train, sft_slip, random.Random(seed + 1))
+    pd.DataFrame(sft).to_parquet(paths["sft_train"])
+    paths["corpus"] = out / "corpus.txt"
+    texts = [r["question"] for r in sft] + [ops_program(op, k) for k in range(2, 100) for op in
+                                            (*OPS.values(), "//")]
+    paths["corpus"].write_text("\n".join(t.replace("\n", " ") for t in texts) + "\n")
+    return paths
 
 
 def prompt(task: str) -> str:
@@ -79,9 +146,14 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--data_source", default="codecontests")
     parser.add_argument("--n_cases", type=int, default=10)
+    parser.add_argument("--family", choices=("fixed", "ops"), default="fixed")
+    parser.add_argument("--sft_slip", type=float, default=0.7, help="ops: share of wrong-operator SFT programs")
     args = parser.parse_args()
-    for name, path in generate(args.local_dir, args.train_size, args.test_size, args.seed, args.data_source,
-                               args.n_cases).items():
+    if args.family == "ops":
+        paths = generate_ops(args.local_dir, args.train_size, args.test_size, args.seed, args.n_cases, args.sft_slip)
+    else:
+        paths = generate(args.local_dir, args.train_size, args.test_size, args.seed, args.data_source, args.n_cases)
+    for name, path in paths.items():
         print(f"{name}: {path}")
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import logging
 import os
 import tempfile
 import time
@@ -78,6 +79,8 @@ def _client() -> Any:
 
     pid = os.getpid()
     if pid not in _clients:
+        # one INFO line per program from httpx would bury the trainer's console (Hydra logs at INFO)
+        logging.getLogger("httpx").setLevel(logging.WARNING)
         _clients.clear()
         _clients[pid] = httpx.Client(timeout=None)
     return _clients[pid]
