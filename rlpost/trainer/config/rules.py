@@ -236,6 +236,14 @@ def check_reward_choices(c: PPOTrainerConfig) -> None:
              f"algorithm.gdpo_reward_weights={weights}",
              "gdpo normalises each named reward component (returned by the reward function beside 'score')",
              "algorithm.gdpo_reward_keys=[accuracy_reward,format_reward] (weights null, or one per key)")
+    url = c.reward_model.sandbox_fusion.url
+    if url is not None and url != "local" and not str(url).startswith(("http://", "https://")):
+        fail(f"reward_model.sandbox_fusion.url={url}", "the code sandbox is a SandboxFusion /run_code URL or local",
+             "reward_model.sandbox_fusion.url=local (rlpost starts its sandbox) or http://HOST:PORT/run_code")
+    if c.reward.compute_score_kwargs and c.custom_reward_function.path:
+        fail(f"reward.compute_score_kwargs={dict(c.reward.compute_score_kwargs)}, custom_reward_function.path="
+             f"{c.custom_reward_function.path}", "these keyword arguments go to the built-in scorers only",
+             "custom_reward_function.reward_kwargs for your own function")
     manager = c.reward.reward_manager
     if manager.module.path and manager.source != "importlib":
         fail(f"reward.reward_manager.module.path={manager.module.path}, reward.reward_manager.source={manager.source}",

@@ -43,16 +43,17 @@ def run_ppo(config: Any) -> dict[str, float]:
         check_profiler_tools(config)
     except ValueError as err:
         raise InputError(str(err)) from err
-    trainer = build_trainer(config)
-    done = finished_run(config, trainer.total_training_steps)  # a finished run needs no Ray at all
-    if done is not None:
-        print(already_complete(done, trainer.total_training_steps))
-        return {}
-    check_resume_inputs(config)  # an incompatible checkpoint stops here, not after the workers load their models
     trainer_cfg = config.trainer
     run_dir = os.path.abspath(os.path.expanduser(trainer_cfg.default_local_dir))
     log_dir = os.path.join(run_dir, "logs")
     with contextlib.ExitStack() as held:
+        config = held.enter_context(code_sandbox(config))
+        trainer = build_trainer(config)
+        done = finished_run(config, trainer.total_training_steps)  # a finished run needs no Ray at all
+        if done is not None:
+            print(already_complete(done, trainer.total_training_steps))
+            return {}
+        check_resume_inputs(config)  # an incompatible checkpoint stops here, not after the workers load them
         try:  # one run per folder: a second one stops here, before Ray
             held.enter_context(run_lock(run_dir))
         except FolderInUse as err:
@@ -81,9 +82,40 @@ class TaskRunner:
 
     def run(self, config: Any) -> dict[str, float]:
         """Build the trainer, start the workers and train; returns the last step's metrics."""
-        trainer = build_trainer(config)
-        trainer.init_workers()
-        return trainer.fit()
+        from rlpost.trainer.config import as_typed
+
+        with code_sandbox(as_typed(config)) as config:
+            trainer = build_trainer(config)
+            trainer.init_workers()
+            return trainer.fit()
+
+
+@contextlib.contextmanager
+def code_sandbox(config: PPOTrainerConfig):
+    """The config to run with: for `reward_model.sandbox_fusion.url=local` rlpost's sandbox service is started
+    (stopped on exit) and its address replaces `local`; a set URL must answer one program (else InputError)."""
+    from rlpost.sandbox import LOCAL
+    from rlpost.sandbox.client import SandboxUnreachable, check_reachable
+
+    sandbox = config.reward_model.sandbox_fusion
+    if not sandbox.url:
+        yield config
+        return
+    with contextlib.ExitStack() as held:
+        if sandbox.url == LOCAL:
+            from rlpost.sandbox.local import local_sandbox
+
+            try:
+                service = held.enter_context(local_sandbox(min(sandbox.max_concurrent, os.cpu_count() or 1)))
+            except RuntimeError as err:
+                raise InputError(str(err)) from err
+            config = config.replace(**{"reward_model.sandbox_fusion.url": service.url})
+            print(f"[rlpost] code sandbox: {service.url} (pid {service.pid}), stopped with the run")
+        try:
+            check_reachable(config.reward_model.sandbox_fusion.url)
+        except SandboxUnreachable as err:
+            raise InputError(str(err)) from err
+        yield config
 
 
 def build_trainer(config: Any):

@@ -28,7 +28,6 @@ SCRIPTS: dict[str, list[str]] = {**yaml.safe_load((HERE / "verl_scripts.yaml").r
 REFUSED = {
     "ppo_deepseek7b_llm": "actor_rollout_ref.rollout.quantization",
     "sglang_multiturn_qwen2_5_3b_gsm8k": "actor_rollout_ref.rollout.tensor_model_parallel_size",  # multi-turn, TP 2
-    "ppo_deepseek7b_llm_sandbox_fusion": "reward_model.sandbox_fusion.url",
     # the current corpus
     "grpo_qwen3_5_2b_openr1_fsdp": "data.image_patch_size",  # images and videos
     "grpo_qwen3_5_2b_video_fsdp": "data.image_patch_size",
