@@ -18,6 +18,7 @@ ENTROPYS = "entropys"  # (B, R) per-token entropy of the actor
 SUM_PI_SQUARED = "sum_pi_squared"  # (B, R) sum over the vocabulary of the actor's squared probabilities (OTB)
 ROUTED_EXPERTS = "routed_experts"  # (B, T, L, K) int: the experts each token was routed to (MoE router replay)
 REF_LOG_PROB = "ref_log_prob"  # (B, R) reference-policy log-probs
+TEACHER_LOG_PROBS = "teacher_log_probs"  # (B, R) log-probs of the sampled tokens under the row's teacher (distillation)
 VALUES = "values"  # (B, R) critic values
 RM_SCORES = "rm_scores"  # (B, R) reward-model score placed on the last response token
 TOKEN_LEVEL_SCORES = "token_level_scores"  # (B, R) task score placed on the last response token
@@ -58,3 +59,6 @@ REWARD_BASELINES = "reward_baselines"  # (B,) ReMax: score of the greedy respons
 RAW_INPUT_IDS = "raw_input_ids"  # list[int]: message contents without chat template (data.return_raw_input_ids)
 LOSS_MASK = "loss_mask"  # (B, T) SFT: 1 on response tokens, the only ones the loss counts
 ROLLOUT_IS_WEIGHTS = "rollout_is_weights"  # (B, R) rollout-correction weights pi_old / pi_rollout (truncated)
+# dict: the distillation loss the actor adds ({loss_mode, coef, loss_max_clamp, log_prob_min_clamp}), with
+# `teacher_log_probs` in the batch
+META_DISTILLATION = "distillation"

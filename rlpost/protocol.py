@@ -19,19 +19,51 @@ import numpy as np
 import torch
 
 from rlpost.keys import META_METRICS
+from rlpost.protocol_utils import (  # noqa: F401  (verl's names, importable from here)
+    AUTO_PADDING_KEY,
+    DataProtoConfig,
+    _WireTensor,
+    deserialize_single_tensor,
+    deserialize_tensordict,
+    fold_batch_dim,
+    from_wire,
+    list_of_dict_to_dict_of_list,
+    serialize_single_tensor,
+    serialize_tensordict,
+    to_wire,
+    unfold_batch_dim,
+    union_numpy_dict,
+    union_tensor_dict,
+)
 
 IndexLike = Sequence[int] | np.ndarray | torch.Tensor
 
 
 class TensorBatch(dict):
-    """A `dict[str, Tensor]` whose tensors share dim 0; `batch_size` mirrors tensordict's attribute."""
+    """A `dict[str, Tensor]` whose tensors share dim 0; `batch_size` mirrors tensordict's attribute.
+
+    It remembers its row count once its last key is removed (as a TensorDict keeps its batch size), so a
+    DataProto whose tensors were all popped still knows how many rows it has.
+    """
+
+    def __init__(self, data: Any = (), batch_dims: int = 1, rows: int = 0) -> None:
+        super().__init__(data)
+        self.batch_dims = batch_dims
+        self.rows = rows
+        for value in self.values():
+            self.rows = int(value.shape[0])
+            break
+
+    def __setitem__(self, key: str, value: torch.Tensor) -> None:
+        super().__setitem__(key, value)
+        self.rows = int(value.shape[0])
 
     @property
     def batch_size(self) -> torch.Size:
-        """torch.Size([B]), or torch.Size([0]) when empty."""
+        """The first `batch_dims` dims of the tensors (torch.Size([B]) by default); torch.Size([rows]) when empty."""
         for value in self.values():
-            return torch.Size([value.shape[0]])
-        return torch.Size([0])
+            return torch.Size(value.shape[: self.batch_dims])
+        return torch.Size([self.rows])
 
 
 def _as_object_array(values: list) -> np.ndarray:
@@ -48,53 +80,6 @@ def _values_equal(a: Any, b: Any) -> bool:
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return len(a) == len(b) and all(_values_equal(x, y) for x, y in zip(a, b))
     return bool(a == b)
-
-
-def _compact(t: torch.Tensor) -> torch.Tensor:
-    """Clone a view whose storage is larger than the view, so pickling sends only its own bytes."""
-    if t.untyped_storage().nbytes() > t.numel() * t.element_size():
-        return t.clone()
-    return t
-
-
-# dtypes numpy lacks (bf16, float8, ...) travel as integers of the same width
-_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
-@dataclass(frozen=True, eq=False)
-class _WireTensor:
-    """A CPU tensor pickled as a numpy array: under pickle protocol 5 (Ray) the array's buffer goes out of
-    band, copied once into shared memory, where torch pickles a storage through `torch.save` (~3x slower for a
-    main_ppo batch). A view sends only its own bytes.
-
-    Within one process, protocol 5 with the sender's own (writable) buffers would give tensors sharing the
-    sender's memory; Ray's buffers are read-only, and in-band pickles (protocol 4, `save_to_disk`) copy.
-    """
-
-    array: np.ndarray
-    dtype: torch.dtype
-
-    def tensor(self) -> torch.Tensor:
-        # Ray hands back read-only arrays over its shared memory: copy those, so the tensor owns writable memory
-        array = self.array if self.array.flags.writeable else self.array.copy()
-        t = torch.from_numpy(array)
-        return t if t.dtype == self.dtype else t.view(self.dtype)
-
-
-def _to_wire(t: torch.Tensor) -> torch.Tensor | _WireTensor:
-    # torch's own pickling: device tensors, autograd leaves, lazy conj/neg views, and broadcast (stride-0) views,
-    # whose storage is smaller than the tensor (numpy would send every element)
-    if t.device.type != "cpu" or t.requires_grad or t.is_conj() or t.is_neg() or 0 in t.stride():
-        return _compact(t)
-    try:
-        return _WireTensor(t.numpy(), t.dtype)
-    except TypeError:  # a dtype numpy has no type for: its bits as an integer type of the same width
-        bits = _BITS.get(t.element_size())
-        return _WireTensor(t.view(bits).numpy(), t.dtype) if bits is not None else _compact(t)
-
-
-def _from_wire(value: torch.Tensor | _WireTensor) -> torch.Tensor:
-    return value.tensor() if isinstance(value, _WireTensor) else value
 
 
 @dataclass
@@ -124,6 +109,8 @@ class DataProto:
             for k, v in (self.non_tensor_batch or {}).items()
         }
         self.meta_info = dict(self.meta_info or {})
+        if not self.batch and self.non_tensor_batch:
+            self.batch.rows = len(next(iter(self.non_tensor_batch.values())))
         self.check_consistency()
 
     # ---- construction -------------------------------------------------------------------------
@@ -133,12 +120,30 @@ class DataProto:
         tensors: dict[str, torch.Tensor] | None = None,
         non_tensors: dict[str, np.ndarray | list] | None = None,
         meta_info: dict | None = None,
+        num_batch_dims: int = 1,
+        auto_padding: bool = False,
     ) -> DataProto:
-        """Build from tensors (B, ...) and numpy arrays / lists of length B."""
-        return cls(TensorBatch(tensors or {}), dict(non_tensors or {}), dict(meta_info or {}))
+        """Build from tensors (B, ...) and numpy arrays / lists of length B.
+
+        num_batch_dims: how many leading dims every tensor shares as its batch size (> 1 only without
+        non-tensors). auto_padding: let `chunk` split this DataProto unevenly (see `DataProtoConfig`).
+        """
+        if num_batch_dims < 1:
+            raise ValueError(f"DataProto.from_dict: num_batch_dims must be >= 1, got {num_batch_dims}")
+        if num_batch_dims > 1 and non_tensors:
+            raise ValueError("DataProto.from_dict: num_batch_dims > 1 needs non_tensors to be empty")
+        tensors = dict(tensors or {})
+        shapes = {k: tuple(v.shape[:num_batch_dims]) for k, v in tensors.items()}
+        if num_batch_dims > 1 and len(set(shapes.values())) > 1:  # dim 0 alone: check_consistency names the key
+            raise ValueError(f"DataProto.from_dict: the tensors' first {num_batch_dims} dim(s) differ: {shapes}")
+        meta_info = dict(meta_info or {})
+        if auto_padding:
+            meta_info[AUTO_PADDING_KEY] = True
+        return cls(TensorBatch(tensors, batch_dims=num_batch_dims), dict(non_tensors or {}), meta_info)
 
     @classmethod
-    def from_single_dict(cls, data: dict[str, Any], meta_info: dict | None = None) -> DataProto:
+    def from_single_dict(cls, data: dict[str, Any], meta_info: dict | None = None,
+                         auto_padding: bool = False) -> DataProto:
         """Build from one dict: tensors go to `batch`, numpy arrays and lists to `non_tensor_batch`."""
         tensors, non_tensors = {}, {}
         for key, value in data.items():
@@ -148,7 +153,7 @@ class DataProto:
                 non_tensors[key] = value
             else:
                 raise TypeError(f"DataProto.from_single_dict: key {key!r} has unsupported type {type(value)}")
-        return cls.from_dict(tensors, non_tensors, meta_info)
+        return cls.from_dict(tensors, non_tensors, meta_info, auto_padding=auto_padding)
 
     def check_consistency(self) -> None:
         """Raise ValueError naming the key when tensors/arrays do not share dim 0."""
@@ -168,7 +173,7 @@ class DataProto:
         for store in (self.batch, self.non_tensor_batch):
             for value in store.values():
                 return int(value.shape[0])
-        return 0
+        return self.batch.rows
 
     # ---- row selection ------------------------------------------------------------------------
     def _take(self, index: Any) -> DataProto:
@@ -176,7 +181,9 @@ class DataProto:
         batch = {k: v[index] for k, v in self.batch.items()}
         np_index = index.cpu().numpy() if isinstance(index, torch.Tensor) else index
         non_tensor = {k: v[np_index] for k, v in self.non_tensor_batch.items()}
-        return DataProto(TensorBatch(batch), non_tensor, dict(self.meta_info))
+        rows = len(range(len(self))[index]) if isinstance(index, slice) else len(np_index)
+        return DataProto(TensorBatch(batch, batch_dims=self.batch.batch_dims, rows=rows), non_tensor,
+                         dict(self.meta_info))
 
     def select_idxs(self, idxs: IndexLike) -> DataProto:
         """Rows at integer positions or where a boolean mask (B,) is True."""
@@ -289,10 +296,59 @@ class DataProto:
         else:
             batch = {k: torch.cat([v] * repeat_times, dim=0) for k, v in self.batch.items()}
             non_tensor = {k: np.concatenate([v] * repeat_times, axis=0) for k, v in self.non_tensor_batch.items()}
-        return DataProto(TensorBatch(batch), non_tensor, dict(self.meta_info))
+        return DataProto(TensorBatch(batch, rows=len(self) * repeat_times), non_tensor, dict(self.meta_info))
+
+    def sample_level_repeat(self, repeat_times: Sequence[int] | np.ndarray | torch.Tensor) -> DataProto:
+        """Row i repeated repeat_times[i] times, in row order (r0 r0 r1 r2 r2 r2 for [2, 1, 3])."""
+        counts = torch.as_tensor(np.asarray(repeat_times) if not isinstance(repeat_times, torch.Tensor)
+                                 else repeat_times).long()
+        if counts.ndim != 1 or counts.numel() != len(self) or bool((counts < 0).any()):
+            raise ValueError(f"sample_level_repeat: need {len(self)} counts >= 0 (one per row), got {repeat_times!r}")
+        batch = {k: v.repeat_interleave(counts.to(v.device), dim=0) for k, v in self.batch.items()}
+        non_tensor = {k: np.repeat(v, counts.numpy(), axis=0) for k, v in self.non_tensor_batch.items()}
+        return DataProto(TensorBatch(batch, rows=int(counts.sum())), non_tensor, dict(self.meta_info))
+
+    def unfold_column_chunks(self, n_split: int, split_keys: Sequence[str] | None = None) -> DataProto:
+        """Each row becomes `n_split` rows: keys in `split_keys` have their dim 1 cut into n_split equal
+        column chunks (chunk j of row i lands in row i * n_split + j); every other key is repeated."""
+        split = set(split_keys or [])
+
+        def unfold(v: Any) -> Any:
+            if v.shape[1] % n_split:
+                raise ValueError(f"unfold_column_chunks: dim 1 of size {v.shape[1]} does not split into {n_split}")
+            return v.reshape(v.shape[0] * n_split, v.shape[1] // n_split, *v.shape[2:])
+
+        batch = {k: unfold(v) if k in split else v.repeat_interleave(n_split, dim=0)
+                 for k, v in self.batch.items()}
+        non_tensor = {k: unfold(v) if k in split else np.repeat(v, n_split, axis=0)
+                      for k, v in self.non_tensor_batch.items()}
+        return DataProto(TensorBatch(batch, rows=len(self) * n_split), non_tensor, dict(self.meta_info))
+
+    def is_padding_enabled(self) -> bool:
+        """True when this DataProto (from_dict(auto_padding=True)) or `DataProtoConfig.auto_padding` allows
+        uneven chunks."""
+        return bool(self.meta_info.get(AUTO_PADDING_KEY, False)) or DataProtoConfig.auto_padding
+
+    def padding(self, padding_size: int, padding_candidate: str = "") -> None:
+        """Append `padding_size` copies of the first row ("first") or the last row (anything else), in place."""
+        if padding_size == 0:
+            return
+        row = self.select_idxs([0 if padding_candidate == "first" else len(self) - 1])
+        padded = DataProto.concat([self, row.repeat(padding_size)])
+        self.batch, self.non_tensor_batch = padded.batch, padded.non_tensor_batch
 
     def chunk(self, chunks: int) -> list[DataProto]:
-        """`chunks` equal parts (len must divide; pad first with `pad_dataproto_to_divisor`)."""
+        """`chunks` equal parts (len must divide; pad first with `pad_dataproto_to_divisor`).
+
+        With padding enabled (`is_padding_enabled`), parts of ceil(len / chunks) rows as `torch.chunk` cuts
+        them, the last shorter; it must still give `chunks` parts.
+        """
+        if chunks > 0 and len(self) % chunks and self.is_padding_enabled():
+            size = -(-len(self) // chunks)
+            parts = [self.slice(i, i + size) for i in range(0, len(self), size)]
+            if len(parts) != chunks:
+                raise ValueError(f"chunk: {len(self)} rows in parts of {size} give {len(parts)} parts, not {chunks}")
+            return parts
         if chunks <= 0 or len(self) % chunks:
             raise ValueError(
                 f"chunk: {len(self)} rows do not split into {chunks} equal chunks; "
@@ -309,9 +365,11 @@ class DataProto:
 
     @staticmethod
     def concat(data: Sequence[DataProto]) -> DataProto:
-        """Rows of all parts in order; meta_info from the first part, except metrics, gathered from all.
+        """Rows of all parts in order; meta_info merged: a key in several parts must hold one value there,
+        except `meta_info["metrics"]`, gathered from all.
 
-        `meta_info["metrics"]` of every part (dict of scalar or list) becomes one dict of lists.
+        Each part's metrics (a dict of scalar or list, or a list of such dicts, one per worker) become one dict
+        of lists; a list value is extended, not nested.
         """
         if not data:
             raise ValueError("concat: empty list")
@@ -324,18 +382,8 @@ class DataProto:
                 )
         batch = {k: torch.cat([d.batch[k] for d in data], dim=0) for k in data[0].batch}
         non_tensor = {k: np.concatenate([d.non_tensor_batch[k] for d in data]) for k in data[0].non_tensor_batch}
-        meta: dict = {}
-        metrics: dict[str, list] = {}
-        for d in data:
-            for key, value in d.meta_info.items():
-                if key != META_METRICS:
-                    meta.setdefault(key, value)
-                    continue
-                for name, v in value.items():
-                    metrics.setdefault(name, []).extend(v if isinstance(v, list) else [v])
-        if any(META_METRICS in d.meta_info for d in data):
-            meta[META_METRICS] = metrics
-        return DataProto(TensorBatch(batch), non_tensor, meta)
+        meta = _merge_meta([d.meta_info for d in data])
+        return DataProto(TensorBatch(batch, rows=sum(len(d) for d in data)), non_tensor, meta)
 
     def make_iterator(
         self, mini_batch_size: int, epochs: int, seed: int | None = None, dataloader_kwargs: dict | None = None
@@ -360,6 +408,25 @@ class DataProto:
                     yield self.select_idxs(order[start : start + mini_batch_size])
 
         return iterate()
+
+    def to_tensordict(self) -> Any:
+        """A `tensordict.TensorDict` of the rows: tensors as they are, non-tensors as a NonTensorStack per key,
+        meta_info entries as NonTensorData (verl's layout). Needs the `tensordict` package."""
+        try:
+            from tensordict import NonTensorData, NonTensorStack, TensorDict
+        except ImportError as err:
+            raise ImportError("DataProto.to_tensordict needs the tensordict package (pip install tensordict); "
+                              "rlpost itself keeps tensors in a plain dict (DataProto.batch)") from err
+        common = set(self.batch) & set(self.non_tensor_batch)
+        if common:
+            raise ValueError(f"to_tensordict: keys {sorted(common)} are in both batch and non_tensor_batch")
+        source: dict[str, Any] = dict(self.batch)
+        for key, value in self.non_tensor_batch.items():
+            source[key] = NonTensorStack.from_list([NonTensorData(item) for item in value])
+        out = TensorDict(source, batch_size=[len(self)])
+        for key, value in self.meta_info.items():
+            out[key] = NonTensorData(value)
+        return out
 
     # ---- devices, size, pickling --------------------------------------------------------------
     def to(self, device: str | torch.device) -> DataProto:
@@ -389,13 +456,16 @@ class DataProto:
         # CPU tensors as numpy arrays (`_WireTensor`); others compacted: slices and chunks are views of a larger
         # storage, which torch would pickle whole.
         return {
-            "batch": {k: _to_wire(v) for k, v in self.batch.items()},
+            "batch": {k: to_wire(v) for k, v in self.batch.items()},
             "non_tensor_batch": self.non_tensor_batch,
             "meta_info": self.meta_info,
+            "rows": len(self),
+            "batch_dims": self.batch.batch_dims,
         }
 
     def __setstate__(self, state: dict) -> None:
-        self.batch = TensorBatch({k: _from_wire(v) for k, v in state["batch"].items()})
+        self.batch = TensorBatch({k: from_wire(v) for k, v in state["batch"].items()},
+                                 batch_dims=state.get("batch_dims", 1), rows=state.get("rows", 0))
         self.non_tensor_batch = state["non_tensor_batch"]
         self.meta_info = state["meta_info"]
 
@@ -407,6 +477,26 @@ class DataProto:
     def load_from_disk(path: str) -> DataProto:
         with open(path, "rb") as f:
             return pickle.load(f)
+
+
+def _merge_meta(metas: list[dict]) -> dict:
+    """The meta_info of concatenated parts (see `DataProto.concat`)."""
+    meta: dict = {}
+    metrics: dict[str, list] = {}
+    for i, info in enumerate(metas):
+        for key, value in info.items():
+            if key != META_METRICS:
+                if key in meta and not _values_equal(meta[key], value):
+                    raise ValueError(f"concat: meta_info[{key!r}] is {meta[key]!r} in an earlier part but "
+                                     f"{value!r} in part {i}; parts must agree on every meta_info key but metrics")
+                meta.setdefault(key, value)
+                continue
+            for per_worker in value if isinstance(value, list) else [value] if value is not None else []:
+                for name, v in per_worker.items():
+                    metrics.setdefault(name, []).extend(v if isinstance(v, list) else [v])
+    if any(META_METRICS in info for info in metas):
+        meta[META_METRICS] = metrics
+    return meta
 
 
 def pad_dataproto_to_divisor(data: DataProto, size_divisor: int) -> tuple[DataProto, int]:

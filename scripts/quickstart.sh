@@ -6,6 +6,7 @@
 #   LORA_RANK=16 bash scripts/quickstart.sh    # train LoRA adapters (PEFT) instead of the full model
 #   QUICKSTART_DIR=/tmp/qs bash scripts/quickstart.sh
 #   TASK=calculator bash scripts/quickstart.sh # multi-turn: GRPO teaches the model to use a calculator tool
+#   TASK=code bash scripts/quickstart.sh       # code RL: programs scored on hidden tests in rlpost's sandbox
 #
 # 1. set up .venv (scripts/setup_env.sh)
 # 2. build a tiny Qwen2-architecture model and its tokenizer (random weights, offline)
@@ -23,14 +24,16 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
-TASK=${TASK:-times_ten}                 # times_ten, or calculator (multi-turn, with a tool)
+TASK=${TASK:-times_ten}                 # times_ten, calculator (multi-turn, with a tool), or code (the sandbox)
 case "$TASK" in
   times_ten) WORK=${QUICKSTART_DIR:-/tmp/rlpost_quickstart}; SFT_STEPS=${SFT_STEPS:-100} ;;
   calculator) WORK=${QUICKSTART_DIR:-/tmp/rlpost_quickstart_calculator}; SFT_STEPS=${SFT_STEPS:-300} ;;
-  *) echo "TASK=$TASK: not a quickstart task; use TASK=times_ten (the default) or TASK=calculator" >&2; exit 2 ;;
+  code) WORK=${QUICKSTART_DIR:-/tmp/rlpost_quickstart_code}; SFT_STEPS=${SFT_STEPS:-200} ;;
+  *) echo "TASK=$TASK: not a quickstart task; use TASK=times_ten (the default), TASK=calculator or TASK=code" >&2
+     exit 2 ;;
 esac
-if [ "$TASK" = calculator ] && { [ "${ALGO:-grpo}" != grpo ] || [ "${LORA_RANK:-0}" -gt 0 ]; }; then
-  echo "TASK=calculator: not supported yet with ALGO=${ALGO:-grpo} LORA_RANK=${LORA_RANK:-0}; use ALGO=grpo LORA_RANK=0" >&2
+if [ "$TASK" != times_ten ] && { [ "${ALGO:-grpo}" != grpo ] || [ "${LORA_RANK:-0}" -gt 0 ]; }; then
+  echo "TASK=$TASK: not supported yet with ALGO=${ALGO:-grpo} LORA_RANK=${LORA_RANK:-0}; use ALGO=grpo LORA_RANK=0" >&2
   exit 2
 fi
 if [ -z "${QUICKSTART_SKIP_SETUP:-}" ]; then  # tests run inside an environment already set up
@@ -101,6 +104,11 @@ rl() {
 if [ "$TASK" = calculator ]; then
   # shellcheck source=scripts/quickstart_calculator.sh
   source "$ROOT/scripts/quickstart_calculator.sh"
+  exit 0
+fi
+if [ "$TASK" = code ]; then
+  # shellcheck source=scripts/quickstart_code.sh
+  source "$ROOT/scripts/quickstart_code.sh"
   exit 0
 fi
 

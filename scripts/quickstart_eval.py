@@ -1,6 +1,7 @@
 """Held-out accuracy before and after RL, read from a run's `metrics.jsonl` (the trainer's `file` logger).
 
-    python scripts/quickstart_eval.py /abs/run_dir [--metric val-core/rlpost/arith/reward/mean@1] [--tool_calls]
+    python scripts/quickstart_eval.py /abs/run_dir [--metric val-core/rlpost/arith/reward/mean@1] [--label TEXT]
+        [--tool_calls]
 
 The trainer validates greedily on the held-out split before the first step (`trainer.val_before_train`)
 and after the last one; this prints, as the last line,
@@ -52,9 +53,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run", help="trainer.default_local_dir of the run, or its metrics.jsonl")
     parser.add_argument("--metric", default=DEFAULT_METRIC)
+    parser.add_argument("--label", default="held-out accuracy", help="what the closing line calls the metric")
     parser.add_argument("--tool_calls", action="store_true", help=f"also print the tool-call rate ({TOOL_CALL_METRIC})")
     args = parser.parse_args(argv)
-    wanted = [(args.metric, "held-out accuracy")] + ([(TOOL_CALL_METRIC, "tool-call rate")] if args.tool_calls else [])
+    wanted = [(args.metric, args.label)] + ([(TOOL_CALL_METRIC, "tool-call rate")] if args.tool_calls else [])
     try:
         lines = [summary_line(*before_after(args.run, metric), what) for metric, what in wanted]
     except (OSError, ValueError) as err:

@@ -17,3 +17,13 @@ def tiny_model_dir(tmp_path_factory):
     from rlpost.utils.tiny_model import build_tiny_model
 
     return str(build_tiny_model(tmp_path_factory.mktemp("tiny_model")))
+
+
+@pytest.fixture(scope="session")
+def sandbox():
+    """A real sandbox service (`python -m rlpost.sandbox.serve`, 2 workers) on a free port; `.url`, `.pid`."""
+    from rlpost.sandbox.local import LocalSandbox
+
+    service = LocalSandbox(workers=2)
+    yield service
+    service.stop()

@@ -104,7 +104,10 @@ class ToolSession:
         timeout = self.timeout_s(call.name)
         try:
             response, reward = _split_result(call.name, await asyncio.wait_for(self._execute(call), timeout))
-        except asyncio.TimeoutError:
+        except asyncio.TimeoutError:  # counted by the agent loop; logged here with the call that hung
+            logger.warning("tool %r timed out after %g s on the call %s; the model reads an error and the "
+                           "rollout goes on (the tool's `timeout` in its multi_turn.tool_config_path entry sets the "
+                           "limit)", call.name, timeout, json.dumps(call.arguments, default=str)[:300])
             return CallResult(f"Error: tool {call.name!r} timed out after {timeout:g} s", True)
         except Exception as e:  # a tool's failure must not end the rollout: the model reads it
             logger.warning("tool %r failed: %s: %s", call.name, type(e).__name__, e)

@@ -4,7 +4,7 @@
     kl.py                  KL estimators (`KL_ESTIMATORS`, `kl_penalty`), KL controllers, `apply_kl_penalty`
     losses.py              `agg_loss` (`LOSS_AGG_MODES`), `POLICY_LOSSES` and the PPO / GSPO / GPG losses,
                            `compute_value_loss`
-    loss_variants.py       clip_cov, kl_cov, geo_mean (GMPO), cispo, sapo, topr policy losses
+    loss_variants.py       clip_cov, kl_cov, geo_mean (GMPO), cispo, sapo, topr, dro policy losses
     rollout_correction.py  off-policy importance weights / rejection, the bypass_mode loss
     filter_groups.py       DAPO dynamic sampling (groups with a non-constant metric)
     logits.py              entropy / log-probs from logits (memory-bounded)
@@ -47,6 +47,7 @@ from rlpost.algos.logits import entropy_from_logits, entropy_from_logits_with_ch
 from rlpost.algos.loss_variants import (
     compute_policy_loss_cispo,
     compute_policy_loss_clip_cov,
+    compute_policy_loss_dro,
     compute_policy_loss_geo_mean,
     compute_policy_loss_kl_cov,
     compute_policy_loss_sapo,
@@ -86,8 +87,9 @@ __all__ = [
     "KL_ESTIMATORS", "AdaptiveKLController", "FixedKLController", "apply_kl_penalty", "get_kl_controller",
     "kl_estimator_names", "kl_penalty",
     "entropy_from_logits", "entropy_from_logits_with_chunking", "logprobs_from_logits",
-    "compute_policy_loss_cispo", "compute_policy_loss_clip_cov", "compute_policy_loss_geo_mean",
-    "compute_policy_loss_kl_cov", "compute_policy_loss_sapo", "compute_policy_loss_topr",
+    "compute_policy_loss_cispo", "compute_policy_loss_clip_cov", "compute_policy_loss_dro",
+    "compute_policy_loss_geo_mean", "compute_policy_loss_kl_cov", "compute_policy_loss_sapo",
+    "compute_policy_loss_topr",
     "LOSS_AGG_MODES", "POLICY_LOSSES", "agg_loss", "cfg_value", "compute_policy_loss", "compute_policy_loss_gpg",
     "compute_policy_loss_gspo", "compute_policy_loss_vanilla", "compute_value_loss", "get_policy_loss_fn",
     "register_policy_loss",

@@ -266,3 +266,35 @@ def compute_policy_loss_topr(
     tapered = negative & ((seq_ratio < lower) | (seq_ratio > upper))
     pg_clipfrac = masked_mean(tapered.to(pg_loss.dtype), response_mask)
     return pg_loss, pg_clipfrac, masked_mean(-log_ratio, response_mask).detach(), torch.zeros_like(pg_clipfrac)
+
+
+@register_policy_loss("dro")
+def compute_policy_loss_dro(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> LossTuple:
+    """DRO-style regularised policy gradient: no clip, a quadratic penalty on the log-ratio instead.
+
+    L_t = -(A_t * log_prob_t - beta / 2 * (log_prob_t - old_log_prob_t)^2), beta = policy_loss.dro_beta.
+    Its gradient is that of vanilla policy gradient at the old policy, pulled back in proportion to how far
+    the log-probability has moved, so large off-policy steps are damped without a hard cut-off.
+
+    Returns:
+        pg_loss, 0, ppo_kl (mean old - new log-prob), 0.
+    """
+    if config is None:
+        raise ValueError("policy loss 'dro' needs the actor config (policy_loss.dro_beta)")
+    beta = cfg_value(cfg_value(config, "policy_loss"), "dro_beta")
+    if beta is None or float(beta) < 0:
+        raise ValueError(f"actor.policy_loss.dro_beta={beta} is invalid for loss_mode=dro: set a value >= 0, "
+                         "e.g. actor_rollout_ref.actor.policy_loss.dro_beta=0.05")
+    log_ratio = log_prob - old_log_prob
+    pg_losses = -(advantages * log_prob - 0.5 * float(beta) * log_ratio.pow(2))
+    pg_loss = agg_loss(apply_is_weights(pg_losses, rollout_is_weights), response_mask, loss_agg_mode)
+    zero = torch.zeros_like(pg_loss).detach()
+    return pg_loss, zero, masked_mean(-log_ratio, response_mask).detach(), zero

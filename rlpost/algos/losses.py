@@ -88,29 +88,91 @@ def _seq_mean_token_sum_norm(loss_mat: torch.Tensor, mask: torch.Tensor, norm_le
     return masked_mean(sums / divisor, (counts > 0).to(sums.dtype))
 
 
+@LOSS_AGG_MODES.register("token-sum")
+def _token_sum(loss_mat: torch.Tensor, mask: torch.Tensor, norm_length: int | None) -> torch.Tensor:
+    sums, _ = _per_row(loss_mat, mask)
+    return sums.sum()
+
+
+def _global_parts(
+    loss_mat: torch.Tensor, mask: torch.Tensor, mode: str, divisor: float | None
+) -> tuple[torch.Tensor, torch.Tensor | None, str]:
+    """(this micro-batch's numerator, its own denominator, which global count replaces that denominator)."""
+    sums, counts = _per_row(loss_mat, mask)
+    rows = (counts > 0).to(sums.dtype)
+    if mode == "token-mean":
+        return sums.sum(), counts.sum(), "tokens"
+    if mode == "token-sum":
+        return sums.sum(), None, ""
+    if mode == "seq-mean-token-sum":
+        return (sums * rows).sum(), rows.sum(), "rows"
+    if mode == "seq-mean-token-mean":
+        return (sums / counts.clamp_min(1) * rows).sum(), rows.sum(), "rows"
+    if mode == "seq-mean-token-sum-norm":
+        width = float(divisor if divisor is not None else mask.shape[-1])
+        return (sums / width * rows).sum(), rows.sum(), "rows"
+    raise ValueError(
+        f"agg_loss: not supported yet: dp_size / batch_num_tokens / global_batch_size with the user-registered "
+        f"loss_agg_mode {mode!r}; built-in modes: {LOSS_AGG_MODES.names()}"
+    )
+
+
 def agg_loss(
-    loss_mat: torch.Tensor, loss_mask: torch.Tensor, loss_agg_mode: str, norm_length: int | None = None
+    loss_mat: torch.Tensor,
+    loss_mask: torch.Tensor,
+    loss_agg_mode: str,
+    dp_size: int = 1,
+    batch_num_tokens: int | torch.Tensor | None = None,
+    global_batch_size: int | torch.Tensor | None = None,
+    loss_scale_factor: int | float | None = None,
+    norm_length: int | None = None,
 ) -> torch.Tensor:
     """Reduces a per-token loss to a scalar with the mode registered under `loss_agg_mode`.
 
     Modes (rows = sequences with at least one valid token):
         token-mean: sum of valid token losses / number of valid tokens.
+        token-sum: sum of valid token losses.
         seq-mean-token-sum: mean over rows of each row's token sum.
         seq-mean-token-mean: mean over rows of each row's token mean.
         seq-mean-token-sum-norm (Dr.GRPO): mean over rows of (row token sum / norm_length), with
             norm_length = the mask width R (the max response length) unless given. A constant
             divisor removes the length bias of per-row token means.
 
+    Global normalisation (verl's arguments): data-parallel ranks average their gradients, so a micro-batch's
+    share of the global mean is its numerator / the global count * dp_size. `batch_num_tokens` (valid tokens of
+    the whole global batch) replaces the local token count of token-mean, `global_batch_size` (rows of the
+    global batch) the local row count of the seq-mean modes; either left None uses this micro-batch's own count.
+    token-sum is multiplied by dp_size, so the averaged gradient is that of the global sum.
+
     Args:
         loss_mat: (B, R) per-token loss.
         loss_mask: (B, R) 1 on tokens that count.
         loss_agg_mode: one of `LOSS_AGG_MODES.names()`.
-        norm_length: divisor for seq-mean-token-sum-norm (default R); unused by the other modes.
+        dp_size: data-parallel world size the gradients are averaged over.
+        batch_num_tokens: valid tokens in the global batch (token-mean).
+        global_batch_size: rows in the global batch (seq-mean modes).
+        loss_scale_factor: divisor of seq-mean-token-sum-norm (verl's name of `norm_length`).
+        norm_length: divisor of seq-mean-token-sum-norm (default R); unused by the other modes.
 
     Returns:
         Scalar tensor.
     """
-    return LOSS_AGG_MODES.get(loss_agg_mode)(loss_mat, loss_mask, norm_length)
+    if loss_scale_factor is not None and norm_length is not None and loss_scale_factor != norm_length:
+        raise ValueError(f"agg_loss: loss_scale_factor={loss_scale_factor} and norm_length={norm_length} differ; "
+                         "they are one divisor, give one of them")
+    divisor = loss_scale_factor if loss_scale_factor is not None else norm_length
+    if dp_size == 1 and batch_num_tokens is None and global_batch_size is None:
+        return LOSS_AGG_MODES.get(loss_agg_mode)(loss_mat, loss_mask, divisor)
+    if dp_size < 1:
+        raise ValueError(f"agg_loss: dp_size must be >= 1, got {dp_size}")
+    LOSS_AGG_MODES.get(loss_agg_mode)  # an unknown name fails with the registry's list of valid names
+    numerator, local_count, count_kind = _global_parts(loss_mat, loss_mask, loss_agg_mode, divisor)
+    if local_count is None:
+        return numerator * dp_size
+    given = batch_num_tokens if count_kind == "tokens" else global_batch_size
+    count = local_count if given is None else torch.as_tensor(given, dtype=numerator.dtype)
+    # an all-masked micro-batch contributes 0 (not 0 / 0)
+    return numerator / torch.clamp(count, min=1) * dp_size
 
 
 def apply_is_weights(pg_losses: torch.Tensor, rollout_is_weights: torch.Tensor | None) -> torch.Tensor:
@@ -259,13 +321,18 @@ def compute_value_loss(
     response_mask: torch.Tensor,
     cliprange_value: float,
     loss_agg_mode: str = "token-mean",
+    dp_size: int = 1,
+    batch_num_tokens: int | torch.Tensor | None = None,
+    global_batch_size: int | torch.Tensor | None = None,
+    loss_scale_factor: int | float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Clipped value loss: 0.5 * agg(max((v - G)^2, (clip(v, V_old - c, V_old + c) - G)^2)).
 
     Args:
         vpreds: (B, R) new critic values (with grad). returns: (B, R) targets.
         values: (B, R) critic values at rollout time. response_mask: (B, R).
-        cliprange_value: c. loss_agg_mode: see `agg_loss`.
+        cliprange_value: c. loss_agg_mode, dp_size, batch_num_tokens, global_batch_size, loss_scale_factor:
+            passed to `agg_loss` (global normalisation across data-parallel ranks).
 
     Returns:
         vf_loss scalar, vf_clipfrac scalar (share of tokens where the clipped term is larger).
@@ -273,6 +340,9 @@ def compute_value_loss(
     vpred_clipped = torch.maximum(torch.minimum(vpreds, values + cliprange_value), values - cliprange_value)
     losses_unclipped = (vpreds - returns) ** 2
     losses_clipped = (vpred_clipped - returns) ** 2
-    vf_loss = 0.5 * agg_loss(torch.maximum(losses_unclipped, losses_clipped), response_mask, loss_agg_mode)
+    vf_loss = 0.5 * agg_loss(
+        torch.maximum(losses_unclipped, losses_clipped), response_mask, loss_agg_mode, dp_size=dp_size,
+        batch_num_tokens=batch_num_tokens, global_batch_size=global_batch_size, loss_scale_factor=loss_scale_factor,
+    )
     vf_clipfrac = masked_mean((losses_clipped > losses_unclipped).float(), response_mask)
     return vf_loss, vf_clipfrac

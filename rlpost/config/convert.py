@@ -115,6 +115,8 @@ def _value(hint: Any, value: Any, key: str) -> Any:
     if origin is dict:
         if not isinstance(value, dict):
             _type_error(key, value, "a mapping")
+        if args and dataclasses.is_dataclass(args[1]):  # {name: group}, e.g. distillation.teacher_models
+            return {name: _build(args[1], item, f"{key}.{name}.") for name, item in value.items()}
         return value
     return _scalar(hint, value, key)
 

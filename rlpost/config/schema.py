@@ -17,6 +17,7 @@ from rlpost.config.constraints import (
     POSITIVE_OR_NULL,
     STEPS_OR_NEVER,
 )
+from rlpost.config.schema_distillation import DistillationConfig
 
 from rlpost.config.schema_workers import (
     ActorRolloutRefConfig,
@@ -201,6 +202,7 @@ class RewardModelModelConfig(BaseConfig):
     use_remove_padding: bool
     use_fused_kernels: bool
     trust_remote_code: bool
+    override_config: dict[str, Any]
     fsdp_config: RewardFsdpConfig
 
 
@@ -224,6 +226,20 @@ class RewardRolloutConfig(BaseConfig):
     gpu_memory_utilization: float
     max_model_len: int | None
     engine_kwargs: dict[str, Any]
+    dtype: str
+    enforce_eager: bool
+    cudagraph_capture_sizes: list[int] | None
+    free_cache_engine: bool
+    data_parallel_size: int
+    expert_parallel_size: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    load_format: str
+    limit_images: Any  # null, or the engine's per-modality limits
+    enable_chunked_prefill: bool
+    enable_prefix_caching: bool
+    disable_log_stats: bool
+    skip_tokenizer_init: bool
 
 
 @dataclass(frozen=True)
@@ -237,31 +253,9 @@ class OverlongBufferConfig(BaseConfig):
 
 
 @dataclass(frozen=True)
-class RewardEngineConfig(BaseConfig):
+class RewardEngineConfig(RewardRolloutConfig):
     """`reward_model.inference`: verl's reward-loop engine settings (not used by rlpost's FSDP reward model). The
     keys rlpost has under `reward_model.rollout` follow those, and a value set here is copied onto them."""
-
-    name: str | None
-    prompt_length: int
-    response_length: int
-    tensor_model_parallel_size: int
-    gpu_memory_utilization: float
-    max_model_len: int | None
-    engine_kwargs: dict[str, Any]
-    dtype: str
-    enforce_eager: bool
-    cudagraph_capture_sizes: list[int] | None
-    free_cache_engine: bool
-    data_parallel_size: int
-    expert_parallel_size: int
-    max_num_batched_tokens: int
-    max_num_seqs: int
-    load_format: str
-    limit_images: Any
-    enable_chunked_prefill: bool
-    enable_prefix_caching: bool
-    disable_log_stats: bool
-    skip_tokenizer_init: bool
 
 
 @dataclass(frozen=True)
@@ -283,6 +277,9 @@ class RewardModelConfig(BaseConfig):
     use_dynamic_bsz: bool
     forward_max_token_len_per_gpu: Annotated[int, POSITIVE]
     reward_manager: str
+    reward_loop_source: str
+    reward_loop_module_path: str | None
+    reward_loop_class_name: str | None
     reward_kwargs: dict[str, Any]
     overlong_buffer: OverlongBufferConfig
     launch_reward_fn_async: bool
@@ -534,7 +531,8 @@ class PPOTrainerConfig(BaseConfig):
     global_profiler: GlobalProfilerConfig
     ray_kwargs: RayKwargsConfig
     reward: RewardConfig
+    reward_manager: RewardManagerRefConfig  # verl's earlier spelling of reward.reward_manager (copied onto it)
+    distillation: DistillationConfig
     # verl's groups for features not built (unsupported.UNBUILT_GROUPS): verl's defaults, never read
-    distillation: dict[str, Any]
     transfer_queue: dict[str, Any]
     skip: dict[str, Any]

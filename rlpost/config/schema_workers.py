@@ -286,6 +286,8 @@ class ActorConfig(BaseConfig):
     use_remove_padding: bool
     calculate_entropy: bool
     calculate_sum_pi_squared: bool
+    sum_pi_squared_checkpointing: bool
+    rollout_n: int
     use_prefix_grouper: bool
     loss_scale_factor: float | None
     pad_to_length: bool
@@ -298,6 +300,7 @@ class RefConfig(BaseConfig):
     """`actor_rollout_ref.ref`."""
 
     strategy: str
+    rollout_n: int
     fsdp_config: FsdpConfig
     log_prob_micro_batch_size: int | None
     log_prob_micro_batch_size_per_gpu: int | None
@@ -430,6 +433,7 @@ class RolloutConfig(BaseConfig):
     enable_prefix_caching: bool
     quantization: str | None
     quantization_config_file: str | None
+    mtp: dict[str, Any] | None  # follows model.mtp (not built: unsupported.UNBUILT_GROUPS)
     max_num_batched_tokens: Annotated[int, POSITIVE]
     max_model_len: Annotated[int | None, POSITIVE_OR_NULL]
     max_num_seqs: Annotated[int, POSITIVE]
@@ -477,6 +481,7 @@ class ActorRolloutRefConfig(BaseConfig):
     hybrid_engine: bool
     nccl_timeout: Annotated[int, POSITIVE]
     model: ModelConfig
+    # rollout before actor and ref: their rollout_n follows rollout.n, and a bad value is named where it was set
+    rollout: RolloutConfig
     actor: ActorConfig
     ref: RefConfig
-    rollout: RolloutConfig

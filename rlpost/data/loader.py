@@ -161,6 +161,10 @@ def create_train_loader(data_config: Any, dataset: Dataset, collate_fn: Callable
 def create_val_loader(data_config: Any, dataset: Dataset, collate_fn: Callable | None = None) -> ResumableLoader:
     """Validation loader: `data.val_batch_size` (null: the whole set in one batch), shuffled with
     `data.seed` only if `data.val_shuffle`; no row dropped."""
+    if len(dataset) == 0:  # else the loader's own "batch_size must be >= 1, got 0", naming no key
+        raise ValueError(f"data.val_files={data_config.val_files}: no validation rows"
+                         + (" left after filter_overlong_prompts" if data_config.filter_overlong_prompts else "")
+                         + "; give a file with prompts, or data.val_files=null to skip validation")
     size = data_config.val_batch_size or len(dataset)
     sampler = (EpochSeededSampler(len(dataset), data_config.seed) if data_config.val_shuffle
                else SequentialSampler(dataset))

@@ -128,6 +128,7 @@ class RLHFDataset(Dataset):
         self.rows = frame.to_dict("records")
         self.has_agent_name = keys.AGENT_NAME in frame.columns
         self.texts = [self._template(self._checked_messages(i, r)) for i, r in enumerate(self.rows)]
+        self._check_empty_prompts()
         workers = int(config.filter_overlong_prompts_workers)
         if config.filter_overlong_prompts:
             self._filter_overlong(workers)
@@ -170,6 +171,22 @@ class RLHFDataset(Dataset):
         path, file_row = row_origin(self.file_rows, index)
         raise ValueError(f"{path} row {file_row}: the {self.prompt_key!r} column (data.prompt_key) {problem}; "
                          "each prompt must be a string or a list of {'role': ..., 'content': '<text>'} messages")
+
+    def _check_empty_prompts(self) -> None:
+        """Rows whose user messages hold no text (`""`, or whitespace) are warned, with the first file and row; a
+        data set of nothing else is refused: the model would be trained on answers to nothing."""
+        empty = [i for i, r in enumerate(self.rows)
+                 if not any(str(m.get("content") or "").strip() for m in self._messages(r) if m["role"] == "user")]
+        if not empty:
+            return
+        path, row = row_origin(self.file_rows, empty[0])
+        what = (f"{len(empty)} of {len(self.rows)} rows of {self.data_files} have a prompt without text (no user "
+                f"message with non-empty 'content' in the {self.prompt_key!r} column, data.prompt_key; the first: "
+                f"{path} row {row})")
+        if len(empty) == len(self.rows):
+            raise ValueError(f"{what}: nothing to train on; fill the prompts, or point data.prompt_key at the "
+                             "column that holds them")
+        logger.warning("%s; they are kept (drop them from the file if they are a mistake)", what)
 
     def _template(self, messages: list[dict]) -> str:
         return self.tokenizer.apply_chat_template(messages, tools=self.tool_schemas, add_generation_prompt=True,

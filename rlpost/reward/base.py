@@ -35,6 +35,7 @@ class Sample:
     ground_truth: Any
     extra_info: Any
     valid_response_length: int
+    row: Any = None  # the prompt's row in its data file (the batch's `index`), when known
 
 
 def response_lengths(data: Any) -> torch.Tensor:
@@ -90,6 +91,7 @@ def decode_batch(data: Any, tokenizer: Any, reward_fn_key: str = keys.DATA_SOURC
                 ground_truth=(reward_model or {}).get("ground_truth"),
                 extra_info=_extra_info(nt, i),
                 valid_response_length=valid,
+                row=nt[keys.INDEX][i] if keys.INDEX in nt else None,
             )
         )
     return samples
@@ -126,8 +128,11 @@ def split_result(result: Any, sample: Sample) -> tuple[float, dict[str, Any]]:
         score = float(result)
     except (TypeError, ValueError) as exc:
         raise RewardFunctionError(sample.data_source, sample.index, f"score {result!r} is not a number") from exc
-    if not math.isfinite(score):
-        raise RewardFunctionError(sample.data_source, sample.index, f"non-finite score {score}")
+    if not math.isfinite(score):  # it would turn every advantage of its group into NaN
+        where = "" if sample.row is None else f" for data row {sample.row}"
+        raise RewardFunctionError(sample.data_source, sample.index, f"non-finite score {score}{where}; response: "
+                                  f"{sample.response_str[:200]!r}; return a finite number (e.g. 0.0) for such a "
+                                  "response")
     return score, extra
 
 

@@ -48,7 +48,26 @@ def reward_fn_spec(config: Any) -> RewardFnSpec:
             f"custom_reward_function.name={name!r} is set but custom_reward_function.path is null; "
             "set the path of the file that defines it"
         )
+    if path is None:
+        kwargs.update(builtin_scorer_kwargs(config))
     return RewardFnSpec(path=str(path) if path else None, name=name, kwargs=kwargs)
+
+
+def builtin_scorer_kwargs(config: Any) -> dict[str, Any]:
+    """What verl hands its built-in scorers: the sandbox (url, memory limit, a limit on programs in flight shared
+    by every process) when `reward_model.sandbox_fusion.url` is set, plus `reward.compute_score_kwargs`."""
+    from omegaconf import OmegaConf
+
+    from rlpost.sandbox import LOCAL
+    from rlpost.sandbox.client import SandboxSlots
+
+    extra = OmegaConf.select(config, "reward.compute_score_kwargs")  # the evaluation config has no such group
+    out = to_plain(extra) if extra else {}
+    sandbox = OmegaConf.select(config, "reward_model.sandbox_fusion")
+    if sandbox is not None and sandbox.url and sandbox.url != LOCAL:  # local: replaced by the service's address
+        out.update(sandbox_fusion_url=sandbox.url, memory_limit_mb=int(sandbox.memory_limit_mb),
+                   concurrent_semaphore=SandboxSlots(int(sandbox.max_concurrent), sandbox.url))
+    return out
 
 
 def get_custom_reward_fn(config: Any) -> Callable[..., Any] | None:

@@ -48,14 +48,21 @@ class NaiveRewardManager(AbstractRewardManager):
     """Scores samples with `compute_score(data_source, solution_str, ground_truth, extra_info)`: one by one
     in this process while the function is fast; once a batch shows it is slow (over `SLOW_SAMPLE_S` per
     sample), the rest of that batch and every later one go to `num_processes` worker processes with a
-    time-out of `timeout` seconds per sample (`reward_model.reward_kwargs.{num_processes, timeout}`)."""
+    time-out of `timeout` seconds per sample (`reward_model.reward_kwargs.{num_processes, timeout}`;
+    `compute_score_timeout` is verl's name of `timeout`)."""
 
     def __init__(self, tokenizer: Any, num_examine: int, spec: RewardFnSpec | Callable | None = None,
                  reward_fn_key: str = keys.DATA_SOURCE, num_processes: int | None = None,
-                 timeout: float = DEFAULT_SAMPLE_TIMEOUT_S, compute_score: Callable | None = None, **kwargs: Any):
+                 timeout: float = DEFAULT_SAMPLE_TIMEOUT_S, compute_score: Callable | None = None,
+                 compute_score_timeout: float | None = None, **kwargs: Any):
         if kwargs:
             raise ValueError(f"not supported yet: reward_model.reward_kwargs {sorted(kwargs)} for this manager "
-                             "(accepted: num_processes, timeout)")
+                             "(accepted: num_processes, timeout, compute_score_timeout)")
+        if compute_score_timeout is not None:
+            if timeout not in (DEFAULT_SAMPLE_TIMEOUT_S, compute_score_timeout):
+                raise ValueError(f"reward_kwargs: timeout={timeout} and compute_score_timeout={compute_score_timeout} "
+                                 "are one setting; give one of them")
+            timeout = compute_score_timeout
         self.tokenizer = tokenizer
         self.num_examine = num_examine
         self.spec, self.compute_score = resolve_reward_fn(spec, compute_score)

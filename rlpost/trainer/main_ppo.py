@@ -5,7 +5,9 @@
     python -m rlpost.trainer.main_ppo --config-path=/abs/dir --config-name=my_exp key=value
 
 A user YAML in any folder extends the default with `defaults: [ppo_trainer, _self_]`: this module
-puts the package's config folder on Hydra's search path itself, so no plugin or flag is needed.
+puts the package's config folder on Hydra's search path itself, so no plugin or flag is needed. A relative
+`--config-path` is looked for beside this module first (Hydra's rule: verl's `--config-path=config` is the
+packaged config), then beside the working directory.
 """
 
 import atexit
@@ -18,7 +20,8 @@ import hydra
 from omegaconf import DictConfig
 
 from rlpost.trainer.config import ConfigError, ConfigWarning, typed_config
-from rlpost.trainer.config.overrides import check_override_keys, check_user_yaml, plus_on_existing_keys
+from rlpost.trainer.config.overrides import (check_override_keys, check_user_yaml, plus_on_existing_keys,
+                                             resolve_config_path)
 from rlpost.trainer.config.memory import check_dry_run_memory
 from rlpost.trainer.config.plan import dry_run_plan
 from rlpost.data.loader import create_rl_sampler  # noqa: F401  verl's names in this module
@@ -77,19 +80,32 @@ def run(cfg: DictConfig) -> int:
         except ConfigError as err:
             print(f"config error: {err}", file=sys.stderr)
             return 2
+        from rlpost.trainer.ppo.preflight import dry_run_model_notes
+
+        try:
+            for note in dry_run_model_notes(typed):
+                print(f"dry run: {note}", file=sys.stderr)
+        except ValueError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
         return 0
+    from rlpost.reward import RewardFunctionError
     from rlpost.trainer.ppo.launch import InputError
+    from rlpost.trainer.ppo.interrupt import RunInterrupted
     from rlpost.trainer.ppo.nonfinite import NonFiniteError
     from rlpost.utils.checkpoint import CheckpointError
 
     try:
         run_ppo(typed)
-    except (InputError, CheckpointError) as err:
+    except (InputError, CheckpointError, RewardFunctionError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except NonFiniteError as err:
         print(f"error: {err}", file=sys.stderr)
         return 3
+    except RunInterrupted as err:
+        print(f"[rlpost] {err}", file=sys.stderr)
+        return err.exit_status
     return 0
 
 
@@ -105,6 +121,7 @@ def main() -> None:
     sys.argv = with_search_path(sys.argv)
     _plain_config_warnings()
     try:
+        sys.argv = sys.argv[:1] + resolve_config_path(sys.argv[1:], os.path.dirname(os.path.abspath(__file__)))
         check_user_yaml(sys.argv[1:])
         sys.argv = sys.argv[:1] + plus_on_existing_keys(sys.argv[1:])
         check_override_keys(sys.argv[1:])

@@ -63,8 +63,8 @@ def _free_bytes(path: str | Path) -> int:
 
 
 def unwritable_folder(root: str | Path) -> str | None:
-    """Why `root` cannot be a checkpoint folder (a file in its place or on its path, or no write
-    permission on its nearest existing folder); None when it can."""
+    """Why `root` cannot be a checkpoint folder (a file in its place or on its path, no write permission on its
+    nearest existing folder, or a disk with almost no free space); None when it can."""
     root = Path(root)
     for candidate in (root, *root.parents):
         if candidate.exists():
@@ -72,5 +72,10 @@ def unwritable_folder(root: str | Path) -> str | None:
                 return f"{candidate} is a file, not a folder; remove or rename it, or choose another folder"
             if not os.access(candidate, os.W_OK | os.X_OK):
                 return f"permission denied: {candidate} is not writable for this user; choose a folder you can write"
+            free = _free_bytes(candidate)
+            if 0 <= free < _LOW_SPACE:  # the first save would fail after the whole start-up and a step
+                return (f"the disk of {candidate} is full ({free / 2**20:.1f} MiB free, under "
+                        f"{_LOW_SPACE >> 20} MiB); free space there or point trainer.default_local_dir at a larger "
+                        "disk")
             return None
     return None

@@ -20,3 +20,9 @@ def copy_to_local(src: str, cache_dir: str | None = None, filelock: str = ".file
 
 
 copy_local_path_from_hdfs = copy_to_local  # verl's older name
+
+
+def is_non_local(path: str) -> bool:
+    """True for an HDFS location (`hdfs://...`), which `copy_to_local` refuses; verl's test, so a recipe that
+    branches on it takes its local branch for every path rlpost reads."""
+    return str(path).startswith("hdfs://")

@@ -132,9 +132,15 @@ def check_adapter_folder(path: str, model_cfg: Any, model: torch.nn.Module | Non
     if int(model_cfg.lora_rank) > 0 and int(saved.get("r", -1)) != int(model_cfg.lora_rank):
         raise ValueError(f"{group}.lora_adapter_path={path!r}: {config_file} has r={saved.get('r')} but "
                          f"{group}.lora_rank={model_cfg.lora_rank}; set {group}.lora_rank={saved.get('r')}")
-    if model is None:
+    weights = _adapter_weights_file(path, group)
+    if model is None:  # before the model loads: the weights file must at least be whole
+        from rlpost.utils.model_files import safetensors_header
+
+        try:
+            safetensors_header(weights)
+        except ValueError as err:
+            raise ValueError(f"{group}.lora_adapter_path={path!r}: {err}; save the adapter again") from None
         return
-    weights = _adapter_weights_file(path)
     from safetensors import safe_open
 
     modules = dict(model.named_modules())
@@ -153,10 +159,13 @@ def check_adapter_folder(path: str, model_cfg: Any, model: torch.nn.Module | Non
                                  f"(adapter_config.json says {saved.get('base_model_name_or_path')!r})")
 
 
-def _adapter_weights_file(path: str) -> str:
-    weights = os.path.join(os.path.expanduser(path), "adapter_model.safetensors")
+def _adapter_weights_file(path: str, group: str) -> str:
+    folder = os.path.expanduser(path)
+    weights = os.path.join(folder, "adapter_model.safetensors")
     if not os.path.isfile(weights):
-        raise ValueError(f"lora_adapter_path={path!r}: {weights} not found (PEFT saves the adapter weights there)")
+        raise ValueError(f"{group}.lora_adapter_path={path!r}: {weights} not found (PEFT saves the adapter weights "
+                         f"there; files in the folder: {sorted(os.listdir(folder))}); give the folder a save wrote "
+                         "whole, or set lora_adapter_path to null")
     return weights
 
 

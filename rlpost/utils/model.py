@@ -32,6 +32,41 @@ def compute_position_id_with_mask(mask: torch.Tensor) -> torch.Tensor:
     return torch.clamp(torch.cumsum(mask.long(), dim=-1) - 1, min=0)
 
 
+def update_model_config(module_config: Any, override_config_kwargs: dict[str, Any]) -> None:
+    """Set each override on `module_config` (a HF config) in place; a dict value recurses into the attribute of
+    that name (e.g. {"text_config": {"hidden_size": 64}})."""
+    for key, val in override_config_kwargs.items():
+        if isinstance(val, dict):
+            if not hasattr(module_config, key):
+                raise AttributeError(f"update_model_config: {type(module_config).__name__} has no {key!r} to update "
+                                     f"with {val!r}")
+            update_model_config(getattr(module_config, key), val)
+        else:
+            setattr(module_config, key, val)
+
+
+def create_random_mask(input_ids: torch.Tensor, max_ratio_of_valid_token: float, max_ratio_of_left_padding: float,
+                       min_ratio_of_valid_token: float = 0, generator: torch.Generator | None = None) -> torch.Tensor:
+    """A random (B, T) int64 attention mask for test batches: per row, a left padding of 0..max_left zeros, then
+    min_valid..max_valid ones, then zeros (right padding).
+
+    max_left = int(T * max_ratio_of_left_padding); max_valid = int(T * max_ratio_of_valid_token); min_valid =
+    max(1, int(T * min_ratio_of_valid_token)). Draws from `generator` (torch's global one when None).
+    """
+    batch, length = input_ids.shape
+    max_valid, max_left = int(length * max_ratio_of_valid_token), int(length * max_ratio_of_left_padding)
+    min_valid = max(1, int(length * min_ratio_of_valid_token))
+    if not (0 < max_ratio_of_valid_token <= 1 and 0 <= max_ratio_of_left_padding < 1 and max_valid >= 1
+            and min_valid <= max_valid and max_valid + max_left <= length):
+        raise ValueError(f"create_random_mask: ratios valid<={max_ratio_of_valid_token}, left<="
+                         f"{max_ratio_of_left_padding}, valid>={min_ratio_of_valid_token} do not fit {length} tokens "
+                         "(need 0 < max valid <= 1, 0 <= left < 1, min <= max, max valid + max left <= 1)")
+    left = torch.randint(0, max_left + 1, (batch, 1), generator=generator)
+    valid = torch.randint(min_valid, max_valid + 1, (batch, 1), generator=generator)
+    position = torch.arange(length).unsqueeze(0)
+    return ((position >= left) & (position < left + valid)).to(torch.int64)
+
+
 def _to_plain(obj: Any) -> Any:
     """DictConfig/ListConfig -> plain python containers (dicts pass through)."""
     return OmegaConf.to_container(obj, resolve=True) if OmegaConf.is_config(obj) else obj

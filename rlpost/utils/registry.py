@@ -69,6 +69,11 @@ class Registry:
         hint = f" Did you mean {close[0]!r}?" if close else ""
         raise ValueError(f"Unknown {self.kind} {key!r}. Valid names: {valid}.{hint}")
 
+    def mapping(self) -> dict[str, Any]:
+        """The live name -> object dict: verl keeps its registries as module-level dicts that code reads
+        and writes directly, and this is the same object, so such writes register here too."""
+        return self._entries
+
     def names(self) -> list[str]:
         """Registered names, sorted."""
         return sorted(self._entries)

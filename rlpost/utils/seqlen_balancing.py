@@ -7,8 +7,10 @@ so micro-batches carry similar token counts. Under FSDP every rank must run the 
 
 from __future__ import annotations
 
+import copy
 import heapq
 import math
+from typing import Any
 
 import torch
 
@@ -40,19 +42,19 @@ def partition_balanced(lengths: list[int], k: int) -> list[list[int]]:
     return [sorted(g) for g in groups]
 
 
-def _sync_max(value: int) -> int:
-    """Max of `value` over the default process group (identity when not distributed)."""
+def _sync_max(value: int, group: Any = None) -> int:
+    """Max of `value` over `group` (the default process group when None; identity when not distributed)."""
     import torch.distributed as dist
 
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size(group) == 1:
         return value
     t = torch.tensor([value], dtype=torch.int64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
     return int(t.item())
 
 
 def rearrange_micro_batches(
-    attention_mask: torch.Tensor, max_token_len: int, sync_dp: bool = True
+    attention_mask: torch.Tensor, max_token_len: int, sync_dp: bool = True, group: Any = None
 ) -> list[list[int]]:
     """Row indices of each micro-batch so that no micro-batch holds more than `max_token_len` real tokens.
 
@@ -60,6 +62,7 @@ def rearrange_micro_batches(
         attention_mask: (B, T) 1 on real tokens.
         max_token_len: token budget per micro-batch (ppo_max_token_len_per_gpu and variants).
         sync_dp: make every rank use the same (max) number of micro-batches.
+        group: the process group of those ranks (None: the default group).
 
     Returns:
         list of micro-batches, each a list of row indices; together a permutation of range(B).
@@ -73,12 +76,12 @@ def rearrange_micro_batches(
         )
     k = max(1, math.ceil(sum(lengths) / max_token_len))
     while True:
-        k_used = _sync_max(k) if sync_dp else k
+        k_used = _sync_max(k, group) if sync_dp else k
         k_used = min(k_used, len(lengths))
         groups = partition_balanced(lengths, k_used)
         fits = all(sum(lengths[i] for i in g) <= max_token_len for g in groups)
         # Every rank must agree on leaving the loop, or the collectives above would fall out of step.
-        done = _sync_max(0 if fits else 1) == 0 if sync_dp else fits
+        done = _sync_max(0 if fits else 1, group) == 0 if sync_dp else fits
         if done:
             return groups
         k = k_used + 1
@@ -151,3 +154,108 @@ def log_seqlen_unbalance(seqlen_list: list[int], partitions: list[list[int]], pr
     return {f"{prefix}/min": min(before), f"{prefix}/max": max(before),
             f"{prefix}/minmax_diff": max(before) - min(before), f"{prefix}/balanced_min": min(after),
             f"{prefix}/balanced_max": max(after), f"{prefix}/mean": sum(seqlen_list) / k}
+
+
+def ceildiv(a: int, b: int) -> int:
+    """ceil(a / b) for integers (ceildiv(7, 3) == 3)."""
+    return -(a // -b)
+
+
+def roundup_divisible(a: int, b: int) -> int:
+    """The smallest multiple of b that is >= a (roundup_divisible(7, 4) == 8)."""
+    return ceildiv(a, b) * b
+
+
+def calculate_workload(seqlen_list: torch.Tensor) -> torch.Tensor:
+    """Relative cost of rows of these lengths through a dense transformer: the linear layers grow with the length,
+    attention with its square (24576 * s + s^2, verl's weights for a 4096-wide model)."""
+    return 24576 * seqlen_list + seqlen_list**2
+
+
+def get_reverse_idx(idx_map: list[int]) -> list[int]:
+    """The inverse permutation: out[idx_map[i]] = i."""
+    out = list(idx_map)
+    for i, j in enumerate(idx_map):
+        out[j] = i
+    return out
+
+
+def prepare_dynamic_batch(
+    data: Any,
+    max_token_len: int,
+    dp_group: Any = None,
+    num_batches_divided_by: int | None = None,
+    same_micro_num_in_dp: bool = True,
+    min_num_micro_batch: int | None = None,
+    use_dynamic_bsz_balance: bool = True,
+) -> tuple[list[Any], list[list[int]]]:
+    """A DataProto cut into micro-batches of at most `max_token_len` real tokens (its `attention_mask`).
+
+    Args:
+        data: the DataProto (reads batch["attention_mask"]).
+        max_token_len: token budget per micro-batch.
+        dp_group: the data-parallel group whose ranks agree on the micro-batch count (same_micro_num_in_dp).
+        num_batches_divided_by: round the count up to a multiple of this (pipeline schedules).
+        min_num_micro_batch: at least this many micro-batches.
+        use_dynamic_bsz_balance: order the micro-batches heaviest in the middle, lightest at both ends
+            (the order pipeline warm-up and cool-down expose least).
+
+    Returns:
+        (micro-batches as DataProtos with a copy of meta_info each, the row indices of each); pass the indices to
+        `restore_dynamic_batch` to put concatenated outputs back in row order.
+    """
+    from rlpost.protocol import DataProto  # the batch type; utils otherwise stay below the protocol
+
+    mask = data.batch["attention_mask"]
+    lengths = [int(x) for x in mask.sum(dim=-1).tolist()]
+    groups = rearrange_micro_batches(mask, max_token_len, sync_dp=same_micro_num_in_dp, group=dp_group)
+    k = max(len(groups), min_num_micro_batch or 0)
+    if num_batches_divided_by:
+        k = roundup_divisible(k, num_batches_divided_by)
+    if k > len(lengths):
+        raise ValueError(f"prepare_dynamic_batch: {k} micro-batches asked of {len(lengths)} rows")
+    if k != len(groups):  # more, smaller micro-batches still fit the budget
+        groups = partition_balanced(lengths, k)
+    if use_dynamic_bsz_balance:
+        work = calculate_workload(torch.tensor(lengths, dtype=torch.float64)).tolist()
+        groups.sort(key=lambda g: (sum(work[i] for i in g), g[0] if g else 0), reverse=True)
+        groups = groups[::2][::-1] + groups[1::2]
+    micro = []
+    for g in groups:
+        rows = data.select_idxs(g)
+        micro.append(DataProto(rows.batch, rows.non_tensor_batch, copy.deepcopy(data.meta_info)))
+    return micro, groups
+
+
+def restore_dynamic_batch(data: torch.Tensor, batch_idx_list: list[list[int]]) -> torch.Tensor:
+    """Rows of the concatenated micro-batch outputs (B, ...) back in the original row order (nested tensors too)."""
+    order = [i for g in batch_idx_list for i in g]
+    if len(order) != data.shape[0]:
+        raise ValueError(f"restore_dynamic_batch: the index lists hold {len(order)} rows, the data {data.shape[0]}")
+    reverse = get_reverse_idx(order)
+    if data.is_nested:
+        parts = data.unbind()
+        return torch.nested.as_nested_tensor([parts[i] for i in reverse], layout=torch.jagged)
+    return data[torch.tensor(reverse, dtype=torch.long)]
+
+
+def get_group_balanced_partitions(seqlen_list: list[int], uid_list: list, k_partitions: int) -> list[list[int]]:
+    """`k_partitions` lists of row indices (each sorted) that keep the rows of one uid together.
+
+    Rows of one uid must be contiguous (as `repeat(interleave=True)` leaves them); groups are spread with an
+    equal number of groups per partition, balancing the groups' summed `calculate_workload`.
+    """
+    if len(seqlen_list) != len(uid_list):
+        raise ValueError(f"get_group_balanced_partitions: {len(seqlen_list)} lengths but {len(uid_list)} uids")
+    groups: list[list[int]] = []
+    for i, uid in enumerate(uid_list):
+        if groups and uid_list[groups[-1][0]] == uid:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    if len(groups) < k_partitions:
+        raise ValueError(f"get_group_balanced_partitions: {len(groups)} uid groups cannot fill {k_partitions} "
+                         "partitions; lower the world size or raise the batch size")
+    work = [int(sum(calculate_workload(torch.tensor(seqlen_list[i])).item() for i in g)) for g in groups]
+    parts = get_seqlen_balanced_partitions(work, k_partitions, equal_size=True)
+    return [sorted(i for g in part for i in groups[g]) for part in parts]

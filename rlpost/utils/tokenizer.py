@@ -59,3 +59,29 @@ def hf_processor(name_or_path: str, **kwargs: Any) -> Any:
         return None
     # A text model's AutoProcessor is its tokenizer: verl treats that as "no processor".
     return None if "Processor" not in type(processor).__name__ else processor
+
+
+def normalize_token_ids(tokenized_output: Any) -> list[int]:
+    """One flat list[int] from what `apply_chat_template(tokenize=True)` / a tokenizer call returns: a list, a
+    (1, L) batch of one, a tensor or array, or a mapping / BatchEncoding with `input_ids` (transformers 5).
+
+    Raises:
+        ValueError: a batch of more than one sequence, or entries that are not integers.
+    """
+    ids = tokenized_output
+    if isinstance(ids, dict) or (hasattr(ids, "keys") and hasattr(ids, "__getitem__") and not hasattr(ids, "tolist")):
+        if "input_ids" not in ids:
+            raise ValueError(f"normalize_token_ids: a mapping without input_ids (keys {sorted(ids.keys())})")
+        ids = ids["input_ids"]
+    elif hasattr(ids, "input_ids"):
+        ids = ids.input_ids
+    if hasattr(ids, "tolist"):
+        ids = ids.tolist()
+    ids = list(ids) if isinstance(ids, tuple) else ids
+    if isinstance(ids, list) and ids and isinstance(ids[0], (list, tuple)):
+        if len(ids) != 1:
+            raise ValueError(f"normalize_token_ids: a batch of {len(ids)} sequences; pass one sequence")
+        ids = list(ids[0])
+    if not isinstance(ids, list) or any(isinstance(t, bool) or not isinstance(t, int) for t in ids):
+        raise ValueError(f"normalize_token_ids: {type(tokenized_output).__name__} does not hold one list of int ids")
+    return ids

@@ -16,7 +16,8 @@ import torch.nn.functional as F
 from rlpost.utils.masked import masked_mean, masked_sum, masked_var, masked_whiten
 
 __all__ = [
-    "clip_by_value", "entropy_from_logits", "entropy_from_logits_with_chunking", "get_eos_mask",
+    "calculate_sum_pi_squared_from_logits", "distributed_masked_mean", "distributed_mean_max_min_std",
+    "expand_as_nested", "clip_by_value", "entropy_from_logits", "entropy_from_logits_with_chunking", "get_eos_mask",
     "get_response_mask", "logprobs_from_logits", "masked_mean", "masked_sum", "masked_var", "masked_whiten",
     "pad_2d_list_to_length", "pad_sequence_to_length", "postprocess_data", "tokenize_and_postprocess_data",
 ]
@@ -138,3 +139,60 @@ def tokenize_and_postprocess_data(prompt: str, tokenizer: Any, max_length: int, 
     encoded = tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
     return postprocess_data(encoded["input_ids"], encoded["attention_mask"], max_length, pad_token_id, left_pad,
                             truncation)
+
+
+def calculate_sum_pi_squared_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """sum_v p(v)^2 of softmax(logits) over the last dim, as exp(logsumexp(2x) - 2 logsumexp(x)) (no softmax
+    materialised, stable for large logits). (..., V) -> (...)."""
+    return torch.exp(torch.logsumexp(2.0 * logits, dim=-1) - 2.0 * torch.logsumexp(logits, dim=-1))
+
+
+def _all_reduce(t: torch.Tensor, op: str, group: Any = None) -> torch.Tensor:
+    """All-reduce in place over `group` when torch.distributed is up; the local value otherwise."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.all_reduce(t, op=getattr(dist.ReduceOp, op), group=group)
+    return t
+
+
+_Stats = tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]
+
+
+def distributed_mean_max_min_std(local_tensor: torch.Tensor, compute_max: bool = True, compute_min: bool = True,
+                                 compute_std: bool = True, group: Any = None) -> _Stats:
+    """(mean, max, min, std) of all elements on every rank of `group` (None for a statistic turned off).
+
+    std is the sample standard deviation (n - 1) about the global mean. Outside torch.distributed the
+    statistics are this process's own.
+    """
+    total = _all_reduce(local_tensor.sum().double(), "SUM", group)
+    count = _all_reduce(torch.tensor(float(local_tensor.numel()), dtype=torch.float64), "SUM", group)
+    mean = (total / count).to(local_tensor.dtype)
+    high = _all_reduce(local_tensor.max().clone(), "MAX", group) if compute_max else None
+    low = _all_reduce(local_tensor.min().clone(), "MIN", group) if compute_min else None
+    std = None
+    if compute_std:
+        squares = _all_reduce((local_tensor.double() - mean.double()).pow(2).sum(), "SUM", group)
+        std = torch.sqrt(squares / (count - 1)).to(local_tensor.dtype)
+    return mean, high, low, std
+
+
+def distributed_masked_mean(local_tensor: torch.Tensor, local_mask: torch.Tensor, group: Any = None) -> torch.Tensor:
+    """Mean of the elements where `local_mask` is 1, over every rank of `group` (this process's alone outside
+    torch.distributed)."""
+    mask = local_mask.to(local_tensor.dtype)
+    total = _all_reduce((local_tensor * mask).sum(), "SUM", group)
+    count = _all_reduce(mask.sum(), "SUM", group)
+    return total / count
+
+
+def expand_as_nested(tensor: torch.Tensor, nested_tensor: torch.Tensor) -> torch.Tensor:
+    """A jagged nested tensor shaped like `nested_tensor` (B, j) whose row i repeats tensor[i] (B,)."""
+    if not nested_tensor.is_nested or nested_tensor.dim() != 2:
+        raise ValueError("expand_as_nested: nested_tensor must be a 2-D nested (jagged) tensor")
+    if tensor.dim() != 1 or tensor.shape[0] != nested_tensor.shape[0]:
+        raise ValueError(f"expand_as_nested: tensor must be ({nested_tensor.shape[0]},), got {tuple(tensor.shape)}")
+    offsets = nested_tensor.offsets()
+    values = torch.repeat_interleave(tensor, offsets.diff(), dim=0)
+    return torch.nested.nested_tensor_from_jagged(values=values, offsets=offsets)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 METRICS_FILE = "metrics.jsonl"
+SUPERSEDED_FILE = "metrics_superseded.jsonl"  # rows of steps a resumed run trains again
 VAL_GENERATIONS_FILE = "val_generations.jsonl"
 SUPPORTED_LOGGERS = ("console", "file", "wandb", "tensorboard", "mlflow", "swanlab", "trackio")
 
@@ -108,7 +109,7 @@ class _Console:
     def log(self, data: Mapping[str, Any], step: int) -> None:
         _print(format_console_line(data, step))
 
-    def finish(self) -> None:
+    def finish(self, exit_code: int = 0) -> None:
         """Nothing to flush: every line is printed as it is logged."""
 
 
@@ -123,7 +124,31 @@ class _File:
         self._f.write(json.dumps(record, allow_nan=False) + "\n")
         self._f.flush()
 
-    def finish(self) -> None:
+    def resume_at(self, step: int) -> list[int]:
+        """Move the rows of steps after `step` (trained again from the checkpoint of `step`) and a line torn by a
+        crash to `metrics_superseded.jsonl` beside it; returns the steps moved."""
+        self._f.close()
+        keep, moved, steps = [], [], []
+        for line in self.path.read_text().splitlines(keepends=True):
+            try:
+                row_step = int(json.loads(line)["step"])
+            except (ValueError, KeyError, TypeError):
+                row_step = None
+            if row_step is not None and row_step <= step and line.endswith("\n"):
+                keep.append(line)
+            else:
+                moved.append(line if line.endswith("\n") else line + "\n")
+                steps += [] if row_step is None else [row_step]
+        if moved:
+            with open(self.path.parent / SUPERSEDED_FILE, "a") as f:
+                f.writelines(moved)
+            tmp = self.path.with_suffix(".jsonl.tmp")
+            tmp.write_text("".join(keep))
+            os.replace(tmp, self.path)
+        self._f = open(self.path, "a")
+        return steps
+
+    def finish(self, exit_code: int = 0) -> None:
         self._f.close()
 
 
@@ -139,8 +164,8 @@ class _Wandb:
     def log(self, data: Mapping[str, Any], step: int) -> None:
         self.run.log({k: to_scalar(v) for k, v in data.items()}, step=step)
 
-    def finish(self) -> None:
-        self.run.finish()
+    def finish(self, exit_code: int = 0) -> None:
+        self.run.finish(exit_code=exit_code)
 
 
 class _Tensorboard:
@@ -155,7 +180,7 @@ class _Tensorboard:
             self.writer.add_scalar(key, value, step)
         self.writer.flush()
 
-    def finish(self) -> None:
+    def finish(self, exit_code: int = 0) -> None:
         self.writer.close()
 
 
@@ -195,8 +220,8 @@ class _Mlflow:
         if metrics:
             self.client.log_batch(self.run_id, metrics=metrics)
 
-    def finish(self) -> None:
-        self.client.set_terminated(self.run_id)
+    def finish(self, exit_code: int = 0) -> None:
+        self.client.set_terminated(self.run_id, status="FINISHED" if exit_code == 0 else "FAILED")
 
 
 class _SimpleModule:
@@ -209,7 +234,7 @@ class _SimpleModule:
     def log(self, data: Mapping[str, Any], step: int) -> None:
         self.module.log(numeric_items(data), step=step)
 
-    def finish(self) -> None:
+    def finish(self, exit_code: int = 0) -> None:
         self.module.finish()
 
 
@@ -272,15 +297,30 @@ class Tracking:
             return _SimpleModule(mod, lambda: mod.init(project=project, experiment_name=experiment, config=config))
         return _SimpleModule(mod, lambda: mod.init(project=project, name=experiment, config=config))
 
-    def log(self, data: Mapping[str, Any], step: int) -> None:
-        """Send one step's metrics (name -> number; other values go to file/wandb only) to every backend."""
-        for backend in self.backends.values():
-            backend.log(data, step)
+    def log(self, data: Mapping[str, Any], step: int, backend: str | Sequence[str] | None = None) -> None:
+        """Send one step's metrics (name -> number; other values go to file/wandb only) to every backend, or only
+        to those named in `backend`."""
+        chosen = None if backend is None else {backend} if isinstance(backend, str) else set(backend)
+        for name, sink in self.backends.items():
+            if chosen is None or name in chosen:
+                sink.log(data, step)
 
-    def finish(self) -> None:
-        """Flush and close every backend (call once at the end of training)."""
+    def resume_at(self, step: int) -> None:
+        """The run continues after `step`: rows the file backend holds for later steps (a run that went on past
+        the checkpoint it now resumes from, e.g. after a fallback from a damaged one) move aside, so
+        `metrics.jsonl` holds each step once."""
+        backend = self.backends.get("file")
+        steps = backend.resume_at(step) if backend is not None else []
+        if steps:
+            print(f"[rlpost] {backend.path}: {len(steps)} row(s) of steps {min(steps)}-{max(steps)} are after the "
+                  f"checkpoint this run resumes from (step {step}); they are trained again, so they moved to "
+                  f"{backend.path.parent / SUPERSEDED_FILE}")
+
+    def finish(self, exit_code: int = 0) -> None:
+        """Flush and close every backend (call once at the end of training). A non-zero `exit_code` marks the
+        run failed where the backend records that (wandb's exit code, MLflow's FAILED status)."""
         for backend in self.backends.values():
-            backend.finish()
+            backend.finish(exit_code=exit_code)
         self.backends = {}
 
     def __del__(self) -> None:  # a crashed trainer should still flush the file backend
@@ -330,11 +370,18 @@ class ValidationGenerationsLogger:
 
 
 class StepProgress:
-    """Console progress bar over training steps with ETA (tqdm); the trainer calls `update()` per step."""
+    """Console progress bar over training steps with ETA (tqdm); the trainer calls `update()` per step.
+
+    Only on a terminal: written to a file or a pipe (a captured log, a job's output) each redraw becomes a line
+    among the per-step lines, which already say how far the run is.
+    """
 
     def __init__(self, total_steps: int, initial_step: int = 0, file: Any = None, disable: bool = False):
         from tqdm import tqdm
 
+        stream = file if file is not None else sys.stderr
+        disable = disable or not (hasattr(stream, "isatty") and stream.isatty())
+        self._n = initial_step
         self.bar = tqdm(
             total=total_steps, initial=initial_step, desc="Training", unit="step",
             dynamic_ncols=True, file=file, disable=disable,
@@ -347,11 +394,12 @@ class StepProgress:
             if "critic/score/mean" in nums:
                 self.bar.set_postfix(score=f"{nums['critic/score/mean']:.3f}", refresh=False)
         self.bar.update(n)
+        self._n += n
 
     @property
     def n(self) -> int:
         """Steps done so far (including `initial_step`)."""
-        return int(self.bar.n)
+        return self._n
 
     def close(self) -> None:
         """Close the bar (idempotent)."""

@@ -14,6 +14,7 @@ import torch
 
 from rlpost import keys
 from rlpost.algos import agg_loss, get_policy_loss_fn, kl_penalty
+from rlpost.algos.distillation import distillation_loss
 from rlpost.utils import triton_logprob
 from rlpost.utils.fused_logprob import FusedHeadOptions, chunk_stats, compiled, eager, fused_lm_head
 from rlpost.utils.packed_attention import PACKED_KWARG, packed_sequences
@@ -287,6 +288,7 @@ class DataParallelPPOActor:
         self.router_replay: ReplayState | None = None
         # the router load-balancing loss, when the model's config asks for it (output_router_logits)
         self.router_aux = router_aux_loss(module) if optimizer is not None else None
+        self._distill: dict | None = None  # the distillation loss's settings of the current update (meta_info)
 
     def _forward_micro_batch(self, mb: TensorDict, temperature: float, calculate_entropy: bool
                              ) -> tuple[torch.Tensor | None, torch.Tensor]:
@@ -396,6 +398,12 @@ class DataParallelPPOActor:
             loss = loss + float(cfg.kl_loss_coef) * kl_loss
             metrics["actor/kl_loss"] = kl_loss.detach()
             metrics["actor/kl_coef"] = float(cfg.kl_loss_coef)
+        if keys.TEACHER_LOG_PROBS in mb:  # on-policy distillation: towards the teacher on the student's samples
+            d = self._distill
+            distill = distillation_loss(logp, mb[keys.TEACHER_LOG_PROBS], mask, d["loss_mode"], mode,
+                                        d["log_prob_min_clamp"], d["loss_max_clamp"])
+            loss = loss + d["coef"] * distill
+            metrics["actor/distillation_loss"] = distill.detach()
         return loss, metrics
 
     def update_policy(self, data: Any) -> dict[str, list[float]]:
@@ -403,7 +411,8 @@ class DataParallelPPOActor:
 
         Reads batch `input_ids`, `attention_mask`, `position_ids`, `responses`, `response_mask`,
         `old_log_probs`, `advantages` (+ `ref_log_prob` when use_kl_loss, + `rollout_is_weights` when
-        present); meta_info `temperature`.
+        present, + `teacher_log_probs` with meta_info `distillation`: the distillation loss); meta_info
+        `temperature`.
 
         Returns:
             metrics: name -> one value per mini-batch (actor/pg_loss, actor/grad_norm, ...).
@@ -414,6 +423,9 @@ class DataParallelPPOActor:
             wanted.append(keys.REF_LOG_PROB)
         if keys.ROLLOUT_IS_WEIGHTS in data.batch.keys():
             wanted.append(keys.ROLLOUT_IS_WEIGHTS)
+        self._distill = data.meta_info.get(keys.META_DISTILLATION)
+        if self._distill is not None:
+            wanted.append(keys.TEACHER_LOG_PROBS)
         if self.router_replay is not None and keys.ROUTED_EXPERTS in data.batch.keys():
             wanted.append(keys.ROUTED_EXPERTS)
         tensors = {k: data.batch[k] for k in wanted}

@@ -59,3 +59,16 @@ def test_odd_shapes_are_used_and_logged_with_the_tool(value, text, logged, caplo
         result, rewards = _call(value)
     assert (result.text, result.failed, rewards) == (text, False, [0.0])
     assert f"tool 't': {logged}" in caplog.text
+
+
+class _Hangs(_Returns):
+    async def execute(self, instance_id, parameters, **kwargs):
+        await asyncio.sleep(60)
+
+
+def test_a_hanging_tool_call_is_logged_with_its_arguments(caplog):
+    session = ToolSession({"t": _Hangs(None)}, {}, 0.2)
+    with caplog.at_level(logging.WARNING):
+        result = asyncio.run(session.call(FunctionCall(name="t", arguments={"query": "2+2"})))
+    assert (result.text, result.failed) == ("Error: tool 't' timed out after 0.2 s", True)
+    assert "tool 't' timed out after 0.2 s on the call {\"query\": \"2+2\"}" in caplog.text

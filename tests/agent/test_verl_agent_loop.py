@@ -248,3 +248,14 @@ def test_a_yaml_entry_gives_a_decorated_loop_its_keyword_arguments(tmp_path, tok
         assert "Try again." in tokenizer.decode(out.batch[keys.RESPONSES][0, :n])
     finally:
         AGENT_LOOPS._entries["verl_two_turn_test_agent"] = before
+
+
+def test_agent_loop_output_as_dict_is_a_copy_of_every_field():
+    out = AgentLoopOutput(prompt_ids=[1, 2], response_ids=[3, 4], response_mask=[1, 0], num_turns=3,
+                          metrics=AgentLoopMetrics(generate_sequences=0.5), extra_fields={"turn_scores": [1.0]})
+    d = out.as_dict()
+    assert d["prompt_ids"] == [1, 2] and d["response_mask"] == [1, 0] and d["num_turns"] == 3
+    assert d["extra_fields"] == {"turn_scores": [1.0]} and d["response_logprobs"] is None
+    assert d["metrics"] == out.metrics and set(d) >= {"routed_experts", "multi_modal_data", "reward_score"}
+    d["response_ids"].append(9)
+    assert out.response_ids == [3, 4]

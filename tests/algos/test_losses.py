@@ -39,13 +39,13 @@ def test_agg_loss_modes(mode, expected):
 
 def test_agg_loss_norm_length_and_unknown_mode():
     _close(ca.agg_loss(LOSS, MASK, "seq-mean-token-sum-norm", norm_length=10), (6 / 10 + 4 / 10) / 2)
-    with pytest.raises(ValueError, match="Unknown loss_agg_mode 'token-sum'"):
-        ca.agg_loss(LOSS, MASK, "token-sum")
+    with pytest.raises(ValueError, match="Unknown loss_agg_mode 'token-summ'"):
+        ca.agg_loss(LOSS, MASK, "token-summ")
 
 
 def test_loss_agg_modes_registry_and_dr_grpo_norm_by_hand():
     assert ca.LOSS_AGG_MODES.names() == sorted(
-        ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+        ["token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
     # Dr.GRPO: row sums 1 + 2 = 3 (2 tokens) and 5 (1 token), divided by the same constant R = 4, then
     # averaged over the 2 rows: (3/4 + 5/4) / 2 = 1.0. A token mean per row would give (1.5 + 5) / 2.
     loss = torch.tensor([[1.0, 2.0, 0.0, 0.0], [5.0, 0.0, 0.0, 0.0]])

@@ -23,7 +23,8 @@ from rlpost.trainer.config.plan import dry_run_plan
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 ESTIMATORS = {"grpo_trainer": "grpo", "ppo_trainer": "gae", "rloo_trainer": "rloo",
-              "reinforce_plus_plus_trainer": "reinforce_plus_plus", "remax_trainer": "remax"}
+              "reinforce_plus_plus_trainer": "reinforce_plus_plus", "remax_trainer": "remax",
+              "on_policy_distillation_trainer": "grpo"}
 TINY = sorted(EXAMPLES.glob("*_trainer/run_tiny_cpu.sh"))
 GPU = sorted(EXAMPLES.glob("*_trainer/run_qwen2_5_0_5b_gpu.sh"))
 
@@ -137,6 +138,11 @@ def test_gpu_script_dry_run(script, n_gpus, tmp_path):
 def _check_roles(algo_dir: str, overrides: list[str], plan: str) -> None:
     """PPO has a critic and no reference; GRPO/REINFORCE++ carry KL in the loss, RLOO/ReMax in the reward."""
     estimator = ESTIMATORS[algo_dir]
+    if algo_dir == "on_policy_distillation_trainer":  # the teacher is the signal: no reference, no KL
+        assert f"roles: actor_rollout, teacher (adv_estimator={estimator})" in plan
+        assert "distillation: k1 reverse KL on the student's samples, coef=1.0; advantage = -divergence per token" \
+            in plan
+        return
     if algo_dir == "ppo_trainer":
         assert f"roles: actor_rollout, critic (adv_estimator={estimator})" in plan
         assert {"critic.optim.lr", "critic.model.path", "critic.ppo_micro_batch_size_per_gpu"} <= keys_of(overrides)

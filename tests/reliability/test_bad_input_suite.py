@@ -5,6 +5,8 @@ start instead. docs/reliability.md lists these cases by id beside the fault case
 
 import contextlib
 import io
+import os
+import shutil
 import subprocess
 import sys
 import time
@@ -46,7 +48,33 @@ def inputs(tmp_path_factory, tiny_model_dir):
         "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
         "    return 1 / 0 if int(ground_truth) % 2 else 1.0\n")
     (root / "file_not_folder").write_text("x")
+    empty_prompts = frame.copy()
+    empty_prompts["prompt"] = [[{"role": "user", "content": ""}]] * len(frame)
+    empty_prompts.to_parquet(root / "empty_prompts.parquet")
+    _broken_models(root, Path(tiny_model_dir))
     return {"root": root, "model": tiny_model_dir}
+
+
+def _broken_models(root: Path, model: Path) -> None:
+    """Copies of the tiny model, each damaged one way a download or a disk damages a folder."""
+    def copy(name: str) -> Path:
+        return Path(shutil.copytree(model, root / name))
+
+    weights = copy("truncated") / "model.safetensors"
+    os.truncate(weights, weights.stat().st_size // 2)  # an interrupted download
+    weights = copy("nan_weights") / "model.safetensors"
+    with open(weights, "r+b") as f:  # overwritten in place, same size: 0xff bytes are NaN as float32 or bf16
+        f.seek(weights.stat().st_size // 2)
+        f.write(b"\xff" * 4096)
+    with open(copy("bad_config") / "config.json", "a") as f:
+        f.write("}\n,")
+    (copy("no_weights") / "model.safetensors").unlink()
+    no_tokenizer = copy("no_tokenizer")
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        (no_tokenizer / name).unlink()
+    (root / "adapter_without_weights").mkdir()
+    (root / "adapter_without_weights" / "adapter_config.json").write_text(
+        '{"r": 4, "lora_alpha": 8, "target_modules": ["q_proj"], "peft_type": "LORA"}')
 
 
 # (id, what the user did, overrides with {root}/{model} placeholders, fragments the message must hold).
@@ -144,6 +172,35 @@ CASES = [
       "set actor_rollout_ref.actor.router_replay.mode=disabled"]),
     ("B48", "rollout routing replay (R3, not built)", ["actor_rollout_ref.actor.router_replay.mode=R3"],
      ["not supported yet", "router_replay.mode=R3"]),
+    ("B49", "truncated model weights (an interrupted download)", ["actor_rollout_ref.model.path={root}/truncated"],
+     ["actor_rollout_ref.model.path: {root}/truncated/model.safetensors is", "truncated", "bytes missing"]),
+    ("B50", "model weights overwritten in place (same size, NaN values)",
+     ["actor_rollout_ref.model.path={root}/nan_weights"],
+     ["{root}/nan_weights/model.safetensors holds 1024 NaN/inf value(s) in", "NaN from step 1"]),
+    ("B51", "config.json that is not JSON", ["actor_rollout_ref.model.path={root}/bad_config"],
+     ["{root}/bad_config/config.json is not valid JSON (line"]),
+    ("B52", "model folder without tokenizer files", ["actor_rollout_ref.model.path={root}/no_tokenizer"],
+     ["actor_rollout_ref.model.path='{root}/no_tokenizer' holds no tokenizer files", "files there: config.json"]),
+    ("B53", "model folder without weights", ["actor_rollout_ref.model.path={root}/no_weights"],
+     ["actor_rollout_ref.model.path='{root}/no_weights' holds no weights"]),
+    ("B54", "LoRA adapter folder without weights",
+     ["actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.model.lora_adapter_path={root}/adapter_without_weights"],
+     ["actor_rollout_ref.model.lora_adapter_path='{root}/adapter_without_weights'",
+      "adapter_model.safetensors not found", "files in the folder: ['adapter_config.json']"]),
+    ("B55", "dry run of a truncated model", ["trainer.dry_run=true", "actor_rollout_ref.model.path={root}/truncated"],
+     ["{root}/truncated/model.safetensors is", "truncated"]),
+    ("B56", "every prompt empty", ["data.train_files={root}/empty_prompts.parquet"],
+     ["8 of 8 rows of {root}/empty_prompts.parquet have a prompt without text", "row 0", "nothing to train on"]),
+    ("B57", "mini-batch rounding to 0 rows per worker",
+     ["actor_rollout_ref.actor.ppo_mini_batch_size=1", "actor_rollout_ref.rollout.n=1"],
+     ["actor_rollout_ref.actor.ppo_mini_batch_size=1 x rollout.n=1 = 1 responses, 2 data-parallel ranks",
+      "use actor_rollout_ref.actor.ppo_mini_batch_size=4"]),
+    ("B58", "empty validation file", ["data.val_files={root}/empty.parquet"],
+     ["data.val_files={root}/empty.parquet: no validation rows", "data.val_files=null"]),
+    ("B59", "train batch not dividing over the devices",
+     ["data.train_batch_size=3", "actor_rollout_ref.actor.ppo_mini_batch_size=3", "actor_rollout_ref.rollout.n=1"],
+     ["data.train_batch_size=3 x actor_rollout_ref.rollout.n=1 = 3 responses",
+      "trainer.nnodes x trainer.n_gpus_per_node = 2 devices", "use data.train_batch_size=4"]),
 ]
 
 BASE = ["trainer.device=cpu", "trainer.n_gpus_per_node=2", "actor_rollout_ref.rollout.tensor_model_parallel_size=1",

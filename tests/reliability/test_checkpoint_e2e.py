@@ -2,6 +2,7 @@
 damaged in place is named on resume (auto falls back to the newest intact one, resume_path refuses);
 a diverging run stops after `trainer.max_nonfinite_steps` and never saves its non-finite weights."""
 
+import json
 import shutil
 import subprocess
 import sys
@@ -78,6 +79,11 @@ def test_damaged_shard_auto_resumes_from_newest_intact(trained, tmp_path):
     for step in (1, 2, 3):  # step 1 untouched, step 2 re-trained and saved intact, step 3 new
         folder = run_dir / f"global_step_{step}"
         assert verify_files(folder, read_manifest(folder)) == []
+    # metrics.jsonl holds each step once: the first run's step 2, trained again, moved aside
+    steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3], steps
+    moved = (run_dir / "metrics_superseded.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in moved] == [2]
 
 
 @pytest.mark.timeout(600)

@@ -131,3 +131,13 @@ def test_checkpoint_folder_that_is_a_file_stops_start_up(where, tiny_model_dir, 
     assert f"trainer.default_local_dir={str(local_dir)!r} cannot hold checkpoints and logs: {blocker} is a file, " \
            "not a folder; remove or rename it, or choose another folder" in err
     assert blocker.read_text() == "not a folder"
+
+
+def test_ctrl_c_during_a_save_removes_the_partial_folder(checkpointer, capsys):
+    checkpointer.workers.actor_rollout.fail = KeyboardInterrupt()  # arrives while the shard is being written
+    with pytest.raises(KeyboardInterrupt):
+        checkpointer.save(2, 0)
+    assert_nothing_lost(checkpointer)
+    tmp = checkpointer.manager.root / ".tmp_global_step_2"
+    assert f"[rlpost] the save of step 2 was interrupted; its partial folder {tmp} was removed" in \
+        capsys.readouterr().out

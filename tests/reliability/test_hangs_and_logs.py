@@ -2,6 +2,7 @@
 of every rank that has not answered (rank, role, phase), and the time-out error carries the stacks too.
 With quiet logs, a worker's own output goes to its log file under the run folder, not the console."""
 
+import io
 import logging
 import os
 import signal
@@ -24,6 +25,16 @@ from rlpost.single_controller.ray import (  # noqa: E402
     finish_ray,
     init_ray,
 )
+
+
+class SlowStartWorker(Worker):
+    def __init__(self, seconds: float):
+        super().__init__()
+        time.sleep(seconds)  # a model load or a process group that hangs: the stack must show this line
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def ready(self):
+        return self.rank
 
 
 class NapWorker(Worker):
@@ -64,7 +75,7 @@ class NapWorker(Worker):
 def group(tmp_path_factory):
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import test modules
     log_dir = tmp_path_factory.mktemp("run") / "logs"
-    init_ray({"num_cpus": 2}, log_dir=str(log_dir), verbose=False)
+    init_ray({"num_cpus": 3}, log_dir=str(log_dir), verbose=False)  # 2 for this group, 1 for a hung start-up
     wg = RayWorkerGroup(RayResourcePool([2], use_gpu=False), RayClassWithInitArgs(NapWorker), name_prefix="actor",
                         call_timeout_s=60.0, stall_timeout_s=1.0)
     yield wg, log_dir
@@ -81,6 +92,37 @@ def test_stalled_rank_logs_its_stack_then_answers(group, caplog):
     assert "it fails at trainer.ray_call_timeout=60 s" in report
     assert "--- rank 1 (role actor, phase nap) ---" in report and "rank 0 (" not in report
     assert 'line' in report and "in nap" in report  # faulthandler: File "...", line N in nap
+
+
+def test_a_hang_while_workers_start_logs_their_stacks(group, caplog):
+    with caplog.at_level(logging.WARNING, logger="rlpost.single_controller.ray.errors"):
+        slow = RayWorkerGroup(RayResourcePool([1], use_gpu=False), RayClassWithInitArgs(SlowStartWorker, 3.0),
+                              name_prefix="critic", stall_timeout_s=1.0)
+    try:
+        assert slow.ready() == [0]  # slow, not failed
+    finally:
+        slow.shutdown()
+    report = "\n".join(r.getMessage() for r in caplog.records)
+    assert "critic.__init__ has run for 1 s (trainer.ray_stall_timeout); rank(s) [0] have not answered" in report
+    assert "--- rank 0 (role critic, phase __init__) ---" in report and "in __init__" in report
+
+
+def test_ranks_on_another_host_are_dumped_by_a_task_on_their_node(group):
+    import dataclasses
+
+    from rlpost.single_controller.ray.diagnostics import collect_stacks
+
+    wg, _ = group
+    # as a multi-node run's driver sees them: another host's processes, whose pids mean nothing here
+    elsewhere = [dataclasses.replace(w, host="another-host") for w in wg.workers]
+    assert all(w.node_id for w in elsewhere)
+    pending = wg.nap_or_die(-1, 4.0)  # both ranks busy in a nap, not answering calls
+    try:
+        time.sleep(1.0)
+        stacks = collect_stacks(elsewhere)
+    finally:
+        assert pending.get() == [0, 1]
+    assert set(stacks) == {0, 1} and all("in nap_or_die" in s for s in stacks.values()), stacks
 
 
 def test_hung_rank_times_out_with_its_stack(group):
@@ -141,3 +183,14 @@ def test_first_failure_of_calls_waiting_on_each_other_raises_at_once_and_the_dea
     assert info.value.failures.keys() == {1} and "died" in str(info.value)
     dead = wg.dead_workers(wait_s=2.0)
     assert list(dead) == [1] and "died" in dead[1]
+
+
+def test_the_progress_bar_stays_out_of_a_captured_log():
+    from rlpost.utils.tracking import StepProgress
+
+    log = io.StringIO()  # a file or a pipe: no terminal
+    bar = StepProgress(total_steps=20, file=log)
+    for _ in range(20):
+        bar.update(metrics={"critic/score/mean": 0.5})
+    bar.close()
+    assert bar.n == 20 and log.getvalue() == ""  # the per-step lines already say how far the run is

@@ -278,3 +278,16 @@ def test_dapo_manager_records_plain_scores_as_acc_in_process_and_in_worker_proce
     assert out["reward_extra_info"]["acc"] == [1.0, 0.0, 1.0]
     out = manager(make_batch(["#### 3", "#### 4"], ["3", "hang"]), return_dict=True)
     assert out["reward_extra_info"]["acc"] == [1.0, 0.0] and out["reward_extra_info"]["reward_timeout"] == [0, 1]
+
+
+def test_a_non_finite_score_names_the_data_row_and_the_response(make_batch, tokenizer, tmp_path):
+    path = write_fn(tmp_path, """
+        def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+            return float("inf") if ground_truth == "4" else 1.0
+    """)
+    data = make_batch(["#### 3", "#### 4", "#### 5"], ["3", "4", "5"])
+    data.non_tensor_batch[keys.INDEX] = np.array([40, 41, 42], dtype=object)  # the rows in the data file
+    with pytest.raises(RewardFunctionError) as err:
+        load_reward_manager(cfg("naive", path), tokenizer)(data)
+    assert ("data_source='rlpost/arith', sample 1: non-finite score inf for data row 41; response: '#### 4'; "
+            "return a finite number") in str(err.value)

@@ -127,3 +127,26 @@ def test_verl_module_paths(module, names):
     mod = importlib.import_module(f"rlpost.workers.reward_manager.{module}")
     assert all(hasattr(mod, n) for n in names)
     assert issubclass(NaiveRewardManager, AbstractRewardManager)
+
+
+def test_verl_registry_dict_and_compute_score_timeout(tmp_path):
+    from rlpost.reward.managers import NaiveRewardManager
+    from rlpost.workers.reward_manager import REWARD_MANAGER_REGISTRY, get_reward_manager_cls, register
+
+    assert REWARD_MANAGER_REGISTRY["naive"] is NaiveRewardManager
+
+    @register("my_dict_visible_manager")
+    class Mine(NaiveRewardManager):
+        pass
+
+    try:
+        assert REWARD_MANAGER_REGISTRY["my_dict_visible_manager"] is Mine
+        assert get_reward_manager_cls("my_dict_visible_manager") is Mine
+    finally:
+        del REWARD_MANAGER_REGISTRY["my_dict_visible_manager"]
+    fn = tmp_path / "fn.py"
+    fn.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 1.0\n")
+    # verl's name of the per-sample time-out is the manager's `timeout`
+    assert NaiveRewardManager(None, 0, RewardFnSpec(str(fn)), compute_score_timeout=1.5).timeout == 1.5
+    with pytest.raises(ValueError, match="timeout=2.0 and compute_score_timeout=1.5 are one setting"):
+        NaiveRewardManager(None, 0, RewardFnSpec(str(fn)), timeout=2.0, compute_score_timeout=1.5)

@@ -40,8 +40,10 @@ def test_registered_method_stays_plain_callable():
     assert (w.rank, w.world_size, w.local_rank, w.device) == (0, 1, 0, "cpu")
     assert w.double(rows(3)).batch[INPUT_IDS].tolist() == [0, 2, 4]
     methods = registered_methods(Doubler)
-    assert sorted(methods) == ["double", "init_model"] and methods["init_model"].blocking is False
-    with pytest.raises(ValueError, match="not supported yet: dispatch_mode"):
+    # the two mesh queries come from Worker itself (verl's dispatch-collect registration)
+    assert sorted(methods) == ["_query_collect_info", "_query_dispatch_info", "double", "init_model"]
+    assert methods["init_model"].blocking is False
+    with pytest.raises(ValueError, match="dispatch_mode='dp': use a Dispatch mode or a dict"):
         register(dispatch_mode="dp")
 
 

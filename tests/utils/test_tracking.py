@@ -1,9 +1,9 @@
 """Loggers: console line, metrics.jsonl, wandb (offline, read back), tensorboard, mlflow, progress bar."""
 
 import importlib.util
-import io
 import json
 import math
+import os
 import struct
 import time
 from pathlib import Path
@@ -210,11 +210,40 @@ def test_validation_generations_wandb_needs_run():
 
 
 def test_step_progress_counts_and_eta():
-    buf = io.StringIO()
-    bar = StepProgress(total_steps=10, initial_step=3, file=buf)
-    bar.update(metrics={"critic/score/mean": 0.5})
-    bar.update()
-    assert bar.n == 5
-    bar.close()
-    text = buf.getvalue()
+    import fcntl
+    import termios
+
+    main, side = os.openpty()  # a real terminal, 80 columns wide: the bar draws only there
+    fcntl.ioctl(side, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    with os.fdopen(side, "w") as terminal:
+        bar = StepProgress(total_steps=10, initial_step=3, file=terminal)
+        bar.update(metrics={"critic/score/mean": 0.5})
+        bar.update()
+        assert bar.n == 5
+        bar.close()
+        terminal.flush()
+        text = os.read(main, 65536).decode()
+    os.close(main)
     assert "5/10" in text and "score=0.500" in text and "<" in text  # tqdm's "elapsed<remaining"
+
+
+def test_log_to_named_backends_and_finish_with_exit_code(tmp_path, capsys):
+    tracker = Tracking("proj", "exp", ["console"], log_dir=tmp_path)
+    tracker.log({"critic/score/mean": 1.0}, step=1, backend=["file"])  # the file only
+    tracker.log({"critic/score/mean": 2.0}, step=2, backend="console")  # the console only
+    tracker.finish(exit_code=1)
+    records = [json.loads(x) for x in (tmp_path / METRICS_FILE).read_text().splitlines()]
+    assert records == [{"step": 1, "critic/score/mean": 1.0}]
+    assert capsys.readouterr().out.splitlines() == ["step 2 | score 2"]
+
+
+def test_mlflow_run_ending_with_an_error_is_marked_failed(tmp_path, monkeypatch):
+    pytest.importorskip("mlflow")
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    tracker = Tracking("proj", "exp", ["mlflow"], log_dir=tmp_path)
+    run_id = tracker.backends["mlflow"].run_id
+    tracker.finish(exit_code=2)
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
+    assert client.get_run(run_id).info.status == "FAILED"

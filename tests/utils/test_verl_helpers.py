@@ -143,3 +143,38 @@ def test_small_verl_helpers():
     assert copy_local_path_from_hdfs is copy_to_local
     env = get_ppo_ray_runtime_env()["env_vars"]
     assert env and all(isinstance(v, str) for v in env.values())
+
+
+def test_update_model_config_recurses_into_sub_configs():
+    from transformers import Qwen2Config
+
+    from rlpost.utils.model import update_model_config
+
+    cfg = Qwen2Config(hidden_size=64, num_attention_heads=2)
+    cfg.text_config = Qwen2Config(hidden_size=32)
+    update_model_config(cfg, {"rope_theta": 5.0, "text_config": {"hidden_size": 16}})
+    assert cfg.rope_theta == 5.0 and cfg.text_config.hidden_size == 16 and cfg.hidden_size == 64
+    with pytest.raises(AttributeError, match="has no 'vision_config'"):
+        update_model_config(cfg, {"vision_config": {"depth": 2}})
+
+
+def test_create_random_mask_shapes_and_bounds():
+    from rlpost.utils.model import create_random_mask
+
+    ids = torch.zeros(64, 20, dtype=torch.long)
+    mask = create_random_mask(ids, max_ratio_of_valid_token=0.5, max_ratio_of_left_padding=0.25,
+                              min_ratio_of_valid_token=0.2, generator=torch.Generator().manual_seed(0))
+    assert mask.shape == (64, 20) and mask.dtype == torch.int64
+    valid = mask.sum(-1)
+    left = mask.argmax(-1)  # position of the first 1
+    assert valid.min() >= 4 and valid.max() <= 10 and left.max() <= 5
+    # the ones are one contiguous run: left padding, valid tokens, right padding
+    assert all(mask[i, left[i]:left[i] + valid[i]].all() for i in range(64))
+    with pytest.raises(ValueError, match="do not fit 20 tokens"):
+        create_random_mask(ids, max_ratio_of_valid_token=0.9, max_ratio_of_left_padding=0.5)
+
+
+def test_is_non_local():
+    from rlpost.utils.fs import is_non_local
+
+    assert is_non_local("hdfs://cluster/a") and not is_non_local("/data/a") and not is_non_local("relative/a")

@@ -28,6 +28,7 @@ passes them gets an error naming them.
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import functools
 from dataclasses import dataclass, field
@@ -91,6 +92,11 @@ class AgentLoopOutput(_base.AgentLoopOutput):
         if isinstance(metrics, AgentLoopMetrics):
             metrics = dataclasses.asdict(metrics)
         self.metrics = {_VERL_METRIC_NAMES.get(k, k): float(v) for k, v in dict(metrics or {}).items()}
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every field by name (as pydantic's model_dump gives verl's): lists and dicts copied, so changing the
+        result leaves the output as it was."""
+        return {f.name: copy.deepcopy(getattr(self, f.name)) for f in dataclasses.fields(self)}
 
 
 class AsyncLLMServerManager:

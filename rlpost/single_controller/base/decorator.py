@@ -7,6 +7,13 @@ tests can check them without Ray.
 Data-parallel layout: every rank reports `(dp_rank, dp_size, is_collect)`. Ranks with the same
 dp_rank (e.g. tensor-parallel peers) receive the same shard; only the one with is_collect=True
 has its result returned.
+
+Dispatch modes of one's own (verl's API): `register_dispatch_mode(name, dispatch_fn, collect_fn)` adds
+`Dispatch.<name>`; `update_dispatch_mode` replaces the functions of a mode (a built-in one included);
+`@register(dispatch_mode={"dispatch_fn": ..., "collect_fn": ...})` uses functions directly. They take the
+worker group: `dispatch_fn(worker_group, *args, **kwargs) -> (args, kwargs)` with every value a list of one
+item per rank, and `collect_fn(worker_group, outputs) -> result`. `make_nd_compute_dataproto_dispatch_fn(mesh)`
+builds such a pair from what each rank declared with `Worker._register_dispatch_collect_info(mesh, ...)`.
 """
 
 from __future__ import annotations
@@ -36,6 +43,83 @@ class Execute(Enum):
     RANK_ZERO = "rank_zero"
 
 
+class DispatchMode:
+    """A dispatch mode added by `register_dispatch_mode` (reachable as `Dispatch.<name>`)."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.value = name, name.lower()
+
+    def __repr__(self) -> str:
+        return f"<Dispatch.{self.name} (registered)>"
+
+
+# Functions of the modes registered or updated by the user; the built-in modes without an entry here run
+# through `plan_calls` / `collect_fn_for`.
+DISPATCH_MODE_FN_REGISTRY: dict[Any, dict[str, Callable]] = {}
+
+
+def _check_fns(mode: Any, fns: Any) -> dict[str, Callable]:
+    if not (isinstance(fns, dict) and all(callable(fns.get(k)) for k in ("dispatch_fn", "collect_fn"))):
+        raise ValueError(f"dispatch mode {mode!r}: give a dict with callables 'dispatch_fn' and 'collect_fn', "
+                         f"got {fns!r}")
+    return {"dispatch_fn": fns["dispatch_fn"], "collect_fn": fns["collect_fn"]}
+
+
+def register_dispatch_mode(dispatch_mode_name: str, dispatch_fn: Callable, collect_fn: Callable) -> DispatchMode:
+    """Add `Dispatch.<dispatch_mode_name>` with these functions (see the module docstring for their contract)."""
+    if not dispatch_mode_name.isidentifier() or hasattr(Dispatch, dispatch_mode_name):
+        raise ValueError(f"register_dispatch_mode: {dispatch_mode_name!r} already exists or is not a name")
+    mode = DispatchMode(dispatch_mode_name)
+    fns = _check_fns(mode, {"dispatch_fn": dispatch_fn, "collect_fn": collect_fn})
+    setattr(Dispatch, dispatch_mode_name, mode)  # a new attribute, not an Enum member: verl's Dispatch.<name>
+    DISPATCH_MODE_FN_REGISTRY[mode] = fns
+    return mode
+
+
+def update_dispatch_mode(dispatch_mode: Dispatch | DispatchMode, dispatch_fn: Callable, collect_fn: Callable) -> None:
+    """Replace the functions of an existing dispatch mode (built-in or registered); applies from the next call."""
+    if not isinstance(dispatch_mode, (Dispatch, DispatchMode)):
+        raise ValueError(f"update_dispatch_mode: {dispatch_mode!r} is not a Dispatch mode")
+    DISPATCH_MODE_FN_REGISTRY[dispatch_mode] = _check_fns(dispatch_mode, {"dispatch_fn": dispatch_fn,
+                                                                          "collect_fn": collect_fn})
+
+
+def custom_fns(dispatch_mode: Any) -> dict[str, Callable] | None:
+    """The user's functions for this mode (a dict mode, a registered or updated mode), or None for built-ins."""
+    if isinstance(dispatch_mode, dict):
+        return dispatch_mode
+    return DISPATCH_MODE_FN_REGISTRY.get(dispatch_mode)
+
+
+def _mesh_dispatch(mesh_name: str, worker_group: Any, *args: Any, **kwargs: Any) -> tuple[tuple, dict]:
+    """Each DataProto argument cut into one chunk per dp rank of `mesh_name`; each rank gets its dp rank's chunk."""
+    mapping = worker_group.mesh_dispatch_info(mesh_name)
+    dp_size = max(mapping) + 1
+
+    def per_rank(value: Any) -> list:
+        if isinstance(value, DataProtoFuture):
+            raise ValueError(f"mesh {mesh_name!r} dispatch: not supported yet: a DataProtoFuture argument "
+                             "(call .get() first)")
+        chunks = value.chunk(dp_size) if isinstance(value, DataProto) else [value] * dp_size
+        return [chunks[dp] for dp in mapping]
+
+    return tuple(per_rank(a) for a in args), {k: per_rank(v) for k, v in kwargs.items()}
+
+
+def _mesh_collect(mesh_name: str, worker_group: Any, output: list) -> Any:
+    """The outputs of the collecting ranks of `mesh_name`, in rank order; DataProtos concatenated."""
+    mask = worker_group.mesh_collect_info(mesh_name)
+    kept = [o for o, keep in zip(output, mask) if keep]
+    return DataProto.concat(kept) if kept and all(isinstance(o, DataProto) for o in kept) else kept
+
+
+def make_nd_compute_dataproto_dispatch_fn(mesh_name: str) -> dict[str, Callable]:
+    """A dict dispatch mode over the data-parallel ranks that the workers declared for `mesh_name`
+    (`Worker._register_dispatch_collect_info`): DataProtos split by dp rank, collecting ranks' results joined."""
+    return {"dispatch_fn": functools.partial(_mesh_dispatch, mesh_name),
+            "collect_fn": functools.partial(_mesh_collect, mesh_name)}
+
+
 _DP_MODES = {
     Dispatch.DP_COMPUTE,
     Dispatch.DP_COMPUTE_PROTO,
@@ -46,13 +130,14 @@ _DP_MODES = {
 
 @dataclass(frozen=True)
 class RegisterInfo:
-    dispatch_mode: Dispatch
+    dispatch_mode: Dispatch | DispatchMode | dict
     execute_mode: Execute
     blocking: bool
 
     @property
     def uses_dp_layout(self) -> bool:
-        return self.dispatch_mode in _DP_MODES and self.execute_mode == Execute.ALL
+        return (isinstance(self.dispatch_mode, Dispatch) and self.dispatch_mode in _DP_MODES
+                and self.execute_mode == Execute.ALL)
 
 
 def register(
@@ -64,14 +149,18 @@ def register(
     """Mark a worker method as callable on a worker group.
 
     Args:
-        dispatch_mode: how arguments are spread and results gathered (see `Dispatch`).
+        dispatch_mode: how arguments are spread and results gathered: a `Dispatch` mode (built-in or from
+            `register_dispatch_mode`), or a dict {"dispatch_fn", "collect_fn"} (see the module docstring).
         execute_mode: `Execute.ALL` ranks, or `Execute.RANK_ZERO` only.
         blocking: False makes the group call return a `DataProtoFuture` at once. Such a method must not
             change the rank's data-parallel layout (the group keeps the layout it asked for before).
         materialize_futures: kept for verl compatibility; futures are always resolved on the worker.
     """
-    if not isinstance(dispatch_mode, Dispatch):
-        raise ValueError(f"not supported yet: dispatch_mode={dispatch_mode!r} (use a Dispatch member)")
+    if isinstance(dispatch_mode, dict):
+        dispatch_mode = _check_fns("given as a dict", dispatch_mode)
+    elif not isinstance(dispatch_mode, (Dispatch, DispatchMode)):
+        raise ValueError(f"dispatch_mode={dispatch_mode!r}: use a Dispatch mode or a dict with 'dispatch_fn' and "
+                         "'collect_fn'")
     if not isinstance(execute_mode, Execute):
         raise ValueError(f"not supported yet: execute_mode={execute_mode!r} (use an Execute member)")
     if not materialize_futures:

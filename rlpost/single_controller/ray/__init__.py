@@ -5,6 +5,7 @@ from rlpost.single_controller.ray.base import (
     RayResourcePool,
     RayWorkerGroup,
     create_colocated_worker_cls,
+    create_colocated_worker_raw_cls,
 )
 from rlpost.single_controller.ray.errors import WorkerGroupError, WorkerGroupTimeoutError
 from rlpost.single_controller.ray.init import finish_ray, init_ray
@@ -19,6 +20,7 @@ __all__ = [
     "WorkerGroupError",
     "WorkerGroupTimeoutError",
     "create_colocated_worker_cls",
+    "create_colocated_worker_raw_cls",
     "finish_ray",
     "init_ray",
 ]

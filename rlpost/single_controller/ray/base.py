@@ -12,8 +12,10 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from rlpost.protocol import DataProtoFuture
 from rlpost.single_controller.base.decorator import (
     DpLayout,
+    Execute,
     RegisterInfo,
     collect_fn_for,
+    custom_fns,
     plan_calls,
     registered_methods,
 )
@@ -115,6 +117,14 @@ class RayClassWithInitArgs:
         self.options.update(options)
 
 
+def create_colocated_worker_raw_cls(class_dict: dict[str, RayClassWithInitArgs]) -> type:
+    """verl's fused-worker class builder: not supported yet (rlpost colocates roles in one `WorkerHost` process
+    instead, with the same effect on placement)."""
+    raise ValueError(f"not supported yet: create_colocated_worker_raw_cls({sorted(class_dict)}) (verl's fused "
+                     "worker classes); use create_colocated_worker_cls(class_dict) and then group.spawn(prefixes) "
+                     "or group.fuse(prefixes)")
+
+
 def create_colocated_worker_cls(class_dict: dict[str, RayClassWithInitArgs | Any]) -> RayClassWithInitArgs:
     """One worker process per bundle holding all roles of `class_dict`; use `group.spawn(...)` for views.
 
@@ -142,6 +152,8 @@ class RayWorkerGroup:
         startup_timeout_s: time-out of start-up (trainer.ray_wait_register_center_timeout).
         stall_timeout_s: a call running this long logs the Python stacks of the ranks that have not answered
             (trainer.ray_stall_timeout); None never does.
+        worker_env: extra environment variables of every worker process (verl's argument); the group's own
+            (RANK, WORLD_SIZE, MASTER_ADDR, ...) cannot be overridden.
     """
 
     def __init__(
@@ -152,22 +164,34 @@ class RayWorkerGroup:
         call_timeout_s: float = 3600.0,
         startup_timeout_s: float = 300.0,
         stall_timeout_s: float | None = None,
+        worker_env: dict[str, str] | None = None,
     ) -> None:
         roles = ray_cls_with_init.roles
+        clash = sorted(set(worker_env or {}) & set(GROUP_ENV_KEYS + tuple(driver_env())))
+        if clash:
+            raise ValueError(f"RayWorkerGroup(worker_env=...): {clash} are set by the worker group itself and "
+                             "cannot be overridden")
         self.name = name_prefix or "+".join(spec[0].__name__ for spec in roles.values())
         self.call_timeout_s, self.stall_timeout_s = call_timeout_s, stall_timeout_s
         self.resource_pool = resource_pool
         self._hosts = _start_hosts(resource_pool, ray_cls_with_init.options, startup_timeout_s)
         env = _rank_envs(self._hosts, resource_pool, startup_timeout_s)
+        env = [{**e, **{k: str(v) for k, v in (worker_env or {}).items()}} for e in env]
         label = "-".join(p for p in roles if p) or self.name  # its processes' log files start with it
         label = "".join(c if c.isalnum() or c in "_-." else "-" for c in label)
-        init_refs = [h.init_roles.remote(e, roles, label) for h, e in zip(self._hosts, env)]
-        gather = Gatherer(self.name, "__init__", list(range(len(self._hosts))), startup_timeout_s,
-                          timeout_key="trainer.ray_wait_register_center_timeout")
-        self.workers: list[WorkerInfo] = gather(init_refs)
+        ranks = list(range(len(self._hosts)))
+        setup = Gatherer(self.name, "setup", ranks, startup_timeout_s,
+                         timeout_key="trainer.ray_wait_register_center_timeout")
+        self.workers: list[WorkerInfo] = setup([h.setup.remote(e, label) for h, e in zip(self._hosts, env)])
+        # the roles' constructors (model loading, process groups) may hang: with the workers known, a stall
+        # there is reported with every late rank's stack, as in any later call
+        build = Gatherer(self.name, "__init__", ranks, startup_timeout_s, stall_timeout_s, self.workers,
+                         timeout_key="trainer.ray_wait_register_center_timeout")
+        build([h.build_roles.remote(roles) for h in self._hosts])
         self.pids = [w.pid for w in self.workers]
         self._prefix: str | None = None
         self._layout: DpLayout | None = None
+        self._mesh_info: dict[tuple[str, str], list] = {}
         self._roles = roles
         if list(roles) == [""]:
             self._bind("", roles[""][0])
@@ -184,10 +208,15 @@ class RayWorkerGroup:
                 raise KeyError(f"spawn: no colocated role {prefix!r}; roles are {sorted(self._roles)}")
             view = object.__new__(RayWorkerGroup)
             view.__dict__.update(self.__dict__)
-            view.name, view._layout = f"{self.name}/{prefix}", None
+            view.name, view._layout, view._mesh_info = f"{self.name}/{prefix}", None, {}
             view._bind(prefix, self._roles[prefix][0])
             views[prefix] = view
         return views
+
+    def fuse(self, prefix_set: Any) -> None:
+        """verl's fused group: each colocated role's view becomes an attribute of this group (`group.actor.x()`)."""
+        for prefix, view in self.spawn(prefix_set).items():
+            setattr(self, prefix, view)
 
     def _bind(self, prefix: str, cls: type) -> None:
         self._prefix = prefix
@@ -205,6 +234,9 @@ class RayWorkerGroup:
 
     def _call(self, method: str, info: RegisterInfo, *args: Any, **kwargs: Any) -> Any:
         """Dispatch, run on the ranks, then collect (blocking) or return a DataProtoFuture."""
+        fns = custom_fns(info.dispatch_mode)
+        if fns is not None:
+            return self._call_custom(method, info, fns, args, kwargs)
         layout = self._dp_layout() if info.uses_dp_layout else DpLayout.plain(self.world_size)
         if not info.uses_dp_layout and info.blocking:
             # a blocking call (e.g. init_model) may change the data-parallel layout. A non-blocking one (the
@@ -220,6 +252,44 @@ class RayWorkerGroup:
             fetch_fn=self._gatherer(method, ranks),
         )
         return future.get() if info.blocking else future
+
+    def _call_custom(self, method: str, info: RegisterInfo, fns: dict, args: tuple, kwargs: dict) -> Any:
+        """A dispatch mode of the user's: its dispatch_fn gives per-rank argument lists, its collect_fn the result."""
+        self._layout = None  # the user's method may change the rank's layout, as any non-dp call may
+        per_args, per_kwargs = fns["dispatch_fn"](self, *args, **kwargs)
+        for value in list(per_args) + list(per_kwargs.values()):
+            if not isinstance(value, (list, tuple)) or len(value) != self.world_size:
+                raise ValueError(f"{self.name}.{method}: the dispatch_fn must give every argument as a list of "
+                                 f"{self.world_size} items (one per rank), got {type(value).__name__}")
+        ranks = [0] if info.execute_mode == Execute.RANK_ZERO else list(range(self.world_size))
+        refs = [self._hosts[r].call.remote(self._prefix, method, tuple(a[r] for a in per_args),
+                                           {k: v[r] for k, v in per_kwargs.items()}, 0) for r in ranks]
+        future = DataProtoFuture(collect_fn=functools.partial(fns["collect_fn"], self), futures=refs,
+                                 fetch_fn=self._gatherer(method, ranks))
+        return future.get() if info.blocking else future
+
+    def mesh_dispatch_info(self, mesh_name: str) -> list[int]:
+        """Each rank's dp rank in mesh `mesh_name` (asked once, then kept)."""
+        key = (self._prefix or "", "dispatch:" + mesh_name)
+        if key not in self._mesh_info:
+            self._mesh_info[key] = self.execute_all_sync("_query_dispatch_info", mesh_name)
+        return self._mesh_info[key]
+
+    def mesh_collect_info(self, mesh_name: str) -> list[bool]:
+        """Whether each rank's result is returned for mesh `mesh_name` (asked once, then kept)."""
+        key = (self._prefix or "", "collect:" + mesh_name)
+        if key not in self._mesh_info:
+            self._mesh_info[key] = self.execute_all_sync("_query_collect_info", mesh_name)
+        return self._mesh_info[key]
+
+    def execute_all_sync(self, method: str, *args: Any, **kwargs: Any) -> list:
+        """verl's name of `execute_all` (blocking here too): every rank's result, in rank order."""
+        return self.execute_all(method, *args, **kwargs)
+
+    def execute_rank_zero_sync(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Call any method on rank 0 only; blocking."""
+        ref = self._hosts[0].call.remote(self._prefix, method, args, kwargs, 0)
+        return self._gatherer(method, [0])([ref])[0]
 
     def execute_all(self, method: str, *args: Any, **kwargs: Any) -> list:
         """Call any method (registered or not) with the same arguments on every rank; blocking."""
@@ -270,6 +340,10 @@ def _start_hosts(pool: RayResourcePool, options: dict, timeout_s: float) -> list
                 actor_options["num_gpus"] = share
             hosts.append(host_cls.options(**actor_options).remote())
     return hosts
+
+
+GROUP_ENV_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                  "RLPOST_DEVICE")
 
 
 def _rank_envs(hosts: list, pool: RayResourcePool, timeout_s: float) -> list[dict[str, str]]:

@@ -1,6 +1,6 @@
 """What a worker process writes, and how the driver looks inside a worker that stopped answering.
 
-Worker side (`setup_worker_process`, called by `WorkerHost.init_roles` before any role is built):
+Worker side (`setup_worker_process`, called by `WorkerHost.setup` before any role is built):
 - its Python stacks can be dumped on demand: `faulthandler` is registered on SIGUSR1 and writes every
   thread's stack to `<log dir>/stack_<roles>_rank<r>_pid<p>.txt`. The handler runs in C, so it answers even while
   the worker is stuck in a sleep, a collective or a C extension, and needs no py-spy;
@@ -11,7 +11,8 @@ Worker side (`setup_worker_process`, called by `WorkerHost.init_roles` before an
 - a harmless vLLM warning repeated on every weight sync is dropped (see `_HarmlessEngineWarnings`);
 - it ends itself when the driver process dies, even by SIGKILL (`_exit_with_driver`).
 
-Driver side (`collect_stacks`): signal the ranks that have not answered and read back what they wrote.
+Driver side (`collect_stacks`): signal the ranks that have not answered and read back what they wrote; ranks
+on other hosts through a task placed on their node, so a multi-node run's report holds every rank.
 """
 
 from __future__ import annotations
@@ -38,13 +39,14 @@ _stack_file = None  # kept open for the life of the process: faulthandler writes
 
 @dataclass(frozen=True)
 class WorkerInfo:
-    """Where a worker process runs and where its stack dumps go (returned by `WorkerHost.init_roles`)."""
+    """Where a worker process runs and where its stack dumps go (returned by `WorkerHost.setup`)."""
 
     rank: int
     pid: int
     host: str
     stack_file: str
     log_file: str | None
+    node_id: str = ""  # Ray's id of its node: a rank on another host is dumped by a task placed there
 
 
 def log_dir() -> Path:
@@ -77,7 +79,17 @@ def setup_worker_process(rank: int, roles: str = "") -> WorkerInfo:
     for name in _HarmlessEngineWarnings.LOGGERS:
         logging.getLogger(name).addFilter(_HarmlessEngineWarnings())
     _exit_with_driver(os.environ.get(DRIVER_PID_ENV), os.environ.get(DRIVER_HOST_ENV))
-    return WorkerInfo(rank, pid, socket.gethostname(), str(stack_path), str(log_file) if log_file else None)
+    return WorkerInfo(rank, pid, socket.gethostname(), str(stack_path), str(log_file) if log_file else None,
+                      _node_id())
+
+
+def _node_id() -> str:
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
+    except Exception:  # noqa: BLE001 - outside a Ray worker there is no node to name
+        return ""
 
 
 def driver_env() -> dict[str, str]:
@@ -143,12 +155,47 @@ class _HarmlessEngineWarnings(logging.Filter):
 def collect_stacks(workers: list[WorkerInfo], wait_s: float = 3.0) -> dict[int, str]:
     """{rank: its Python stacks now} for `workers`, by signalling each process to dump them.
 
-    Only processes on this host that are still Ray workers are signalled (a pid alone could name an
-    unrelated process); for the others the text says why there is no stack.
+    Ranks on this host are signalled from here; those on other hosts by a small Ray task placed on their node
+    (their stack files are on that node's disk), all at once. Only processes that are still Ray workers are
+    signalled (a pid alone could name an unrelated process); for the others the text says why there is no stack.
     """
+    here = socket.gethostname()
+    remote: dict[str, list[WorkerInfo]] = {}
+    for worker in workers:
+        if worker.host != here and worker.node_id:
+            remote.setdefault(worker.node_id, []).append(worker)
+    pending = {node: _dump_on_node(node, group, wait_s) for node, group in remote.items()}
+    stacks = stacks_here([w for w in workers if w not in sum(remote.values(), [])], wait_s)
+    for node, ref in pending.items():
+        stacks.update(_remote_result(ref, remote[node], wait_s))
+    return stacks
+
+
+def _dump_on_node(node_id: str, workers: list[WorkerInfo], wait_s: float):
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    task = ray.remote(num_cpus=0, max_retries=0)(stacks_here)
+    return task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote(
+        workers, wait_s, same_host=True)
+
+
+def _remote_result(ref, workers: list[WorkerInfo], wait_s: float) -> dict[int, str]:
+    import ray
+
+    try:
+        return ray.get(ref, timeout=wait_s + 30)
+    except Exception as err:  # noqa: BLE001 - a node that cannot run the task still gets a line per rank
+        why = str(err).splitlines()[0][:200]
+        return {w.rank: f"(no stack: the dump task on host {w.host} failed: {why}; there: kill -USR1 {w.pid})"
+                for w in workers}
+
+
+def stacks_here(workers: list[WorkerInfo], wait_s: float = 3.0, same_host: bool = False) -> dict[int, str]:
+    """`collect_stacks` for processes of this host (`same_host`: the caller placed this call on their node)."""
     offsets, stacks = {}, {}
     for worker in workers:
-        reason = _why_not_signal(worker)
+        reason = _why_not_signal(worker, same_host)
         if reason:
             stacks[worker.rank] = f"(no stack: {reason})"
             continue
@@ -166,8 +213,8 @@ def collect_stacks(workers: list[WorkerInfo], wait_s: float = 3.0) -> dict[int, 
     return stacks
 
 
-def _why_not_signal(worker: WorkerInfo) -> str | None:
-    if worker.host != socket.gethostname():
+def _why_not_signal(worker: WorkerInfo, same_host: bool = False) -> str | None:
+    if not same_host and worker.host != socket.gethostname():
         return f"rank runs on host {worker.host}; signal pid {worker.pid} there: kill -USR1 {worker.pid}"
     try:
         cmdline = Path(f"/proc/{worker.pid}/cmdline").read_bytes()

@@ -32,19 +32,21 @@ class WorkerHost:
         """This process's pid: a live rank answers once its current call ends, a dead one's ping fails."""
         return os.getpid()
 
-    def init_roles(self, env: dict[str, str], specs: dict[str, tuple[type, tuple, dict]], label: str = ""
-                   ) -> WorkerInfo:
+    def setup(self, env: dict[str, str], label: str = "") -> WorkerInfo:
         """Set the rank's environment and its logs (see `diagnostics`; `label`, the group's roles, starts the
-        file names), then build every role.
+        file names); called before any role is built, so a hang while building one can be looked into.
 
         Returns:
             Where this process runs and where it dumps its stacks, for the driver's stall reports.
         """
         os.environ.update(env)
-        info = setup_worker_process(int(env["RANK"]), label)
+        return setup_worker_process(int(env["RANK"]), label)
+
+    def build_roles(self, specs: dict[str, tuple[type, tuple, dict]]) -> int:
+        """Build every role (`{prefix: (class, args, kwargs)}`); returns this process's pid."""
         for prefix, (cls, args, kwargs) in specs.items():
             self._roles[prefix] = cls(*args, **kwargs)
-        return info
+        return os.getpid()
 
     def dispatch_info(self, prefix: str) -> tuple[int, int, bool]:
         role = self._roles[prefix]

@@ -19,6 +19,7 @@ class Role(Enum):
     RefPolicy = 4
     RewardModel = 5
     ActorRolloutRef = 6
+    Teacher = 7  # on-policy distillation's frozen teachers
 
 
 class ResourcePoolManager:

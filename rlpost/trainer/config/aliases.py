@@ -74,6 +74,19 @@ SYNONYMS: tuple[tuple[str, str], ...] = (
       for group in (f"{ARR}.actor.fsdp_config", f"{ARR}.ref.fsdp_config", "critic.model.fsdp_config")),
     ("critic.fsdp.dtype", "critic.model.fsdp_config.mixed_precision.param_dtype"),
     *((f"{optim}.lr_scheduler_type", f"{optim}.lr_scheduler") for optim in (f"{ARR}.actor.optim", "critic.optim")),
+    # verl's copies of rollout.n in the actor and reference groups
+    *((f"{ARR}.{role}.rollout_n", f"{ARR}.rollout.n") for role in ("actor", "ref")),
+    # verl's per-tool spellings of a role's profiler keys
+    *((f"{group}.profiler.tool_config.{tool}.discrete", f"{group}.profiler.discrete")
+      for group in (f"{ARR}.actor", f"{ARR}.ref", "critic") for tool in ("torch", "nsys")),
+    *((f"{group}.profiler.tool_config.torch_memory.trace_alloc_max_entries",
+       "global_profiler.global_tool_config.torch_memory.trace_alloc_max_entries")
+      for group in (f"{ARR}.actor", f"{ARR}.ref", "critic")),
+    # verl's earlier top-level spelling of reward.reward_manager
+    ("reward_manager.source", "reward.reward_manager.source"),
+    ("reward_manager.name", "reward_model.reward_manager"),
+    ("reward_manager.module.path", "reward.reward_manager.module.path"),
+    ("reward_manager.module.name", "reward.reward_manager.module.name"),
     ("ray_kwargs.ray_init.num_cpus", "ray_init.num_cpus"),
     ("ray_kwargs.timeline_json_file", "ray_init.timeline_json_file"),
     (f"{ARR}.rollout.checkpoint_engine.update_weights_bucket_megabytes",

@@ -96,8 +96,47 @@ def _all_keys(node: DictConfig, prefix: str = "", groups: bool = True) -> list[s
     return keys
 
 
+def _yaml_file(name: str) -> str:
+    return name if name.endswith((".yaml", ".yml")) else f"{name}.yaml"
+
+
+def resolve_config_path(argv: list[str], entry_dir: str, default_name: str = "ppo_trainer") -> list[str]:
+    """`argv` with a relative `--config-path` made absolute where the YAML is.
+
+    Hydra resolves a relative `--config-path` against the entry module's folder (so verl's scripts'
+    `--config-path=config` finds the packaged config); a folder beside the working directory is what a user
+    of their own YAML means. The entry module's folder is searched first, as Hydra does, then the working
+    directory.
+
+    Raises:
+        ConfigError: the YAML is in neither place (both are named).
+    """
+    import os
+
+    for i, arg in enumerate(argv):
+        flag, _, value = arg.partition("=")
+        if flag not in ("--config-path", "-cp"):
+            continue
+        if not value and i + 1 < len(argv):  # `--config-path DIR`: the value is the next word
+            flag, value, rest = arg, argv[i + 1], argv[i + 2:]
+        else:
+            rest = argv[i + 1:]
+        if not value or os.path.isabs(os.path.expanduser(value)) or value.startswith("pkg://"):
+            return argv
+        name = _yaml_file(_options(argv).get("--config-name") or _options(argv).get("-cn") or default_name)
+        places = [os.path.normpath(os.path.join(entry_dir, value)), os.path.abspath(value)]
+        found = next((p for p in places if os.path.isfile(os.path.join(p, name))), None)
+        if found is None:
+            raise ConfigError(f"--config-path={value}: no {name} in {places[0]} (beside the entry module, where "
+                              f"Hydra looks) nor in {places[1]} (the working directory); give the folder that holds "
+                              f"{name}, e.g. an absolute --config-path")
+        return argv[:i] + [f"--config-path={found}"] + rest
+    return argv
+
+
 def check_user_yaml(argv: list[str]) -> None:
-    """Raise `ConfigError` naming the file and line when the user's `--config-name` YAML does not parse."""
+    """Raise `ConfigError` naming the file and line when the user's `--config-name` YAML does not parse, or the
+    file when it has no defaults list (rlpost's keys then are not in it)."""
     import os
 
     import yaml
@@ -106,18 +145,21 @@ def check_user_yaml(argv: list[str]) -> None:
     name, folder = opts.get("--config-name") or opts.get("-cn"), opts.get("--config-path") or opts.get("-cp")
     if not name or not folder:
         return
-    path = os.path.join(folder, name if name.endswith((".yaml", ".yml")) else f"{name}.yaml")
+    path = os.path.join(folder, _yaml_file(name))
     if not os.path.isfile(path):
         raise ConfigError(f"--config-name={name}: no file {path}; put your YAML in --config-path={folder}.")
     try:
         with open(path, encoding="utf-8") as f:
-            yaml.safe_load(f)
+            loaded = yaml.safe_load(f)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise ConfigError(f"{path}:{where}: YAML syntax error: {problem}; fix the file (indentation, a missing "
                           "':' or an unclosed quote/bracket).") from None
+    if isinstance(loaded, dict) and "defaults" not in loaded:  # else Hydra advises `+key` for every key in it
+        raise ConfigError(f"{path} has no defaults list, so none of rlpost's keys is in it; add `defaults: "
+                          "[ppo_trainer, _self_]` at its top (your keys then override the packaged ones).")
 
 
 def _options(argv: list[str]) -> dict[str, str]:

@@ -6,6 +6,7 @@ from typing import Any
 from rlpost.trainer.config.batch_rules import n_devices
 from rlpost.trainer.config.memory import memory_lines
 from rlpost.utils.memory_estimate import GIB
+from rlpost.trainer.config.distillation_rules import distillation_plan
 from rlpost.trainer.config.placement_rules import split_plan
 from rlpost.trainer.config.roles import need_critic, need_reference_policy, need_reward_model
 from rlpost.trainer.config.rules import sequence_parallel_roles
@@ -40,6 +41,7 @@ def dry_run_plan(c: PPOTrainerConfig) -> str:
         lines += _update_plan("critic", critic.ppo_mini_batch_size, critic.ppo_micro_batch_size_per_gpu,
                               critic.use_dynamic_bsz, critic.ppo_epochs, c, critic.ulysses_sequence_parallel_size)
     lines += _algorithm(c)
+    lines += distillation_plan(c)
     lines += _steps(c)
     lines += memory_lines(c, None if c.trainer.device_memory_gb is None else int(c.trainer.device_memory_gb * GIB))
     return "\n".join(lines)
@@ -104,6 +106,8 @@ def _roles(c: PPOTrainerConfig) -> list[str]:
         roles.append("critic")
     if need_reward_model(c):
         roles.append("reward_model")
+    if c.distillation.enabled:
+        roles.append("teacher")
     fn = c.custom_reward_function
     reward = f"{fn.path}:{fn.name}" if fn.path else "built-in scorer per data_source"
     if c.reward_model.enable:

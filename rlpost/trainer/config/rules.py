@@ -60,6 +60,11 @@ def check_ranges(c: PPOTrainerConfig) -> None:
     """Every value inside the constraint its schema field declares (sizes positive, coefficients
     non-negative, fractions inside their interval, ...); then the free-form engine map's one bounded value."""
     check_fields(c, ConfigError)
+    policy_loss = c.actor_rollout_ref.actor.policy_loss
+    if policy_loss.loss_mode == "dro" and (policy_loss.dro_beta is None or policy_loss.dro_beta < 0):
+        key = f"{ARR}.actor.policy_loss.dro_beta"
+        fail(f"{key}={show(policy_loss.dro_beta)} with policy_loss.loss_mode=dro",
+             "the DRO loss needs its penalty weight >= 0", f"{key}=0.05")
     mem = c.actor_rollout_ref.rollout.engine_kwargs.sglang.get("mem_fraction_static")
     if mem is not None and not (isinstance(mem, (int, float)) and 0 < mem <= 1):
         key = f"{ARR}.rollout.engine_kwargs.sglang.mem_fraction_static"
@@ -74,7 +79,8 @@ def groups_metric_after_kl(algo) -> bool:
 def check_combinations(c: PPOTrainerConfig) -> None:
     """Cross-key rules: estimator vs rollout.n, validation sampling, KL placement, engine vs device."""
     algo, rollout = c.algorithm, c.actor_rollout_ref.rollout
-    if estimator_needs(algo.adv_estimator).groups and rollout.n == 1:
+    teacher_only = c.distillation.enabled and not c.distillation.distillation_loss.use_task_rewards
+    if estimator_needs(algo.adv_estimator).groups and rollout.n == 1 and not teacher_only:
         # verl runs these (a group of one: GRPO keeps the score as the advantage, RLOO gives 0), so a warning
         warn(f"algorithm.adv_estimator={algo.adv_estimator} with {ARR}.rollout.n=1: {algo.adv_estimator} compares "
              "the responses of one prompt, and each group holds one, so the advantages carry no comparison; "
@@ -230,6 +236,14 @@ def check_reward_choices(c: PPOTrainerConfig) -> None:
              f"algorithm.gdpo_reward_weights={weights}",
              "gdpo normalises each named reward component (returned by the reward function beside 'score')",
              "algorithm.gdpo_reward_keys=[accuracy_reward,format_reward] (weights null, or one per key)")
+    url = c.reward_model.sandbox_fusion.url
+    if url is not None and url != "local" and not str(url).startswith(("http://", "https://")):
+        fail(f"reward_model.sandbox_fusion.url={url}", "the code sandbox is a SandboxFusion /run_code URL or local",
+             "reward_model.sandbox_fusion.url=local (rlpost starts its sandbox) or http://HOST:PORT/run_code")
+    if c.reward.compute_score_kwargs and c.custom_reward_function.path:
+        fail(f"reward.compute_score_kwargs={dict(c.reward.compute_score_kwargs)}, custom_reward_function.path="
+             f"{c.custom_reward_function.path}", "these keyword arguments go to the built-in scorers only",
+             "custom_reward_function.reward_kwargs for your own function")
     manager = c.reward.reward_manager
     if manager.module.path and manager.source != "importlib":
         fail(f"reward.reward_manager.module.path={manager.module.path}, reward.reward_manager.source={manager.source}",

@@ -46,8 +46,6 @@ AREAS: tuple[tuple[str, str], ...] = (
     (f"{ARR}.rollout.agent.custom_async_server", "the custom async server"),
     (f"{ARR}.rollout.over_sample_rate", "async rollout"),
     ("reward_model.enable_resource_pool", "separate rollout devices"),
-    ("reward.compute_score_kwargs", "keyword arguments of the built-in scorers"),
-    ("reward_model.sandbox_fusion", "scoring code in a sandbox-fusion service"),
     ("reward.reward_manager", "a reward-manager class of your own"),
     ("lora", "LoRA"),
     ("rollout_correction", "this rollout-correction option"),
@@ -70,7 +68,6 @@ AREAS: tuple[tuple[str, str], ...] = (
     ("checkpoint.strict", "non-strict checkpoint loading"),
     ("prefix_grouper", "the prefix grouper"),
     ("loss_scale_factor", "a constant loss scale"),
-    ("dro_beta", "the DRO loss"),
     ("critic.model.use_liger", "Liger in the critic"),
     ("critic.model.custom_chat_template", "a chat template of the critic's own"),
     ("hf_config_path", "a separate HF config folder"),
@@ -87,11 +84,31 @@ AREAS: tuple[tuple[str, str], ...] = (
     ("custom_backend_module", "a weight-sync backend of your own"),
     ("py_executable", "a separate Python interpreter for the workers"),
     ("fire_sampling", "FIRE sampling"),
+    ("profiler.tool_config.npu", "Ascend NPU profiling"),
+    ("stack_depth", "a stack depth for CUDA memory snapshots"),
+    ("global_profiler.global_tool_config.torch_memory", "other CUDA memory-snapshot recorder settings"),
+    ("sum_pi_squared_checkpointing", "recomputing the sum of squared probabilities in the backward"),
+    ("reward_loop_", "verl's reward loop (rlpost scores through its reward manager and reward-model worker)"),
+    ("reward_model.model.override_config", "overrides of the reward model's HF config"),
 )
 
 ENGINE_KEYS = (f"{ARR}.actor.fsdp_config", f"{ARR}.ref.fsdp_config", "critic.model.fsdp_config")
 
+_PROFILED = (f"{ARR}.actor", f"{ARR}.ref", "critic")
+
 NOT_SUPPORTED_YET: dict[str, Refusal] = {
+    **{f"{group}.profiler.tool_config.npu.{key}": only(off) for group in _PROFILED
+       for key, off in (("contents", []), ("level", "level0"), ("analysis", True), ("discrete", False))},
+    **{f"{group}.profiler.tool_config.torch_memory.stack_depth": only(32) for group in _PROFILED},
+    "global_profiler.global_tool_config.torch_memory.stack_depth": only(32),
+    "global_profiler.global_tool_config.torch_memory.context": only("all"),
+    "global_profiler.global_tool_config.torch_memory.stacks": only("all"),
+    "global_profiler.global_tool_config.torch_memory.kw_args": only({}),
+    f"{ARR}.actor.sum_pi_squared_checkpointing": only(False),
+    "reward_model.reward_loop_source": only("register"),
+    "reward_model.reward_loop_module_path": only(None),
+    "reward_model.reward_loop_class_name": only(None),
+    "reward_model.model.override_config": only({}),
     f"{ARR}.model.hf_config_path": only(None),
     f"{ARR}.model.modules_to_save": only(None),
     "data.image_patch_size": only(14),
@@ -102,7 +119,6 @@ NOT_SUPPORTED_YET: dict[str, Refusal] = {
     f"{ARR}.actor.checkpoint.strict": only(True),
     f"{ARR}.actor.use_prefix_grouper": only(False),
     f"{ARR}.actor.loss_scale_factor": only(None),
-    f"{ARR}.actor.policy_loss.dro_beta": only(None),
     f"{ARR}.actor.optim.optimizer": only("AdamW"),
     f"{ARR}.actor.optim.optimizer_impl": only("torch.optim"),
     f"{ARR}.actor.optim.override_optimizer_config": only(None, {}),
@@ -150,8 +166,6 @@ NOT_SUPPORTED_YET: dict[str, Refusal] = {
     f"{ARR}.actor.router_replay.record_file": only(None),
     f"{ARR}.actor.router_replay.replay_file": only(None),
     "reward_model.enable_resource_pool": only(False),
-    "reward_model.sandbox_fusion.url": only(None),
-    "reward.compute_score_kwargs": only({}),
     "trainer.logger": never("vemlp_wandb"),
     "trainer.default_hdfs_dir": only(None),
     "trainer.esi_redundant_time": only(0),
@@ -170,7 +184,6 @@ NOT_SUPPORTED_YET: dict[str, Refusal] = {
 # `--cfg job` find them: any leaf set away from its default is refused, naming that leaf. Their typed field is a
 # plain mapping, as nothing reads them.
 UNBUILT_GROUPS: dict[str, str] = {
-    "distillation": "on-policy distillation",
     "transfer_queue": "the transfer queue",
     "skip": "the rollout skip/cache manager",
     "trainer.v1": "a v1 trainer mode other than sync (rlpost's one trainer)",
@@ -178,6 +191,7 @@ UNBUILT_GROUPS: dict[str, str] = {
     f"{ARR}.rollout.disaggregation": "prefill/decode disaggregation",
     f"{ARR}.model.tiled_mlp": "tiled MLP",
     f"{ARR}.model.mtp": "multi-token prediction",
+    f"{ARR}.rollout.mtp": "multi-token prediction",
     "critic.model.tiled_mlp": "tiled MLP",
     "critic.model.mtp": "multi-token prediction",
     f"{ARR}.ref.router_replay": "MoE router replay in the reference (it routes as the model does)",

@@ -13,6 +13,7 @@ from omegaconf import DictConfig, open_dict
 from rlpost.trainer.config.aliases import apply_aliases
 from rlpost.trainer.config.batch_rules import check_batch_sizes
 from rlpost.trainer.config.convert import to_typed
+from rlpost.trainer.config.distillation_rules import check_distillation, fill_teacher_entries
 from rlpost.trainer.config.errors import ConfigError, warn
 from rlpost.trainer.config.profiling_rules import check_profiling
 from rlpost.trainer.config.placement_rules import check_placement
@@ -65,6 +66,7 @@ def _check(cfg: DictConfig) -> PPOTrainerConfig:
     if not isinstance(cfg, DictConfig):
         raise ConfigError(f"expected a composed DictConfig, got {type(cfg).__name__}; compose ppo_trainer first.")
     spelled = apply_aliases(cfg)
+    fill_teacher_entries(cfg)
     typed = to_typed(cfg)
     check_not_supported(cfg, spelled)
     for line in notices(cfg):
@@ -76,6 +78,7 @@ def _check(cfg: DictConfig) -> PPOTrainerConfig:
     check_lora(typed)
     check_liger(typed)
     check_placement(typed)
+    check_distillation(typed)
     need_critic(typed)
     check_sequence_parallel(typed)
     check_batch_sizes(typed)

@@ -16,6 +16,7 @@ from rlpost.config.schema import PPOTrainerConfig
 
 from rlpost.utils.checkpoint import (
     DATA_FILE,
+    CheckpointError,
     CheckpointManager,
     build_manifest,
     check_compatible,
@@ -47,6 +48,54 @@ def finished_run(config: PPOTrainerConfig, total_steps: int) -> int | None:
     path = manager.resolve_resume(trainer_cfg.resume_mode, trainer_cfg.resume_from_path)
     step = step_of(path) if path is not None else 0
     return step if step >= total_steps else None
+
+
+def _train_files(config: PPOTrainerConfig) -> list[str]:
+    files = config.data.train_files
+    return [str(files)] if isinstance(files, str) else [str(f) for f in files]
+
+
+def check_resume_inputs(config: PPOTrainerConfig) -> None:
+    """Before any worker starts: the checkpoint this run would resume from was saved by a compatible run (else
+    the workers would refuse it after loading their models), and a changed `data.train_files` is said, with the
+    data position the run continues from.
+
+    Raises:
+        CheckpointError: a key that must be equal to resume differs (named, with both values).
+    """
+    trainer_cfg = config.trainer
+    manager = CheckpointManager(os.path.expanduser(trainer_cfg.default_local_dir))
+    if trainer_cfg.resume_mode == "disable":
+        return
+    if trainer_cfg.resume_mode == "auto":
+        latest = manager.find_latest_complete()
+        path = None if latest is None else latest[1]
+    else:
+        path = manager.resolve_resume(trainer_cfg.resume_mode, trainer_cfg.resume_from_path)
+    manifest = None if path is None else read_manifest(path)
+    if manifest is None:
+        return
+    try:
+        check_compatible(manifest, trainer_cfg.n_gpus_per_node * trainer_cfg.nnodes, config_hash(config),
+                         config_fields(config))
+    except ValueError as err:
+        raise CheckpointError(f"cannot resume from {path} (trainer.resume_mode={trainer_cfg.resume_mode}): {err}"
+                              ) from None
+    saved, now = manifest.get("train_files"), _train_files(config)
+    if saved is not None and list(saved) != now:
+        position = _data_position(os.path.join(path, DATA_FILE))
+        print(f"[rlpost] resuming {path}: data.train_files changed ({saved} at the save, {now} now); the "
+              f"checkpoint's data position is used{position}, over the new files' rows in the order data.seed "
+              "gives them (start a new run, trainer.resume_mode=disable, to begin the new data from its start)")
+
+
+def _data_position(data_file: str) -> str:
+    """`: epoch e, batch b` of a saved data-loader position, or '' when it cannot be read."""
+    try:
+        state = torch.load(data_file, weights_only=False)
+        return f": epoch {int(state['epoch'])}, batch {int(state['batches_done'])} of that epoch"
+    except (OSError, KeyError, TypeError, ValueError, RuntimeError):
+        return ""
 
 
 def already_complete(step: int, total_steps: int) -> str:
@@ -81,9 +130,15 @@ class TrainerCheckpointer:
         contents = self._contents("save_contents")
         try:
             self._write(tmp, step, contents)
-            final = self.manager.commit(step, build_manifest(step, epoch, self.world_size, self.config, contents))
+            manifest = build_manifest(step, epoch, self.world_size, self.config, contents)
+            manifest["train_files"] = _train_files(self.config)  # a resume says when they changed
+            final = self.manager.commit(step, manifest)
         except (OSError, RuntimeError) as err:  # worker failures arrive as RuntimeError (WorkerGroupError)
             self.manager.abort(step, err)
+        except KeyboardInterrupt:  # Ctrl-C / SIGTERM mid-save: no partial folder is left filling the disk
+            shutil.rmtree(tmp, ignore_errors=True)
+            print(f"[rlpost] the save of step {step} was interrupted; its partial folder {tmp} was removed")
+            raise
         keep = effective_keep(self.trainer_cfg.max_actor_ckpt_to_keep, self.trainer_cfg.max_critic_ckpt_to_keep,
                               self.trainer_cfg.remove_previous_ckpt_in_save)
         for path in self.manager.prune(keep):

@@ -31,7 +31,8 @@ def run_ppo(config: Any) -> dict[str, float]:
     from rlpost.trainer.config import as_typed
     from rlpost.utils.run_lock import FolderInUse, run_lock
 
-    from rlpost.trainer.ppo.checkpointing import already_complete, finished_run
+    from rlpost.trainer.ppo.checkpointing import already_complete, check_resume_inputs, finished_run
+    from rlpost.trainer.ppo.interrupt import interrupted, sigterm_as_interrupt
     from rlpost.trainer.ppo.preflight import check_devices, check_memory
     from rlpost.trainer.ppo.profiling import check_profiler_tools
 
@@ -42,15 +43,17 @@ def run_ppo(config: Any) -> dict[str, float]:
         check_profiler_tools(config)
     except ValueError as err:
         raise InputError(str(err)) from err
-    trainer = build_trainer(config)
-    done = finished_run(config, trainer.total_training_steps)  # a finished run needs no Ray at all
-    if done is not None:
-        print(already_complete(done, trainer.total_training_steps))
-        return {}
     trainer_cfg = config.trainer
     run_dir = os.path.abspath(os.path.expanduser(trainer_cfg.default_local_dir))
     log_dir = os.path.join(run_dir, "logs")
     with contextlib.ExitStack() as held:
+        config = held.enter_context(code_sandbox(config))
+        trainer = build_trainer(config)
+        done = finished_run(config, trainer.total_training_steps)  # a finished run needs no Ray at all
+        if done is not None:
+            print(already_complete(done, trainer.total_training_steps))
+            return {}
+        check_resume_inputs(config)  # an incompatible checkpoint stops here, not after the workers load them
         try:  # one run per folder: a second one stops here, before Ray
             held.enter_context(run_lock(run_dir))
         except FolderInUse as err:
@@ -60,8 +63,12 @@ def run_ppo(config: Any) -> dict[str, float]:
             print(f"[rlpost] engine and Ray logs of this run: {log_dir} (trainer.verbose_engine_logs=true shows "
                   "them here)")
         try:
-            trainer.init_workers()
-            return trainer.fit()
+            with sigterm_as_interrupt():
+                trainer.init_workers()
+                return trainer.fit()
+        except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: say where the run stopped and what resumes it
+            raise interrupted(err, trainer_cfg.default_local_dir, trainer.global_steps,
+                              trainer.total_training_steps) from None
         finally:
             finish_ray(config.ray_init)
 
@@ -75,9 +82,40 @@ class TaskRunner:
 
     def run(self, config: Any) -> dict[str, float]:
         """Build the trainer, start the workers and train; returns the last step's metrics."""
-        trainer = build_trainer(config)
-        trainer.init_workers()
-        return trainer.fit()
+        from rlpost.trainer.config import as_typed
+
+        with code_sandbox(as_typed(config)) as config:
+            trainer = build_trainer(config)
+            trainer.init_workers()
+            return trainer.fit()
+
+
+@contextlib.contextmanager
+def code_sandbox(config: PPOTrainerConfig):
+    """The config to run with: for `reward_model.sandbox_fusion.url=local` rlpost's sandbox service is started
+    (stopped on exit) and its address replaces `local`; a set URL must answer one program (else InputError)."""
+    from rlpost.sandbox import LOCAL
+    from rlpost.sandbox.client import SandboxUnreachable, check_reachable
+
+    sandbox = config.reward_model.sandbox_fusion
+    if not sandbox.url:
+        yield config
+        return
+    with contextlib.ExitStack() as held:
+        if sandbox.url == LOCAL:
+            from rlpost.sandbox.local import local_sandbox
+
+            try:
+                service = held.enter_context(local_sandbox(min(sandbox.max_concurrent, os.cpu_count() or 1)))
+            except RuntimeError as err:
+                raise InputError(str(err)) from err
+            config = config.replace(**{"reward_model.sandbox_fusion.url": service.url})
+            print(f"[rlpost] code sandbox: {service.url} (pid {service.pid}), stopped with the run")
+        try:
+            check_reachable(config.reward_model.sandbox_fusion.url)
+        except SandboxUnreachable as err:
+            raise InputError(str(err)) from err
+        yield config
 
 
 def build_trainer(config: Any):
@@ -155,6 +193,7 @@ def load_tokenizer(config: PPOTrainerConfig):
     Its folder is `data.tokenizer`, else `actor_rollout_ref.model.tokenizer_path`, else the model path;
     `actor_rollout_ref.model.custom_chat_template` replaces its chat template when set.
     """
+    from rlpost.utils.model_files import check_tokenizer_folder
     from rlpost.utils.tokenizer import hf_tokenizer
 
     model = config.actor_rollout_ref.model
@@ -165,6 +204,7 @@ def load_tokenizer(config: PPOTrainerConfig):
     if not os.path.isdir(path):
         raise InputError(f"{key}={path!r} is not a local folder; no model hub is used at run time: point it at a "
                          f"HF model folder (config.json + tokenizer), e.g. one made by scripts/make_tiny_model.py")
+    check_tokenizer_folder(key, path)
     tok = hf_tokenizer(path, trust_remote_code=config.data.trust_remote_code)
     tok.padding_side = "left"
     if model.custom_chat_template is not None:

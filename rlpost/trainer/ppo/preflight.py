@@ -12,19 +12,37 @@ import os
 from typing import Any
 
 from rlpost.trainer.config.roles import need_critic
+from rlpost.utils.model_files import check_model_folder
 
 
-def check_model_and_data_paths(config: Any) -> None:
-    """Every model folder (policy, critic, reward model) and data file the run will read exists."""
+def missing_folder(key: str, path: Any) -> str:
+    """The message for a model key whose folder is not on this machine."""
+    return (f"{key}={path!r} is not a local folder; no model hub is used at run time: point it at a HF model "
+            "folder (config.json + weights), e.g. one made by scripts/make_tiny_model.py")
+
+
+def model_folders(config: Any) -> dict[str, str]:
+    """{key: folder} of every model the run loads: the policy, the critic when one is used, the reward model."""
     folders = {"actor_rollout_ref.model.path": config.actor_rollout_ref.model.path}
     if need_critic(config):
         folders["critic.model.path"] = config.critic.model.path
     if config.reward_model.enable:
         folders["reward_model.model.path"] = config.reward_model.model.path
+    if config.distillation.enabled:
+        folders.update({f"distillation.teacher_models.{name}.model_path": t.model_path
+                        for name, t in config.distillation.teacher_models.items() if t.model_path})
+    return folders
+
+
+def check_model_and_data_paths(config: Any) -> None:
+    """Every model folder (policy, critic, reward model) the run will read exists and is whole
+    (`rlpost.utils.model_files`), and so does every data file."""
+    folders = model_folders(config)
     for key, path in folders.items():
         if not os.path.isdir(os.path.expanduser(str(path))):
-            raise ValueError(f"{key}={path!r} is not a local folder; no model hub is used at run time: point it at "
-                             "a HF model folder (config.json + weights), e.g. one made by scripts/make_tiny_model.py")
+            raise ValueError(missing_folder(key, path))
+        check_model_folder(key, str(path))  # a truncated or NaN weights file, a broken config.json: named here
+    check_teacher_vocabularies(config)
     rollout = config.actor_rollout_ref.rollout
     for key, path in (("actor_rollout_ref.rollout.multi_turn.tool_config_path", rollout.multi_turn.tool_config_path),
                       ("actor_rollout_ref.rollout.multi_turn.interaction_config_path",
@@ -38,6 +56,29 @@ def check_model_and_data_paths(config: Any) -> None:
             if not os.path.isfile(os.path.expanduser(str(path))):
                 raise ValueError(f"{key}: file not found: {path!r}; give the parquet file(s) of your data, e.g. "
                                  "made by examples/data_preprocess/gsm8k.py")
+
+
+def check_teacher_vocabularies(config: Any) -> None:
+    """Each distillation teacher reads the student's token ids: its tokenizer must map the same strings to the
+    same ids as the policy's (a different tokenizer is refused, whatever its size)."""
+    if not config.distillation.enabled:
+        return
+    from rlpost.utils.tokenizer import auto_tokenizer
+
+    model = config.actor_rollout_ref.model
+    student_path = model.tokenizer_path or model.path
+    student = auto_tokenizer().from_pretrained(os.path.expanduser(str(student_path))).get_vocab()
+    for name, teacher in config.distillation.teacher_models.items():
+        if not teacher.model_path:
+            continue
+        vocab = auto_tokenizer().from_pretrained(os.path.expanduser(str(teacher.model_path))).get_vocab()
+        if vocab == student:
+            continue
+        differ = sorted(set(vocab.items()) ^ set(student.items()), key=lambda kv: kv[1])[0]
+        raise ValueError(f"distillation.teacher_models.{name}.model_path={teacher.model_path!r}: its tokenizer differs "
+                         f"from the policy's ({student_path}): {len(vocab)} vs {len(student)} tokens, e.g. token "
+                         f"{differ[0]!r} -> id {differ[1]} in one only; the teacher scores the student's token ids, so "
+                         "use a teacher of the same tokenizer (same family)")
 
 
 def check_lora_inputs(config: Any) -> None:
@@ -267,3 +308,20 @@ def estimate_metrics(typed: Any) -> dict[str, float]:
     if mem is None:
         return {}
     return {f"perf/estimated_memory_gb/{p.phase}": p.total / 2**30 for p in mem.phases(device_bytes)}
+
+
+def dry_run_model_notes(config: Any) -> list[str]:
+    """The dry run's look at the model folders: a folder here that is damaged raises as a run would; a folder
+    not on this machine (the plan may be for another one) is returned as a note naming the key.
+
+    Raises:
+        ValueError: a model folder on this machine whose config.json or weights are broken.
+    """
+    notes = []
+    for key, path in model_folders(config).items():
+        if os.path.isdir(os.path.expanduser(str(path))):
+            check_model_folder(key, str(path))
+        else:
+            notes.append(f"{missing_folder(key, path)}. A run on this machine stops there at start-up; the plan "
+                         "above holds for a machine that has the folder")
+    return notes

@@ -34,6 +34,7 @@ from rlpost import keys as K
 from rlpost.algos.filter_groups import group_metric, kept_group_rows
 from rlpost.algos.rollout_correction import compute_rollout_correction
 from rlpost.protocol import DataProto
+from rlpost.reward.score.code import sandbox_metrics
 from rlpost.single_controller.ray import RayWorkerGroup, ResourcePoolManager, Role
 from rlpost.trainer.ppo import core_algos
 from rlpost.trainer.ppo.checkpointing import TrainerCheckpointer, already_complete
@@ -179,6 +180,7 @@ class RayPPOTrainer:
 
         trainer_cfg = self.config.trainer
         self.global_steps = self._load_checkpoint()
+        self.tracker.resume_at(self.global_steps)
         if self.global_steps:
             self.rollouts.set_version(self.global_steps)
         if self.global_steps >= self.total_training_steps:
@@ -283,6 +285,7 @@ class RayPPOTrainer:
                     reward_keys = self._store_reward(batch, reward)
             if "reward_timeout" in batch.non_tensor_batch:  # prime manager: samples that scored 0.0 by time-out
                 metrics["reward/timeout_count"] = int(np.sum(batch.non_tensor_batch["reward_timeout"]))
+            metrics.update(sandbox_metrics(batch.non_tensor_batch))  # code samples scored in the sandbox
             with _timer("adv", timing):
                 self._compute_advantage(batch, metrics)
             if self.use_critic:

@@ -21,6 +21,7 @@ from rlpost.trainer.config.roles import need_critic, need_reference_policy
 
 
 ROLLOUT_POOL = "rollout_pool"
+TEACHER_POOL = "teacher_pool"
 
 
 def resource_pool_spec(config: PPOTrainerConfig) -> dict[str, list[int]]:
@@ -29,12 +30,15 @@ def resource_pool_spec(config: PPOTrainerConfig) -> dict[str, list[int]]:
     spec = {"global_pool": [trainer.n_gpus_per_node] * trainer.nnodes}
     if not config.actor_rollout_ref.hybrid_engine:
         spec[ROLLOUT_POOL] = [rollout.n_gpus_per_node] * rollout.nnodes
+    distill = config.distillation
+    if distill.enabled and distill.nnodes > 0:
+        spec[TEACHER_POOL] = [distill.n_gpus_per_node] * distill.nnodes
     return spec
 
 
 @dataclass
 class WorkerGroups:
-    """The groups the trainer calls; `critic` / `reward_model` / `ref_policy` are None when not created.
+    """The groups the trainer calls; `critic` / `reward_model` / `ref_policy` / `teacher` are None when not created.
 
     `ref_policy` is the group whose `compute_ref_log_prob` the trainer calls: the actor group itself when
     the reference lives in the actor worker.
@@ -45,6 +49,7 @@ class WorkerGroups:
     reward_model: Any | None
     ref_policy: Any | None
     rollout: Any | None = None  # split placement: the rollout engines' own group (the actor's has none)
+    teacher: Any | None = None  # distillation: the teachers' group (`rlpost.workers.teacher.TeacherWorker`)
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,7 @@ class RolePlan:
         actor_role: `Role.ActorRollout` or `Role.ActorRolloutRef` (the key used in the mapping).
         use_critic / use_reference_policy / use_rm: verl's flags of the same names.
         ref_in_actor: the reference policy is computed by the actor worker group.
+        use_teacher: distillation's teachers are a role (`distillation.enabled`).
     """
 
     actor_role: Role
@@ -62,11 +68,12 @@ class RolePlan:
     use_reference_policy: bool
     use_rm: bool
     ref_in_actor: bool
+    use_teacher: bool = False
 
 
 def default_role_worker_mapping(config: PPOTrainerConfig) -> tuple[dict[Role, type], dict[Role, str]]:
-    """The roles `config` needs, all on `global_pool` but a split placement's rollout (`rollout_pool`):
-    (role_worker_mapping, role -> pool name)."""
+    """The roles `config` needs, all on `global_pool` but a split placement's rollout (`rollout_pool`) and
+    teachers with devices of their own (`teacher_pool`): (role_worker_mapping, role -> pool name)."""
     from rlpost.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker
 
     workers: dict[Role, type] = {Role.ActorRollout: ActorRolloutRefWorker}
@@ -82,7 +89,12 @@ def default_role_worker_mapping(config: PPOTrainerConfig) -> tuple[dict[Role, ty
         from rlpost.workers.reward_model import RewardModelWorker
 
         workers[Role.RewardModel] = RewardModelWorker
-    return workers, {role: ROLLOUT_POOL if role == Role.Rollout else "global_pool" for role in workers}
+    if config.distillation.enabled:
+        from rlpost.workers.teacher import TeacherWorker
+
+        workers[Role.Teacher] = TeacherWorker
+    own = {Role.Rollout: ROLLOUT_POOL, Role.Teacher: TEACHER_POOL if config.distillation.nnodes > 0 else "global_pool"}
+    return workers, {role: own.get(role, "global_pool") for role in workers}
 
 
 def plan_roles(config: PPOTrainerConfig, role_worker_mapping: dict[Role, Any], pools: ResourcePoolManager) -> RolePlan:
@@ -114,7 +126,13 @@ def plan_roles(config: PPOTrainerConfig, role_worker_mapping: dict[Role, Any], p
     if use_rm != (Role.RewardModel in role_worker_mapping):
         raise ValueError(f"reward_model.enable={config.reward_model.enable} but role_worker_mapping has roles {have}: "
                          f"Role.RewardModel must be mapped exactly when reward_model.enable=true")
-    return RolePlan(actor_role, use_critic, use_ref, use_rm, ref_in_actor=use_ref and not separate_ref)
+    use_teacher = bool(config.distillation.enabled)
+    if use_teacher != (Role.Teacher in role_worker_mapping):
+        raise ValueError(f"distillation.enabled={config.distillation.enabled} but role_worker_mapping has roles "
+                         f"{have}: Role.Teacher (rlpost.workers.teacher.TeacherWorker) must be mapped exactly when "
+                         f"distillation.enabled=true")
+    return RolePlan(actor_role, use_critic, use_ref, use_rm, ref_in_actor=use_ref and not separate_ref,
+                    use_teacher=use_teacher)
 
 
 def _same_worker(mapping: dict[Role, Any], pools: ResourcePoolManager, a: Role, b: Role) -> bool:
@@ -152,7 +170,7 @@ def build_worker_groups(config: PPOTrainerConfig, plan: RolePlan, role_worker_ma
         views.update(group.spawn(prefix_set=list(class_dict)))
     if "critic" in views:
         views["critic"].init_model(total_training_steps=total_training_steps)
-    for prefix in ("ref", "rm"):
+    for prefix in ("ref", "rm", "teacher"):
         if prefix in views:
             views[prefix].init_model()
     actor = views["actor_rollout"]
@@ -160,7 +178,7 @@ def build_worker_groups(config: PPOTrainerConfig, plan: RolePlan, role_worker_ma
     if "rollout" in views:
         views["rollout"].init_model()
     ref = actor if plan.ref_in_actor else views.get("ref")
-    return WorkerGroups(actor, views.get("critic"), views.get("rm"), ref, views.get("rollout"))
+    return WorkerGroups(actor, views.get("critic"), views.get("rm"), ref, views.get("rollout"), views.get("teacher"))
 
 
 def _role_specs(config: PPOTrainerConfig, plan: RolePlan, mapping: dict[Role, Any]) -> dict[Role, tuple[str, Any]]:
@@ -180,4 +198,7 @@ def _role_specs(config: PPOTrainerConfig, plan: RolePlan, mapping: dict[Role, An
         specs[Role.Critic] = ("critic", RayClassWithInitArgs(mapping[Role.Critic], config=config.critic))
     if plan.use_rm:
         specs[Role.RewardModel] = ("rm", RayClassWithInitArgs(mapping[Role.RewardModel], config=config.reward_model))
+    if plan.use_teacher:
+        specs[Role.Teacher] = ("teacher", RayClassWithInitArgs(mapping[Role.Teacher], config=config.distillation,
+                                                               arr_config=config.actor_rollout_ref))
     return specs

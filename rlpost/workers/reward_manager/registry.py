@@ -1,8 +1,11 @@
-"""verl's reward-manager registry module: `register(name)` and `get_reward_manager_cls(name)`."""
+"""verl's reward-manager registry module: `register(name)`, `get_reward_manager_cls(name)` and
+`REWARD_MANAGER_REGISTRY`, the live name -> class dict of rlpost's registry (an entry added to it is registered)."""
 
 from typing import Any, Callable
 
 from rlpost.reward.managers import REWARD_MANAGERS
+
+REWARD_MANAGER_REGISTRY = REWARD_MANAGERS.mapping()
 
 
 def register(name: str) -> Callable[[type], type]:
@@ -15,4 +18,4 @@ def get_reward_manager_cls(name: str) -> Any:
     return REWARD_MANAGERS.get(name)
 
 
-__all__ = ["get_reward_manager_cls", "register"]
+__all__ = ["REWARD_MANAGER_REGISTRY", "get_reward_manager_cls", "register"]

@@ -50,9 +50,15 @@ def test_schema_matches_yaml(default_cfg):
             "nsight_options.", "tool_config.")
     from rlpost.trainer.config.unsupported import UNBUILT_GROUPS  # typed as one mapping each
 
-    yaml_keys = {k for k in flat if not any(f in k for f in free)
+    teachers = "distillation.teacher_models."  # {name: TeacherModelConfig}: its default entry is checked below
+    yaml_keys = {k for k in flat if not any(f in k for f in free) and not k.startswith(teachers)
                  and not any(k.startswith(group + ".") for group in UNBUILT_GROUPS)}
     assert yaml_keys == set(schema_keys())
+    from rlpost.config.schema_distillation import TeacherModelConfig
+
+    default = teachers + "teacher_model."
+    entry = {k.removeprefix(default).split(".")[0] for k in flat if k.startswith(default)}
+    assert entry == set(TeacherModelConfig.__dataclass_fields__)
 
 
 @pytest.mark.timeout(120)

@@ -28,14 +28,10 @@ SCRIPTS: dict[str, list[str]] = {**yaml.safe_load((HERE / "verl_scripts.yaml").r
 REFUSED = {
     "ppo_deepseek7b_llm": "actor_rollout_ref.rollout.quantization",
     "sglang_multiturn_qwen2_5_3b_gsm8k": "actor_rollout_ref.rollout.tensor_model_parallel_size",  # multi-turn, TP 2
-    "ppo_deepseek7b_llm_sandbox_fusion": "reward_model.sandbox_fusion.url",
     # the current corpus
     "grpo_qwen3_5_2b_openr1_fsdp": "data.image_patch_size",  # images and videos
     "grpo_qwen3_5_2b_video_fsdp": "data.image_patch_size",
     "gspo_qwen3_omni_thinker_fsdp2": "data.mm_processor_kwargs",
-    "on_policy_distillation_qwen3_8b_fsdp": "distillation.enabled",
-    "on_policy_distillation_qwen3_8b_mopd_fsdp": "distillation.enabled",
-    "on_policy_distillation_qwen3_vl_8b_fsdp": "distillation.enabled",
     "prefix_grouper_qwen3_8b_fsdp": "actor_rollout_ref.actor.use_prefix_grouper",
     "sglang_multiturn_geo3k_qwen2_5_3b_geo3k_multiturn_fsdp": "actor_rollout_ref.rollout.tensor_model_parallel_size",
     "sglang_multiturn_qwen2_5_0_5b_gsm8k_multiturn_curriculum_fsdp":

@@ -32,6 +32,8 @@ def test_every_registered_name_validates(small_cfg, key, names):
             extra = {"actor_rollout_ref.actor.calculate_sum_pi_squared": True}
         if name == "codapo":  # reads the dapo manager's 'acc'
             extra = {"reward_model.reward_manager": "dapo"}
+        if name == "dro":  # weighs its log-ratio penalty by dro_beta
+            extra = {f"{ARR}.actor.policy_loss.dro_beta": 0.05}
         typed = typed_config(small_cfg({**group, **extra, key: name}))
         node = typed
         for part in key.split("."):
@@ -163,7 +165,7 @@ def test_hydra_target_markers_are_accepted(small_cfg):
 
 def test_reward_loop_engine_keys_are_noticed_and_scorer_kwargs_refused(small_cfg):
     """verl's reward-loop engine settings have nothing to set in rlpost's FSDP reward model (one notice naming what
-    was set); built-in scorer kwargs are refused as not built (a manager class of the user's own is built:
+    was set); built-in scorer kwargs go to the built-in scorers only (a manager class of the user's own is built:
     tests/reward/test_verl_reward_managers.py)."""
     with pytest.warns(ConfigWarning) as caught:
         typed = typed_config(small_cfg({"reward.reward_model.rollout.name": "vllm",
@@ -175,22 +177,40 @@ def test_reward_loop_engine_keys_are_noticed_and_scorer_kwargs_refused(small_cfg
                for m in lines), lines
     # the keys rlpost has under reward_model.rollout are noticed there, whichever spelling set them
     assert any(m.startswith("reward_model.rollout={'name': 'vllm', 'gpu_memory_utilization': 0.8}") for m in lines), lines
-    with pytest.raises(ConfigError, match="not supported yet: reward.compute_score_kwargs="):
-        typed_config(small_cfg({"reward.compute_score_kwargs": {"method": "flexible"}}))
+    # built-in scorer kwargs reach the built-in scorers (tests/reward/test_code_score.py), not a file of the user's
+    assert typed_config(small_cfg({"reward.compute_score_kwargs": {"timeout": 3}})).reward.compute_score_kwargs == {
+        "timeout": 3}
+    with pytest.raises(ConfigError, match="^reward.compute_score_kwargs=.*these keyword arguments go to the "
+                                          "built-in scorers only; use custom_reward_function.reward_kwargs"):
+        typed_config(small_cfg({"reward.compute_score_kwargs": {"timeout": 3}, "custom_reward_function.path": "/f.py"}))
     with pytest.raises(ConfigError, match="two spellings of one setting and disagree"):
         typed_config(small_cfg({"reward.reward_model.model_path": "/a", "reward_model.model.path": "/b"}))
 
 
 def test_a_refusal_names_the_spelling_the_user_set(small_cfg):
-    """`reward.sandbox_fusion.url` is verl's newest spelling of `reward_model.sandbox_fusion.url` (not built): the
-    message and its fix name the key the user wrote, not the one it was copied onto."""
+    """`reward.reward_model.enable_resource_pool` is verl's newest spelling of `reward_model.enable_resource_pool`
+    (not built): the message and its fix name the key the user wrote, not the one it was copied onto."""
     with pytest.raises(ConfigError) as err:
-        typed_config(small_cfg({"reward.sandbox_fusion.url": "http://sandbox:8080/run_code"}))
-    assert str(err.value).startswith("not supported yet: reward.sandbox_fusion.url=http://sandbox:8080/run_code (")
-    assert str(err.value).endswith("use reward.sandbox_fusion.url=null.")
-    with pytest.raises(ConfigError, match="^not supported yet: reward_model.sandbox_fusion.url=http://x .*"
-                                          "use reward_model.sandbox_fusion.url=null"):
-        typed_config(small_cfg({"reward_model.sandbox_fusion.url": "http://x"}))
+        typed_config(small_cfg({"reward.reward_model.enable_resource_pool": True}))
+    assert str(err.value).startswith("not supported yet: reward.reward_model.enable_resource_pool=true (")
+    assert str(err.value).endswith("use reward.reward_model.enable_resource_pool=false.")
+    with pytest.raises(ConfigError, match="^not supported yet: reward_model.enable_resource_pool=true .*"
+                                          "use reward_model.enable_resource_pool=false"):
+        typed_config(small_cfg({"reward_model.enable_resource_pool": True}))
+
+
+def test_sandbox_url_is_a_run_code_url_or_local(small_cfg):
+    """verl's sandbox keys in either spelling are taken; a value that is neither a URL nor `local` is refused."""
+    typed = typed_config(small_cfg({"reward.sandbox_fusion.url": "http://sandbox:8080/run_code",
+                                    "reward.sandbox_fusion.max_concurrent": 4}))
+    assert (typed.reward_model.sandbox_fusion.url, typed.reward_model.sandbox_fusion.max_concurrent) == (
+        "http://sandbox:8080/run_code", 4)
+    assert typed_config(small_cfg({"reward_model.sandbox_fusion.url": "local"})).reward_model.sandbox_fusion.url == (
+        "local")
+    with pytest.raises(ConfigError, match="^reward_model.sandbox_fusion.url=sandbox:8080: the code sandbox is a "
+                                          "SandboxFusion /run_code URL or local; use reward_model.sandbox_fusion.url="
+                                          "local"):
+        typed_config(small_cfg({"reward_model.sandbox_fusion.url": "sandbox:8080"}))
 
 
 def test_two_synonyms_of_one_key(small_cfg):
@@ -343,9 +363,9 @@ def test_rollout_seed_is_refused_on_the_hf_engine_and_interpolated_defaults_say_
         typed_config(small_cfg({"actor_rollout_ref.rollout.name": "hf", "actor_rollout_ref.rollout.seed": 3}))
     # a leaf of an unbuilt group that follows another key: changing that other key is not a change of the leaf
     typed_config(small_cfg({"actor_rollout_ref.rollout.name": "hf", "trainer.project_name": "p"}))
-    with pytest.raises(ConfigError, match="teacher_model.inference.name=vllm .*; remove the override of "
-                                          "distillation.teacher_models.teacher_model.inference.name"):
-        typed_config(small_cfg({"distillation.teacher_models.teacher_model.inference.name": "vllm"}))
+    with pytest.raises(ConfigError, match="prometheus.served_model_name=m .*; remove the override of "
+                                          "actor_rollout_ref.rollout.prometheus.served_model_name"):
+        typed_config(small_cfg({"actor_rollout_ref.rollout.prometheus.served_model_name": "m"}))
 
 
 def test_gdpo_needs_its_reward_components(small_cfg):

@@ -50,3 +50,19 @@ def test_masked_reductions_ignore_masked_garbage():
     rows = torch.tensor([[1.0, 3.0], [5.0, 7.0]])
     _close(ca.masked_mean(rows, torch.tensor([[1.0, 1.0], [1.0, 0.0]]), axis=-1), [2.0, 5.0])
     _close(ca.masked_mean(rows, torch.zeros(2, 2)), 0.0)  # nothing valid: 0, not nan
+
+
+def test_verl_registry_dicts_are_the_live_registries():
+    assert ca.ADV_ESTIMATOR_REGISTRY["grpo"] is ca.compute_grpo_outcome_advantage
+    assert ca.POLICY_LOSS_REGISTRY["vanilla"] is ca.compute_policy_loss_vanilla
+    assert set(ca.ADV_ESTIMATOR_REGISTRY) == set(algos.ADV_ESTIMATORS.names())
+
+    def mine(**kwargs):
+        return None
+
+    ca.POLICY_LOSS_REGISTRY["my_dict_loss"] = mine  # how verl-era code registers without the decorator
+    try:
+        assert ca.get_policy_loss_fn("my_dict_loss") is mine
+    finally:
+        del ca.POLICY_LOSS_REGISTRY["my_dict_loss"]
+    assert "my_dict_loss" not in algos.POLICY_LOSSES

@@ -17,7 +17,7 @@ def _config(estimator="grpo", use_kl_loss=False, rm=False):
     return OmegaConf.create({
         "actor_rollout_ref": {"hybrid_engine": True, "actor": {"use_kl_loss": use_kl_loss}},
         "algorithm": {"adv_estimator": estimator, "use_kl_in_reward": False},
-        "critic": {"enable": None}, "reward_model": {"enable": rm},
+        "critic": {"enable": None}, "reward_model": {"enable": rm}, "distillation": {"enabled": False, "nnodes": 0},
     })
 
 
@@ -78,3 +78,21 @@ def test_default_mapping_follows_the_config():
     assert workers == {Role.ActorRollout: ActorRolloutRefWorker, Role.RefPolicy: ActorRolloutRefWorker,
                        Role.Critic: CriticWorker}
     assert set(pools.values()) == {"global_pool"} and set(pools) == set(workers)
+
+
+@pytest.mark.parametrize("nnodes, pool", [(0, "global_pool"), (1, "teacher_pool")])
+def test_teachers_get_their_own_pool_or_share_the_trainers(nnodes, pool):
+    from rlpost.trainer.ppo.roles import resource_pool_spec
+    from rlpost.workers.teacher import TeacherWorker
+
+    config = _config()
+    config.distillation = {"enabled": True, "nnodes": nnodes, "n_gpus_per_node": 3}
+    config.trainer = {"n_gpus_per_node": 2, "nnodes": 1}
+    config.actor_rollout_ref.rollout = {"n_gpus_per_node": 1, "nnodes": 1}
+    workers, pools = default_role_worker_mapping(config)
+    assert workers[Role.Teacher] is TeacherWorker and pools[Role.Teacher] == pool
+    spec = resource_pool_spec(config)
+    assert spec.get("teacher_pool") == ([3] if nnodes else None) and spec["global_pool"] == [2]
+    assert plan_roles(config, workers, ResourcePoolManager(spec, pools)).use_teacher
+    with pytest.raises(ValueError, match="Role.Teacher .* must be mapped exactly when distillation.enabled=true"):
+        plan_roles(config, {Role.ActorRollout: ActorRolloutRefWorker}, _pools([Role.ActorRollout]))

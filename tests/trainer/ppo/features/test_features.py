@@ -18,10 +18,10 @@ from rlpost.trainer.ppo.features.pf_ppo import PfPpo
 pytestmark = pytest.mark.timeout(60)
 
 
-def _trainer(estimator: str, use_pf_ppo: bool = False, **algo) -> SimpleNamespace:
+def _trainer(estimator: str, use_pf_ppo: bool = False, distill: bool = False, **algo) -> SimpleNamespace:
     algo_cfg = SimpleNamespace(adv_estimator=estimator, use_pf_ppo=use_pf_ppo, codapo_top_k=None,
                                codapo_weight_offset=None, codapo_accuracy_key=None, **algo)
-    return SimpleNamespace(config=SimpleNamespace(algorithm=algo_cfg))
+    return SimpleNamespace(config=SimpleNamespace(algorithm=algo_cfg, distillation=SimpleNamespace(enabled=distill)))
 
 
 @pytest.mark.parametrize("estimator, pf, want", [
@@ -34,7 +34,13 @@ def test_the_estimator_declares_its_features_and_options_add_theirs(estimator, p
 
 
 def test_registered_features():
-    assert {"codapo_cycle", "gdpo_metrics", "pf_ppo", "remax_baseline"} <= set(STEP_FEATURES.names())
+    assert {"codapo_cycle", "distillation", "gdpo_metrics", "pf_ppo", "remax_baseline"} <= set(STEP_FEATURES.names())
+
+
+def test_distillation_is_turned_on_by_its_key():
+    assert [type(f).__name__ for f in active_features(_trainer("grpo", distill=True))] == ["Distillation"]
+    assert [type(f).__name__ for f in active_features(_trainer("remax", True, True))] == \
+        ["RemaxBaseline", "Distillation", "PfPpo"]
 
 
 def test_gdpo_metrics_of_each_component():
