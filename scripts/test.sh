@@ -5,5 +5,5 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/setup_env.sh"
 cd "$ROOT"
-ruff check rlpost tests scripts examples   # lint first: seconds, and a red lint fails CI like a red test
+ruff check rlpost tests scripts examples benchmarks   # lint first: seconds, and a red lint fails CI like a red test
 exec python -m pytest -q -ra --durations=15 "$@"

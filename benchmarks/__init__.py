@@ -1,0 +1,1 @@
+"""rlpost's benchmarks: one harness (`benchmarks.harness`) and the scripts that use it; results under `results/`."""
