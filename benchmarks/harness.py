@@ -145,8 +145,15 @@ def environment() -> dict[str, Any]:
 
 
 def command_line() -> str:
-    """This process's command, quoted so that it can be pasted back into a shell."""
-    return " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv])
+    """This process's command, quoted so that it can be pasted back into a shell (a module of this repository
+    as `python -m <module>`)."""
+    script = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else None
+    head = [Path(sys.executable).name]
+    if script is not None and script.suffix == ".py" and script.is_relative_to(REPO):
+        head += ["-m", ".".join(script.relative_to(REPO).with_suffix("").parts)]
+    else:
+        head += sys.argv[:1]
+    return " ".join(shlex.quote(a) for a in [*head, *sys.argv[1:]])
 
 
 def timed(fn: Callable[[], Any], sync: Callable[[], None] | None = None) -> tuple[float, Any]:
@@ -158,6 +165,23 @@ def timed(fn: Callable[[], Any], sync: Callable[[], None] | None = None) -> tupl
     if sync is not None:
         sync()
     return time.perf_counter() - start, value
+
+
+TAG = "@@bench "  # prefix of a helper process's reply lines (engines log to the same stdout)
+
+
+def reply(obj: Mapping[str, Any]) -> None:
+    """Send one reply line from a helper process (a bare engine in its own process, say) to its parent."""
+    print(TAG + json.dumps(obj, default=str), flush=True)
+
+
+def read_reply(stream: Any, echo: Any, who: str = "the helper") -> dict[str, Any]:
+    """The next reply line of a helper process, echoing its other output to `echo`; EOF means it died."""
+    for line in stream:
+        if line.startswith(TAG):
+            return json.loads(line[len(TAG):])
+        echo.write(line)
+    raise RuntimeError(f"{who}'s process ended before replying (its output is above)")
 
 
 def order(round_index: int, names: Sequence[str]) -> list[str]:

@@ -124,15 +124,22 @@ def write_parquet(workload: Workload, tokenizer: Any, path: Path, seed: int = 0)
     return path
 
 
+def add_arguments(ap: argparse.ArgumentParser, model_dir: bool = True) -> None:
+    """The workload's command-line arguments, the same in every benchmark that runs it."""
+    if model_dir:
+        ap.add_argument("--model-dir", type=Path, required=True, help="the model (its tokenizer counts)")
+    ap.add_argument("--prompts", type=int, default=64, help="prompts per step")
+    ap.add_argument("--n", type=int, default=8, help="samples per prompt")
+    ap.add_argument("--cap", type=int, default=1024, help="the global response cap (data.max_response_length)")
+    ap.add_argument("--seed", type=int, default=0)
+
+
 def main(argv: list[str] | None = None) -> None:
     from transformers import AutoTokenizer
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--prompts", type=int, default=64, help="prompts per step")
-    ap.add_argument("--n", type=int, default=8)
+    add_arguments(ap, model_dir=False)
     ap.add_argument("--steps", type=int, default=6)
-    ap.add_argument("--cap", type=int, default=1024)
-    ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tokenizer", type=Path, required=True, help="the model folder whose tokenizer counts")
     ap.add_argument("--out", type=Path, required=True, help="folder: train.parquet (and val.parquet, 1 step)")
     args = ap.parse_args(argv)

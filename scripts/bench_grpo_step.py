@@ -102,13 +102,14 @@ def prompt_batch(prompts: torch.Tensor, n: int) -> DataProto:
     return batch.repeat(n, interleave=True)
 
 
-def grpo_step(worker: Any, prompts: torch.Tensor, n: int) -> dict[str, float]:
-    """One GRPO step (phases and names of `RayPPOTrainer.train_step`); returns seconds per phase."""
+def grpo_step(worker: Any, prompts: torch.Tensor | DataProto, n: int) -> dict[str, float]:
+    """One GRPO step (phases and names of `RayPPOTrainer.train_step`); returns seconds per phase. `prompts`:
+    fixed-length prompt ids (repeated n times here), or a generation batch already repeated."""
     from rlpost.trainer.ppo.core_algos import compute_advantage
 
     timing: dict[str, float] = {}
     with timer("step", timing):
-        gen_in = prompt_batch(prompts, n)
+        gen_in = prompts if isinstance(prompts, DataProto) else prompt_batch(prompts, n)
         gen_in.meta_info.update({keys.META_DO_SAMPLE: True, keys.META_VALIDATE: False})
         with timer("gen", timing):
             batch = worker.generate_sequences(gen_in)
@@ -135,7 +136,8 @@ def grpo_step(worker: Any, prompts: torch.Tensor, n: int) -> dict[str, float]:
             metrics = worker.update_actor(batch).meta_info[keys.META_METRICS]
     timing["update_weights"] = float(metrics["timing_s/update_weights"])
     timing["update_actor_only"] = timing["update_actor"] - timing["update_weights"]
-    assert batch.batch[keys.RESPONSES].shape == (len(prompts) * n, worker.config.rollout.response_length)
+    assert batch.batch[keys.RESPONSES].shape == (len(gen_in), worker.config.rollout.response_length)
+    timing["tokens"] = int(batch.batch[keys.ATTENTION_MASK].sum())
     return timing
 
 
