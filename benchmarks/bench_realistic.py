@@ -52,13 +52,15 @@ def serve_bare(args: argparse.Namespace) -> None:
     params = [SamplingParams(n=1, temperature=1.0, max_tokens=r, ignore_eos=True, detokenize=False)
               for _, r in wl.rows()]
     sync = torch.cuda.synchronize if torch.cuda.is_available() else None
+    asleep = [False]
 
     def generate() -> tuple[float, list[tuple[list[int], list[int]]]]:
-        if sync is not None:
+        if asleep[0]:
             llm.wake_up()
         seconds, outs = harness.timed(lambda: llm.generate(requests, params, use_tqdm=False), sync)
         if sync is not None:
             llm.sleep(level=1)  # the strong loops and the other side get the memory
+            asleep[0] = True
         seqs = [(list(req["prompt_token_ids"]), list(o.outputs[0].token_ids)) for req, o in zip(requests, outs)]
         assert [len(r) for _, r in seqs] == [r for _, r in wl.rows()], "bare vLLM did not honour the caps"
         return seconds, seqs
