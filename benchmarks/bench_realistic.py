@@ -125,7 +125,11 @@ def summarize(res: Any, rounds: list[dict[str, Any]], params: int) -> None:
 
     bare = [r["bare"] for r in rounds]
     ours = [r["rlpost"] for r in rounds]
-    assert all(b["tokens"] == o["tokens"] for b, o in zip(bare, ours)), "the two sides ran different tokens"
+    # rlpost masks a response after a sampled EOS token (a random model draws one now and then), the bare side
+    # keeps every token: the counts agree to a fraction of a percent, and each side's MFU counts its own.
+    worst = max(abs(b["tokens"] - o["tokens"]) / b["tokens"] for b, o in zip(bare, ours))
+    assert worst < 0.02, f"the two sides ran different tokens ({worst:.1%} apart)"
+    res.metric("token_count_gap", worst, unit="fraction")
     pairs = {"A3": ("gen_s", "gen"), "A1_limit": ("train_s", "update_actor_only"),
              "A2_limit": ("fwd_s", "old_log_prob")}
     for gid, (b_key, o_key) in pairs.items():
