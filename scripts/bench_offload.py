@@ -2,7 +2,7 @@
 against the plain `module.to("cpu")` / `module.to("cuda")` they replaced, alternated, on an FSDP2-sharded stack
 of bf16 linear layers of a 7B model's shard size on 4 GPUs (~3.8 GB).
 
-    python3 scripts/bench_offload.py --gb 3.8 --reps 5 --json-out benchmarks/results/offload_h100.json
+    python3 scripts/bench_offload.py --gb 3.8 --reps 5 --json-out benchmarks/results/2026-11-27_h100/offload_h100.json
 
 Reports the median (and range) of the offload (to host) and onload (back) seconds of each, and checks that the
 parameters come back bit-identical. Needs torch with CUDA (and omegaconf for rlpost's imports).
