@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.append(str(REPO / "scripts"))
+sys.path.append(str(REPO / "benchmarks"))
 
 TARGETS = {"C1": ">= 1.00", "C2": ">= 1.3"}
 

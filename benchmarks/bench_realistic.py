@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.append(str(REPO / "scripts"))
+sys.path.append(str(REPO / "benchmarks"))
 
 PEAK = 989e12  # H100/H200 dense bf16, the MFU denominator
 TARGETS = {"A1": ">= 0.30", "A1_limit": ">= 0.95", "A2": ">= 0.35", "A2_limit": ">= 0.95",
@@ -229,10 +229,8 @@ def main() -> None:
     if args.serve_bare:
         return serve_bare(args)
     import bench_limits
-    from transformers import AutoConfig
 
-    bench_limits.ensure_model(args.model_dir)
-    args.vocab = min(150000, AutoConfig.from_pretrained(args.model_dir).vocab_size)
+    args.vocab = bench_limits.model_vocab(args.model_dir)
     res = run(args)
     print("[realistic] " + json.dumps(res.goals), flush=True)
     print(f"[realistic] wrote {res.write(session=args.session)}", flush=True)
