@@ -13,7 +13,7 @@ is 0.35 each.
 
 Each round runs one bare generation and one GRPO step, the order swapping every round (a drift of the host lands
 on both). Both sides time a fixed pure-Python loop on the generating thread just before the call
-(`bench_gen_variance.cpu_probe_ms`): the host core's speed, which earlier runs found to set a generation's time.
+(`benchmarks.harness.cpu_probe_ms`): the host core's speed, which earlier runs found to set a generation's time.
 Per round: bare / rlpost of the whole `gen` and of its engine part; medians and ranges over the rounds.
 With `--limits-json` (a `bench_limits.py` run of the same batch just before), the step is also set against the
 sum of limits with the alternated bare generation in place of the limits' own.
@@ -88,7 +88,7 @@ def read_reply(stream: IO[str], echo: IO[str]) -> dict[str, Any]:
 def serve_bare(args: argparse.Namespace) -> None:
     """The bare engine: build, warm up, then one timed generation per `gen` line on stdin."""
     import bench_limits
-    from bench_gen_variance import cpu_probe_ms
+    from benchmarks.harness import cpu_probe_ms
     from vllm import SamplingParams
 
     llm, start_s = bench_limits.bare_engine(args.model_dir, args.prompt_len + args.response_len,
@@ -133,7 +133,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     import bench_grpo_step
     import bench_limits
     import torch
-    from bench_gen_variance import cpu_probe_ms
+    from benchmarks.harness import cpu_probe_ms
 
     limits = None
     if args.limits_json is not None:

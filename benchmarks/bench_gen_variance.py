@@ -52,6 +52,9 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
+sys.path.append(str(REPO))
+
+from benchmarks.harness import cpu_probe_ms  # noqa: E402  (the one CPU probe; the name stays importable here)
 
 VARIANTS = ("default", "gc_off", "threads_all", "pin_local", "pin_remote", "sleep2", "tqdm")
 # /proc/stat's first line: cpu user nice system idle iowait irq softirq steal ...
@@ -73,19 +76,6 @@ def host_shares(before: dict[str, int], after: dict[str, int]) -> dict[str, floa
     total = sum(delta.values()) or 1
     busy = total - delta["idle"] - delta["iowait"] - delta["steal"]
     return {"host_busy": busy / total, "host_steal": delta["steal"] / total}
-
-
-def cpu_probe_ms(loops: int = 200_000, reps: int = 3) -> float:
-    """Fastest of `reps` timings of a fixed pure-Python loop on the calling thread, in milliseconds: how fast this
-    core runs the interpreter right now, apart from vLLM, torch and the GPU."""
-    best = float("inf")
-    for _ in range(reps):
-        start = time.perf_counter()
-        total = 0
-        for i in range(loops):
-            total += i * i
-        best = min(best, time.perf_counter() - start)
-    return best * 1000.0
 
 
 def memory_probe_gbs(mib: int = 256, reps: int = 3) -> float:

@@ -18,7 +18,6 @@ in a subprocess first, so the step and its limits come from the same run on the 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import subprocess
@@ -92,24 +91,14 @@ def random_prompts(n_prompts: int, prompt_len: int, seed: int = 0, low: int = 10
 
 
 def env_info() -> dict[str, Any]:
-    """Device name, versions and date for a results JSON."""
-    import transformers
+    """`benchmarks.harness.environment()` (commit, dirty, host, CPU, GPU, versions, CPU probe) plus the keys older
+    result files carry (`device`, `device_count`, `cuda`, `rlpost_commit`)."""
+    from benchmarks import harness
 
-    info: dict[str, Any] = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-        "device_count": torch.cuda.device_count(),
-        "torch": torch.__version__, "cuda": torch.version.cuda, "transformers": transformers.__version__,
-    }
-    try:
-        import vllm
-
-        info["vllm"] = vllm.__version__
-    except ImportError:
-        info["vllm"] = None
-    # A copied tree may carry stale git metadata (seen on the device machine): RLPOST_COMMIT wins.
-    sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
-    info["rlpost_commit"] = os.environ.get("RLPOST_COMMIT") or sha.stdout.strip() or None
+    info = harness.environment()
+    info.update({"device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+                 "device_count": torch.cuda.device_count(), "cuda": torch.version.cuda,
+                 "rlpost_commit": info["commit"]})
     return info
 
 
