@@ -55,7 +55,7 @@ gsm8k_gpu_setup() {
     N_GPUS=${N_GPUS:-1}
     # The 0.5B model as one FSDP unit (a wrap_policy.min_num_params above its size): one gather and one cast of
     # the weights per pass instead of one per decoder layer; 21.33 s per 64x8-per-GPU step against 23.26 s on four
-    # H100s (docs/benchmarks.md). It holds the whole bf16 model at once: FSDP_MIN_NUM_PARAMS=0 gives verl's one unit
+    # H100s (docs/benchmarks/README.md). It holds the whole bf16 model at once: FSDP_MIN_NUM_PARAMS=0 gives verl's one unit
     # per decoder layer, for 7B and up.
     FSDP_MIN_NUM_PARAMS=${FSDP_MIN_NUM_PARAMS:-1000000000}
     COMMON=(
@@ -67,7 +67,7 @@ gsm8k_gpu_setup() {
         data.filter_overlong_prompts=true
         data.truncation=error
         actor_rollout_ref.model.path="$MODEL_PATH"
-        actor_rollout_ref.model.use_remove_padding=true   # packed rows: 1.41x per step on 28-token prompts padded to 512 (docs/benchmarks.md)
+        actor_rollout_ref.model.use_remove_padding=true   # packed rows: 1.41x per step on 28-token prompts padded to 512 (docs/benchmarks/README.md)
         actor_rollout_ref.model.enable_gradient_checkpointing=true
         actor_rollout_ref.actor.ppo_mini_batch_size=64
         actor_rollout_ref.actor.entropy_coeff=0

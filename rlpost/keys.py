@@ -42,6 +42,7 @@ NUM_TURNS = "__num_turns__"  # int: prompt + model turns + tool/user turns of a 
 AGENT_METRICS = "agent_metrics"  # dict: per-trajectory counters of the agent loop (tool_calls, truncated, ...)
 TOOL_REWARDS = "tool_rewards"  # dict: {tool name: calc_reward of the trajectory's instance}
 TURN_SCORES = "turn_scores"  # list[float]: the interaction's score of each of its turns
+RESPONSE_CAPS = "response_caps"  # list[int]: per-sample response caps of a prompt (extra_info["response_caps"])
 
 # --- meta_info --------------------------------------------------------------------------------------
 META_EOS_TOKEN_ID = "eos_token_id"

@@ -2,12 +2,12 @@
 # GRPO through the GPU example script on a random-weight Qwen2.5-0.5B-architecture model and the times-ten
 # data: 64 prompts x 8, 512 + 512 tokens (ignore_eos), 5 steps; the per-step metrics land in OUT_DIR.
 #
-#   bash scripts/gpu_grpo_e2e.sh NGPUS TP NAME [OUT_DIR] [key=value ...]    (docs/benchmarks.md)
+#   bash scripts/gpu_grpo_e2e.sh NGPUS TP NAME [OUT_DIR] [key=value ...]    (docs/benchmarks/main_ppo.md)
 set -uo pipefail
 ngpu=${1:?usage: gpu_grpo_e2e.sh NGPUS TP NAME [OUT_DIR] [key=value ...]} tp=${2:?TP} name=${3:?NAME}
 out=${4:-benchmarks/results}; shift $(( $# < 4 ? $# : 4 ))
 mkdir -p "$out"
-[[ -d /tmp/m ]] || python3 scripts/bench_limits.py --save-model /tmp/m > /dev/null || exit 1
+[[ -d /tmp/m ]] || python3 benchmarks/bench_limits.py --save-model /tmp/m > /dev/null || exit 1
 [[ -d /tmp/d ]] || python3 examples/data_preprocess/times_ten.py --local_dir /tmp/d > /dev/null || exit 1
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 start=$(date +%s)

@@ -127,6 +127,7 @@ class RLHFDataset(Dataset):
         self._check_columns(frame, config)
         self.rows = frame.to_dict("records")
         self.has_agent_name = keys.AGENT_NAME in frame.columns
+        self._check_response_caps()
         self.texts = [self._template(self._checked_messages(i, r)) for i, r in enumerate(self.rows)]
         self._check_empty_prompts()
         workers = int(config.filter_overlong_prompts_workers)
@@ -146,6 +147,22 @@ class RLHFDataset(Dataset):
                                  ("audio_key", config.audio_key)):
             if column in columns and frame[column].notna().any():
                 raise ValueError(f"not supported yet: data.{key_name} (column {column!r} has data)")
+
+    def _check_response_caps(self) -> None:
+        """`extra_info.response_caps` in every row or in none (rows are batched together), each a valid list."""
+        has = [isinstance(e, dict) and e.get(keys.RESPONSE_CAPS) is not None  # parquet fills missing keys with None
+               for e in (_plain(r.get(keys.EXTRA_INFO)) for r in self.rows)]
+        if not any(has):
+            return
+        for i, row in enumerate(self.rows):
+            path, file_row = row_origin(self.file_rows, i)
+            if not has[i]:
+                raise ValueError(f"{path} row {file_row}: extra_info has no response_caps while other rows have "
+                                 "them; give every row its per-sample caps (e.g. [240, 512]) or none")
+            try:
+                response_caps(_plain(row[keys.EXTRA_INFO])[keys.RESPONSE_CAPS], file_row)
+            except ValueError as exc:
+                raise ValueError(f"{path}: {exc}") from None
 
     def _messages(self, row: dict) -> list[dict]:
         prompt = _plain(row[self.prompt_key])
@@ -257,6 +274,8 @@ class RLHFDataset(Dataset):
             keys.TOOLS_KWARGS: _extra(extra_info, keys.TOOLS_KWARGS),
             keys.INTERACTION_KWARGS: _extra(extra_info, keys.INTERACTION_KWARGS),
         }
+        if isinstance(extra_info, dict) and extra_info.get(keys.RESPONSE_CAPS) is not None:
+            out[keys.RESPONSE_CAPS] = response_caps(extra_info[keys.RESPONSE_CAPS], item)
         if self.has_agent_name:
             out[keys.AGENT_NAME] = row[keys.AGENT_NAME]
         if keys.DATA_SOURCE in row:
@@ -270,6 +289,16 @@ class RLHFDataset(Dataset):
             raw = self.tokenizer(contents, add_special_tokens=False)["input_ids"]
             out[keys.RAW_INPUT_IDS] = truncate(raw, self.max_prompt_length, self.truncation, item)
         return out
+
+
+def response_caps(value: Any, item: int) -> list[int]:
+    """`extra_info.response_caps` of row `item` as a list of positive ints (sample j of the prompt's group is
+    cut at caps[j % len(caps)] tokens); anything else is refused with the row named."""
+    caps = list(value) if isinstance(value, (list, tuple, np.ndarray)) else None
+    if not caps or any(not isinstance(c, (int, np.integer)) or isinstance(c, bool) or c < 1 for c in caps):
+        raise ValueError(f"data row {item}: extra_info.response_caps={value!r} must be a non-empty list of "
+                         "positive ints (per-sample response caps), e.g. [240, 512]")
+    return [int(c) for c in caps]
 
 
 def _extra(extra_info: Any, key: str) -> dict:

@@ -91,6 +91,25 @@ def prompt_token_lists(prompts: DataProto) -> list[list[int]]:
     return [row[m.bool()].tolist() for row, m in zip(ids, mask)]
 
 
+def row_caps(prompts: DataProto, max_tokens: int) -> list[int] | None:
+    """Each row's response cap, from the non-tensor `response_caps` (one list per prompt, repeated over its
+    group): the j-th row of a uid takes caps[j % len(caps)], at most `max_tokens`. None without the field.
+
+    A group split over several generation calls starts again at caps[0] in each call."""
+    caps = prompts.non_tensor_batch.get(keys.RESPONSE_CAPS) if prompts.non_tensor_batch else None
+    if caps is None:
+        return None
+    uids = prompts.non_tensor_batch.get(keys.UID)
+    seen: dict[Any, int] = {}
+    out = []
+    for i, row in enumerate(caps):
+        key = uids[i] if uids is not None else i
+        j = seen.get(key, 0)
+        seen[key] = j + 1
+        out.append(min(int(row[j % len(row)]), max_tokens))
+    return out
+
+
 def pad_2d(rows: Sequence[Sequence[float]], length: int, pad_value: float, dtype: torch.dtype) -> torch.Tensor:
     """Right-pad (and truncate) ragged rows to a (len(rows), length) tensor."""
     out = torch.full((len(rows), length), pad_value, dtype=dtype)
@@ -144,6 +163,10 @@ def assemble_output(
         input's non-tensor fields and meta_info unchanged.
     """
     idx, attn, pos = (prompts.batch[k] for k in (keys.INPUT_IDS, keys.ATTENTION_MASK, keys.POSITION_IDS))
+    caps = row_caps(prompts, response_length)
+    if caps is not None:  # every engine's output honours the per-sample caps, whatever it was asked for
+        response_ids = [list(r)[:c] for r, c in zip(response_ids, caps)]
+        log_probs = None if log_probs is None else [list(lp)[:c] for lp, c in zip(log_probs, caps)]
     pad_id = prompts.meta_info.get(keys.META_PAD_TOKEN_ID)
     pad_id = 0 if pad_id is None else int(pad_id)
     eos_ids = eos_id_set(prompts.meta_info.get(keys.META_EOS_TOKEN_ID))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Any, Callable, Iterable, Iterator
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -31,7 +31,7 @@ from rlpost.rollout import ROLLOUT_REGISTRY  # noqa: E402
 from rlpost.rollout.async_engine import SteppedEngine  # noqa: E402
 from rlpost.rollout.base import BaseRollout, SamplingSpec, resolve_sampling  # noqa: E402
 from rlpost.rollout.utils import (assemble_output, engine_seed, eos_id_set, load_format_name, max_model_len,  # noqa: E402
-                                  prompt_token_lists)
+                                  prompt_token_lists, row_caps)
 from rlpost.utils.profiler import set_unbacked_bytes  # noqa: E402
 
 logger = logging.getLogger(__name__)
@@ -245,8 +245,12 @@ class VLLMRollout(BaseRollout):
         spec = resolve_sampling(self.config, prompts.meta_info)
         stop_ids = eos_id_set(prompts.meta_info.get(keys.META_EOS_TOKEN_ID))
         requests = [{"prompt_token_ids": ids} for ids in prompt_token_lists(prompts)]
+        params: SamplingParams | list[SamplingParams] = sampling_params(spec, stop_ids)
+        caps = row_caps(prompts, spec.max_tokens)
+        if caps is not None:  # per-sample caps: the engine stops each row at its own, not at the longest
+            params = [sampling_params(replace(spec, max_tokens=cap), stop_ids) for cap in caps]
         outputs = self.llm.generate(
-            requests, sampling_params(spec, stop_ids), use_tqdm=self.rank == 0 and len(requests) > 64,
+            requests, params, use_tqdm=self.rank == 0 and len(requests) > 64,
             lora_request=self.lora_request,
         )
         token_ids = [list(o.outputs[0].token_ids) for o in outputs]

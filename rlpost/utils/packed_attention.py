@@ -173,7 +173,7 @@ def attend_packed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seqs: Packe
         # Grouped-query k/v go in with their own G heads: the flash kernel maps query head h to k/v head
         # h // (H / G) itself, whether or not the wrapper has an `enable_gqa` flag (torch 2.11 has none and
         # gives the same output as with k/v repeated H / G times; forward 1.43x faster per call at 0.5B shapes,
-        # benchmarks/results/varlen_gqa_h200.json).
+        # benchmarks/results/2026-11-27_h200/varlen_gqa_h200.json).
         gqa = {"enable_gqa": True} if takes_gqa and q.shape[0] != k.shape[0] else {}
         scale = {"scale": scaling} if takes_scale else {}
         if scaling is not None and not takes_scale and scaling != q.shape[-1] ** -0.5:

@@ -254,3 +254,19 @@ def test_multi_turn_fields_and_tool_schemas_in_the_prompt(tokenizer, tmp_path):
     assert len(filtered) == 0
     plain = RLHFDataset(write(tmp_path, data, "plain.parquet"), tokenizer, data_cfg(max_prompt_length=256))
     assert keys.AGENT_NAME not in plain[0] and plain[1][keys.TOOLS_KWARGS] == {}
+
+
+def test_response_caps_reach_the_batch_and_bad_caps_name_the_row(tokenizer, tmp_path):
+    data = rows(["What is 1 + 2?", "And 3 + 4?"])
+    for i, row in enumerate(data):
+        row["extra_info"]["response_caps"] = [5 + i, 9]
+    ds = RLHFDataset(write(tmp_path, data), tokenizer, data_cfg())
+    assert ds[1][keys.RESPONSE_CAPS] == [6, 9]
+    batch = collate_fn([ds[0], ds[1]])
+    assert [list(c) for c in batch[keys.RESPONSE_CAPS]] == [[5, 9], [6, 9]]
+    data[1]["extra_info"]["response_caps"] = [0]
+    with pytest.raises(ValueError, match=r"d2.parquet: data row 1: extra_info.response_caps=.*positive ints"):
+        RLHFDataset(write(tmp_path, data, "d2.parquet"), tokenizer, data_cfg())
+    del data[1]["extra_info"]["response_caps"]
+    with pytest.raises(ValueError, match=r"d3.parquet row 1: extra_info has no response_caps"):
+        RLHFDataset(write(tmp_path, data, "d3.parquet"), tokenizer, data_cfg())

@@ -64,7 +64,7 @@ def test_torch_memory_snapshot_and_cuda_trace(tmp_path):
 def test_trace_summary_counts_a_phase_s_kernels_as_compute(tmp_path):
     """scripts/trace_summary.py on a CUDA trace: the phase's matmuls are compute, the GPU is busy for part of
     the host range. (NCCL kernels, the comm column, need 2 ranks: a 1-rank all-reduce launches none; the
-    4-GPU `bench_scale --profile-step` run of docs/benchmarks.md shows them per rank.)"""
+    4-GPU `bench_scale --profile-step` run of docs/benchmarks/scale.md shows them per rank.)"""
     import sys
     from pathlib import Path
 

@@ -66,3 +66,13 @@ def test_assemble_output_hand_example():
     assert torch.allclose(out.batch[keys.ROLLOUT_LOG_PROBS], torch.tensor([[-0.5, -1.0, 0, 0], [-0.1] * 4]))
     assert list(out.non_tensor_batch[keys.UID]) == ["a", "b"]
     assert out.meta_info[keys.META_EOS_TOKEN_ID] == 2
+
+
+def test_row_caps_walk_each_group_and_stop_at_the_response_length():
+    from rlpost.rollout.utils import row_caps
+
+    data = DataProto.from_dict(tensors={keys.INPUT_IDS: torch.zeros(5, 2, dtype=torch.long)},
+                               non_tensors={keys.UID: np.array(["a", "a", "a", "b", "b"], dtype=object),
+                                            keys.RESPONSE_CAPS: np.array([[4, 9]] * 3 + [[30, 2]] * 2, dtype=object)})
+    assert row_caps(data, max_tokens=8) == [4, 8, 4, 8, 2]  # a's caps wrap around; 9 and 30 stop at 8
+    assert row_caps(DataProto.from_dict(tensors={keys.INPUT_IDS: torch.zeros(1, 2)}), 8) is None

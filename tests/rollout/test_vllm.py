@@ -90,6 +90,27 @@ def test_greedy_after_sync_equals_hf_generate_left_padded(setup):
     assert rollout.last_sync_s > 0
 
 
+def test_per_sample_response_caps_cut_each_row_of_a_group(setup):
+    """Rows of one uid take their prompt's caps in turn; each capped row is the uncapped greedy row's prefix."""
+    rollout, actor, tok, cfg = setup
+    base = _batch(tok, PROMPTS[:2], do_sample=False)
+    data = base.repeat(2, interleave=True)  # u0 u0 u1 u1, as the trainer repeats a group
+    cfg.ignore_eos = True
+    try:
+        full = rollout.generate_sequences(data).batch[keys.RESPONSES]
+        data.non_tensor_batch[keys.RESPONSE_CAPS] = np.array([[3, 5], [3, 5], [R + 4, 1], [R + 4, 1]],
+                                                             dtype=object)
+        out = rollout.generate_sequences(data)
+    finally:
+        cfg.ignore_eos = False
+    lengths = out.batch[keys.RESPONSE_MASK].sum(-1).tolist()
+    assert lengths == [3, 5, R, 1]  # a cap above the response length stops at R
+    pad = tok.pad_token_id
+    for row, n in enumerate(lengths):
+        assert out.batch[keys.RESPONSES][row, :n].tolist() == full[row, :n].tolist()
+        assert set(out.batch[keys.RESPONSES][row, n:].tolist()) <= {pad}
+
+
 def test_generation_changes_only_after_sync(setup):
     rollout, actor, tok, _ = setup
     data = _batch(tok, PROMPTS, do_sample=False)

@@ -117,7 +117,7 @@ def test_estimate_metrics_only_on_gpu(make_cfg, tmp_path):
 
 def test_separate_rollout_devices_keep_the_engine_off_the_trainer_devices(make_cfg, tmp_path):
     """hybrid_engine=false: the engine has its own devices, so no trainer phase counts its share (seen on 2 H100s:
-    the split launch of scripts/bench_async.py was refused with 63.7 GiB of engine on the trainer device)."""
+    the split launch of benchmarks/bench_async.py was refused with 63.7 GiB of engine on the trainer device)."""
     split = {f"{ARR}.hybrid_engine": False, f"{ARR}.rollout.n_gpus_per_node": 1, f"{ARR}.rollout.nnodes": 1,
              f"{ARR}.rollout.free_cache_engine": False, f"{ARR}.rollout.calculate_log_probs": True,
              f"{ARR}.rollout.tensor_model_parallel_size": 1}
