@@ -1,4 +1,4 @@
-"""The per-chunk log-prob + entropy maths of old_log_prob (`rlpost.utils.fused_logprob.chunk_stats`) against the
+"""The per-chunk log-prob + entropy maths of old_log_prob (`rlpost.engine.fused_logprob.chunk_stats`) against the
 softmax formula it replaced, alternated, on one (rows x vocab) float32 chunk.
 
     python3 benchmarks/bench_chunk_stats.py --device cuda --rows 4096 --vocab 151936 --reps 7
@@ -23,7 +23,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from rlpost.utils.fused_logprob import chunk_stats  # noqa: E402
+from rlpost.engine.fused_logprob import chunk_stats  # noqa: E402
 
 
 def softmax_formula(z: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -4,7 +4,7 @@
     python benchmarks/bench_kernels.py --toy --reps 2       # CPU smoke test (tiny model, 8 rows, 16 + 16)
 
 One `ActorRolloutRefWorker(role="actor")` (no rollout engine needed) built from the package's `ppo_trainer`
-config with `use_remove_padding=true` (its attention: `rlpost.utils.packed_attention`; padded batches still
+config with `use_remove_padding=true` (its attention: `rlpost.engine.packed_attention`; padded batches still
 get SDPA with a padding mask). Each variant sets the actor's `use_remove_padding` / `use_fused_kernels` and
 runs `compute_log_prob` (with entropy, as old_log_prob does) and `update_actor` (one optimiser step per
 mini-batch, KL loss on) on the same rows; the variants alternate, `--reps` rounds after one warm-up round,

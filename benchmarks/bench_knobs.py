@@ -103,7 +103,7 @@ def timed_gather(module: torch.nn.Module, bucket_mb: int, device: str) -> dict[s
     """Consume `iter_full_params` (bf16) once: seconds (slowest rank) and peak memory above the start (GiB)."""
     import torch.distributed as dist
 
-    from rlpost.utils.fsdp import iter_full_params
+    from rlpost.engine.fsdp import iter_full_params
 
     cuda = device == "cuda"
     if cuda:

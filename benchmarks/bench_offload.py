@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
 
-from rlpost.utils.fsdp import load_model_to, offload_model
+from rlpost.engine.fsdp import load_model_to, offload_model
 
 
 def build(gb: float, width: int = 4096) -> torch.nn.Module:

@@ -1,5 +1,5 @@
 """Start-up load of a sharded model: every rank reads the checkpoint (plain) against rank 0 alone reading it and
-broadcasting the shards (`rlpost.utils.model.load_for_sharding` + `rlpost.utils.fsdp.load_shards_from_rank0`,
+broadcasting the shards (`rlpost.utils.model.load_for_sharding` + `rlpost.engine.fsdp.load_shards_from_rank0`,
 what the actor/critic/ref workers do with several ranks and untied embeddings).
 
     python3 benchmarks/bench_rank0_load.py --gpus 2 --reps 5 --json-out benchmarks/results/rank0_load.json
@@ -39,7 +39,7 @@ def _rank(rank: int, world: int, port: int, model_dir: str, mode: str, device: s
     from omegaconf import OmegaConf
 
     from rlpost.utils.distributed import init_distributed
-    from rlpost.utils.fsdp import apply_fsdp2, load_shards_from_rank0
+    from rlpost.engine.fsdp import apply_fsdp2, load_shards_from_rank0
     from rlpost.utils.model import load_for_sharding, load_model
 
     init_distributed(device)

@@ -92,7 +92,7 @@ def update_batch(rows: int, prompt_len: int, response_len: int, vocab: int, seed
 
 def park(worker: Any, device: str) -> None:
     """Move the worker's sharded parameters and AdamW state to `device` ('cpu' while the other one runs)."""
-    from rlpost.utils.fsdp import load_model_to, move_optimizer, offload_model
+    from rlpost.engine.fsdp import load_model_to, move_optimizer, offload_model
 
     if device == "cpu":
         offload_model(worker.actor_module)

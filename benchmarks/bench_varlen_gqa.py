@@ -3,7 +3,7 @@
     python benchmarks/bench_varlen_gqa.py                  # GPU: Qwen2.5-0.5B heads, 64 x 8 rows' packed micro-batch
     python benchmarks/bench_varlen_gqa.py --device cpu --seq-lens 12 9 --reps 2    # CPU smoke test
 
-Both sides run `rlpost.utils.packed_attention.attend_packed` on the same (H, N, D) queries; the "repeat" side
+Both sides run `rlpost.engine.packed_attention.attend_packed` on the same (H, N, D) queries; the "repeat" side
 hands it k/v already repeated H / G times (what it did itself before it passed G-head k/v to the kernel), inside
 autograd, so its backward also sums the repeated gradients. Forward and forward + backward are timed with CUDA
 events (wall clock on the CPU), alternating the sides round by round; the outputs and gradients of the two sides
@@ -30,7 +30,7 @@ sys.path.append(str(REPO / "benchmarks"))
 
 import bench_limits  # noqa: E402  (torch only at import, like this script)
 
-from rlpost.utils.packed_attention import attend_packed, packed_sequences, varlen_available  # noqa: E402
+from rlpost.engine.packed_attention import attend_packed, packed_sequences, varlen_available  # noqa: E402
 
 SIDES = ("repeat", "native")
 

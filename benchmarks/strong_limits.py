@@ -4,8 +4,8 @@
 
 As good as one writes them quickly: bf16 parameters with fused AdamW (no fp32 master copy), sequences packed
 into rows of at most `--fwd-tokens` / `--train-tokens` tokens with no padding (attention within each sequence:
-PyTorch's varlen flash kernel through `rlpost.utils.packed_attention`), the LM head fused with the log-softmax
-and gather so no (tokens x vocab) logits are kept (`rlpost.utils.fused_logprob`, its per-chunk maths under
+PyTorch's varlen flash kernel through `rlpost.engine.packed_attention`), the LM head fused with the log-softmax
+and gather so no (tokens x vocab) logits are kept (`rlpost.engine.fused_logprob`, its per-chunk maths under
 torch.compile), and Liger's RMSNorm / RoPE / SwiGLU kernels where `liger_kernel` is installed on a GPU. The
 update is one optimiser step over the whole batch (gradient accumulation over the packed rows, clipped), the
 policy-gradient loss of the response tokens; the log-prob pass also computes the entropy, as old_log_prob does.
@@ -68,7 +68,7 @@ def load_model(model_dir: Path, device: str, grad_ckpt: bool, liger: bool | None
     a GPU); returns (model, what was applied)."""
     from transformers import AutoModelForCausalLM
 
-    from rlpost.utils.packed_attention import use_packed_attention
+    from rlpost.engine.packed_attention import use_packed_attention
 
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.bfloat16).to(device)
     if liger is None:
@@ -78,7 +78,7 @@ def load_model(model_dir: Path, device: str, grad_ckpt: bool, liger: bool | None
         except ImportError:
             liger = False
     if liger:
-        from rlpost.utils.liger import apply_liger
+        from rlpost.engine.liger import apply_liger
 
         apply_liger(model)
     use_packed_attention(model)
@@ -88,7 +88,7 @@ def load_model(model_dir: Path, device: str, grad_ckpt: bool, liger: bool | None
 
 
 def _head_opts(with_entropy: bool, device: str) -> Any:
-    from rlpost.utils.fused_logprob import FusedHeadOptions, compiled, eager
+    from rlpost.engine.fused_logprob import FusedHeadOptions, compiled, eager
 
     return FusedHeadOptions(temperature=1.0, with_entropy=with_entropy, chunk=8192,
                             compile_fn=compiled if device == "cuda" else eager)
@@ -96,7 +96,7 @@ def _head_opts(with_entropy: bool, device: str) -> Any:
 
 def row_log_probs(model: Any, row: PackedRow, opts: Any) -> torch.Tensor:
     """(k, 2) float32 [log-prob, entropy] of the row's scored tokens."""
-    from rlpost.utils.fused_logprob import fused_logprob
+    from rlpost.engine.fused_logprob import fused_logprob
 
     hidden = model.model(input_ids=row.ids, position_ids=row.positions, use_cache=False).last_hidden_state[0]
     return fused_logprob(hidden[row.where], model.get_output_embeddings().weight, row.labels, opts)

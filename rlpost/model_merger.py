@@ -20,7 +20,7 @@ Shard format (version `rlpost-fsdp-v1`), one folder per role::
 `[r*c, min((r+1)*c, rows))`, so the last ranks may hold fewer rows, or none (an empty `(0, ...)` tensor).
 `Replicate()` entries are full on every rank (rank 0's copy is used). Without `fsdp_meta.json`, W is read
 from the file names and every tensor with a dim is taken as `Shard(0)`. `build_fsdp_meta` writes the
-meta from a live (FSDP2) state dict; workers call it next to `rlpost.utils.fsdp.local_state`.
+meta from a live (FSDP2) state dict; workers call it next to `rlpost.engine.fsdp.local_state`.
 """
 
 from __future__ import annotations

@@ -30,8 +30,8 @@ from rlpost.keys import ATTENTION_MASK, INPUT_IDS, POSITION_IDS
 from rlpost.trainer.config.rules import check_liger_run
 from rlpost.utils.checkpoint import prune_oldest
 from rlpost.utils.distributed import free_port, init_distributed
-from rlpost.utils.fsdp import apply_fsdp2, clip_grad_norm, iter_full_params
-from rlpost.utils.liger import apply_liger
+from rlpost.engine.fsdp import apply_fsdp2, clip_grad_norm, iter_full_params
+from rlpost.engine.liger import apply_liger
 from rlpost.utils.tracking import StepProgress, Tracking
 from rlpost.utils.optim import lr_schedule, build_optimizer
 
@@ -147,7 +147,7 @@ class FSDPSFTTrainer:
 
     def _build_model(self) -> torch.nn.Module:
         """Load the HF model in fp32, put Liger's kernels in (`model.use_liger`), enable checkpointing, shard it
-        through rlpost.utils.fsdp."""
+        through rlpost.engine.fsdp."""
         from transformers import AutoModelForCausalLM
 
         model_cfg = self.config.model
@@ -159,7 +159,7 @@ class FSDPSFTTrainer:
             apply_liger(model, key="model.use_liger")
         if model_cfg.enable_gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        # compute dtype: fp32 on CPU, bf16 on CUDA (rlpost.utils.fsdp.compute_dtype); fp32 masters
+        # compute dtype: fp32 on CPU, bf16 on CUDA (rlpost.engine.fsdp.compute_dtype); fp32 masters
         return apply_fsdp2(model, self.device, fsdp_size=-1, reshard_after_forward=True, offload_policy=False,
                            min_num_params=0)
 

@@ -2,7 +2,7 @@
 
 Config keys read (verl's `actor_rollout_ref.model` / `critic.model`): path, use_shm, trust_remote_code,
 override_config, external_lib, enable_gradient_checkpointing, use_remove_padding (packed attention,
-`rlpost.utils.packed_attention`), use_liger (causal LMs only: Liger's kernels, `rlpost.utils.liger`).
+`rlpost.engine.packed_attention`), use_liger (causal LMs only: Liger's kernels, `rlpost.engine.liger`).
 Options that are not built are refused at start-up (`rlpost/trainer/config/unsupported.py`), not here.
 With several ranks and untied embeddings only rank 0 reads the weights (`load_for_sharding`).
 """
@@ -17,10 +17,10 @@ import torch
 from omegaconf import OmegaConf
 
 from rlpost.utils.import_utils import import_external_libs
-from rlpost.utils.liger import apply_liger
+from rlpost.engine.liger import apply_liger
 from rlpost.utils.lora_config import lora_enabled
 from rlpost.utils.model_traits import model_traits
-from rlpost.utils.packed_attention import use_packed_attention
+from rlpost.engine.packed_attention import use_packed_attention
 from rlpost.utils.shm import local_model_path
 
 logger = logging.getLogger(__name__)
@@ -96,7 +96,7 @@ def _meta_safe_creation() -> Any:
 
 def loads_on_rank0_only(model_cfg: Any) -> bool:
     """True when rank 0 alone should read the weights of `model_cfg` and the other ranks build the model empty
-    (`load_model(empty=True)`) and receive their shards from it (`rlpost.utils.fsdp.load_shards_from_rank0`):
+    (`load_model(empty=True)`) and receive their shards from it (`rlpost.engine.fsdp.load_shards_from_rank0`):
     more than one rank, no LoRA, and no tied input/output embeddings (a tie built on the meta device would not
     survive materialisation). One copy of the full weights in host memory instead of one per rank."""
     import torch.distributed as dist
@@ -113,7 +113,7 @@ def load_for_sharding(model_cfg: Any, dtype: torch.dtype, value_model: bool = Fa
                       offload_policy: bool = False) -> tuple[torch.nn.Module, dict[str, torch.Tensor] | None]:
     """(model on CPU, full state dict or None) for FSDP sharding. With `loads_on_rank0_only` (and no CPU
     offload policy) rank 0 alone reads the weights and returns their state dict, the other ranks build the
-    model empty and return {}: pass it to `rlpost.utils.fsdp.load_shards_from_rank0` after sharding."""
+    model empty and return {}: pass it to `rlpost.engine.fsdp.load_shards_from_rank0` after sharding."""
     import torch.distributed as dist
 
     if offload_policy or not loads_on_rank0_only(model_cfg):

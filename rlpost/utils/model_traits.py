@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-# Layer kinds whose token mixer the packed paths handle: attention (full or windowed, rlpost.utils.packed_attention)
-# and the Gated DeltaNet linear attention of Qwen3-Next / Qwen3.5 (rlpost.utils.linear_attention).
+# Layer kinds whose token mixer the packed paths handle: attention (full or windowed, rlpost.engine.packed_attention)
+# and the Gated DeltaNet linear attention of Qwen3-Next / Qwen3.5 (rlpost.engine.linear_attention).
 ATTENTION_LAYERS = frozenset({"full_attention", "sliding_attention", "attention"})
 LINEAR_LAYERS = frozenset({"linear_attention"})
 # Model types whose recurrent / state-space layers run across a packed row's sequence boundaries and are not

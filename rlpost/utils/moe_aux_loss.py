@@ -34,7 +34,7 @@ class RouterAuxLoss:
 
 def router_aux_loss(model: torch.nn.Module) -> RouterAuxLoss | None:
     """A `RouterAuxLoss` on `model` when its config sets `output_router_logits` with a non-zero coefficient."""
-    from rlpost.utils.packed_attention import hf_model_of
+    from rlpost.engine.packed_attention import hf_model_of
 
     hf_model = hf_model_of(model)
     config = hf_model.config.get_text_config()

@@ -3,10 +3,10 @@
 Attention path: the packed row is fed to the HF model with `attention_mask=None`, `use_cache=False` and
 `position_ids` that restart at 0 for every sequence. Models loaded with `use_remove_padding`
 (`rlpost.utils.model.load_model`) attend causally within each sequence through
-`rlpost.utils.packed_attention` (PyTorch's varlen flash kernel on CUDA, per-sequence SDPA elsewhere), with no
+`rlpost.engine.packed_attention` (PyTorch's varlen flash kernel on CUDA, per-sequence SDPA elsewhere), with no
 (N x N) mask; any other HF model falls back to transformers' own packed-sequence detection (a block-diagonal
 mask for SDPA). No pad tokens are computed, which is where the saving comes from; the log-probs equal the
-padded path's on every real token (tests/utils/test_packed_attention.py).
+padded path's on every real token (tests/engine/test_packed_attention.py).
 """
 
 from __future__ import annotations

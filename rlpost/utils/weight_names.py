@@ -34,7 +34,7 @@ def checkpoint_names(model: torch.nn.Module, named: Iterable[tuple[str, torch.Te
     """(checkpoint name, tensor) pairs of `named`, which holds `model`'s state-dict entries (full tensors) in
     any order; entries stored as on disk pass through unchanged, tied copies are dropped. Lazy: one entry
     converted at a time."""
-    from rlpost.utils.packed_attention import hf_model_of
+    from rlpost.engine.packed_attention import hf_model_of
 
     try:
         hf_model = hf_model_of(model)

@@ -15,13 +15,13 @@ import torch
 from rlpost import keys
 from rlpost.algos import agg_loss, get_policy_loss_fn, kl_penalty
 from rlpost.algos.distillation import distillation_loss
-from rlpost.utils import triton_logprob
-from rlpost.utils.fused_logprob import FusedHeadOptions, chunk_stats, compiled, eager, fused_lm_head
-from rlpost.utils.packed_attention import PACKED_KWARG, packed_sequences
+from rlpost.engine import triton_logprob
+from rlpost.engine.fused_logprob import FusedHeadOptions, chunk_stats, compiled, eager, fused_lm_head
+from rlpost.engine.packed_attention import PACKED_KWARG, packed_sequences
 from rlpost.utils.moe_aux_loss import router_aux_loss
 from rlpost.utils.router_replay import ReplayState, from_grid, replay_metrics, to_grid
 from rlpost.utils.padding import next_token_labels, pad_output, unpad_input
-from rlpost.utils.ulysses import (SHARD_KWARG, SequenceParallel, gather_sequence, shard_packed_row, sp_size,
+from rlpost.engine.ulysses import (SHARD_KWARG, SequenceParallel, gather_sequence, shard_packed_row, sp_size,
                                   sync_rng)
 from rlpost.workers.batching import TensorDict, micro_batches, train_epochs
 
@@ -65,7 +65,7 @@ def _run_head(module: torch.nn.Module, labels: torch.Tensor, logits_fn: Any, fus
     Args:
         labels: (...) next-token ids of those positions.
         logits_fn: maps (logits (n, V), labels (n,)) -> (n, K) or (n,); unused when `fused`.
-        fused: run the head as `rlpost.utils.fused_logprob.fused_lm_head` (no logits); None: the model's head.
+        fused: run the head as `rlpost.engine.fused_logprob.fused_lm_head` (no logits); None: the model's head.
 
     Returns:
         (n, K) or (n,) per-position values, n = labels.numel(); fused: (n, 2) [log-prob, entropy].
@@ -84,7 +84,7 @@ def sequence_parallel_forward(module: torch.nn.Module, packed_ids: torch.Tensor,
     """`logits_fn` at the packed positions `keep`, each rank of the SP group running its slice of the row.
 
     Every rank applies the head to the kept positions of its own slice, writes them into an (L, K) buffer and
-    the buffers are gathered along the sequence (`rlpost.utils.ulysses`), so all ranks return the same values.
+    the buffers are gathered along the sequence (`rlpost.engine.ulysses`), so all ranks return the same values.
 
     Args:
         packed_ids, packed_pos: (1, N) packed row. mask: (b, T) attention mask (sequence lengths).
@@ -120,7 +120,7 @@ def forward_response_logits(module: torch.nn.Module, mb: TensorDict, use_remove_
     Positions P-1 .. T-2 predict the response tokens P .. T-1. A causal LM applies its LM head to those
     positions only (`logits_to_keep`): the (b, T, V) logits of the prompt are never built. With
     remove-padding the real tokens are packed into one row (see `rlpost.utils.padding`; attention by
-    `rlpost.utils.packed_attention`) and the per-token result is scattered back (zeros on pad positions);
+    `rlpost.engine.packed_attention`) and the per-token result is scattered back (zeros on pad positions);
     with an SP group each rank runs a slice of that row.
 
     Args:
@@ -203,7 +203,7 @@ def token_logp_entropy(logits: torch.Tensor, labels: torch.Tensor, temperature: 
     """Log-prob of `labels` (and entropy) under softmax(logits / temperature), maths in float32.
 
     On CUDA (compute capability >= 8.0) with Triton (`kernel` "auto") one Triton pass per row
-    (`rlpost.utils.triton_logprob`): no float32 (tokens, V) tensor is built, so `chunk`, `checkpoint` and
+    (`rlpost.engine.triton_logprob`): no float32 (tokens, V) tensor is built, so `chunk`, `checkpoint` and
     `compile_fn` have nothing to act on. Otherwise
     (CPU, or `kernel` "torch") PyTorch maths in float32 chunks: only `chunk` rows of float32 logits exist at a
     time, plus what autograd saves per chunk: the chunk's log-softmax and, with entropy, its probabilities;
@@ -212,7 +212,7 @@ def token_logp_entropy(logits: torch.Tensor, labels: torch.Tensor, temperature: 
     Args:
         logits: (n, V) any float dtype. labels: (n,) token ids.
         checkpoint: recompute each chunk's log-softmax/entropy in backward instead of saving it.
-        compile_fn: wraps the per-chunk maths (`rlpost.utils.fused_logprob.compiled` or `eager`).
+        compile_fn: wraps the per-chunk maths (`rlpost.engine.fused_logprob.compiled` or `eager`).
         kernel: "auto" (Triton on CUDA when it imports) or "torch".
         with_sum_pi_squared: also sum_v p(v)^2 per row (the optimal token baseline's statistic), through the
             PyTorch chunks (no Triton kernel), without autograd.
@@ -260,7 +260,7 @@ class DataParallelPPOActor:
         mini_batch_rows: rows per PPO mini-batch on this rank (ppo_mini_batch_size x rollout.n / dp size).
         sp: Ulysses group (all its ranks get the same rows); None without sequence parallelism.
         use_fused_kernels: the LM head and the log-prob/entropy as one chunked Function
-            (`rlpost.utils.fused_logprob`), never writing (tokens, V) logits.
+            (`rlpost.engine.fused_logprob`), never writing (tokens, V) logits.
 
     The log-prob path also reads `use_torch_compile` (compile the per-chunk maths),
     `entropy_from_logits_with_chunking` (chunks of `entropy_from_logits_chunk_size` rows) and

@@ -112,7 +112,7 @@ def optimizer_step(module: torch.nn.Module, optimizer: torch.optim.Optimizer, gr
     import logging
     import math
 
-    from rlpost.utils.fsdp import clip_grad_norm
+    from rlpost.engine.fsdp import clip_grad_norm
 
     norm = float(clip_grad_norm(module, grad_clip).item())
     if not math.isfinite(norm):

@@ -14,7 +14,7 @@ import torch
 from rlpost import keys
 from rlpost.algos import compute_value_loss
 from rlpost.utils.masked import masked_mean
-from rlpost.utils.ulysses import SequenceParallel, sp_size, sync_rng
+from rlpost.engine.ulysses import SequenceParallel, sp_size, sync_rng
 from rlpost.workers.actor import forward_response_logits
 from rlpost.workers.batching import TensorDict, micro_batches, train_epochs
 

@@ -24,8 +24,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
-from rlpost.utils.fsdp import iter_full_params, load_local_state, local_state, trainable_names
-from rlpost.utils.lora import ADAPTER_DIR, adapter_tensors, is_adapter_entry, merged_params, save_adapter
+from rlpost.engine.fsdp import iter_full_params, load_local_state, local_state, trainable_names
+from rlpost.engine.lora import ADAPTER_DIR, adapter_tensors, is_adapter_entry, merged_params, save_adapter
 
 CONTENTS = ("model", "optimizer", "extra", "hf_model")
 

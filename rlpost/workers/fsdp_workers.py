@@ -21,12 +21,12 @@ from rlpost.config.schema import CriticConfig
 from rlpost.config.schema_workers import ActorRolloutRefConfig
 from rlpost.protocol import DataProto
 from rlpost.single_controller.base import Dispatch, register
-from rlpost.utils.activation_offload import enable_activation_offload
+from rlpost.engine.activation_offload import enable_activation_offload
 from rlpost.utils.checkpoint import prune_oldest
 from rlpost.utils.distributed import consecutive_groups, init_distributed
-from rlpost.utils.fsdp import (apply_fsdp2, compute_dtype, load_model_to, load_shards_from_rank0,
+from rlpost.engine.fsdp import (apply_fsdp2, compute_dtype, load_model_to, load_shards_from_rank0,
                                move_optimizer, offload_model, reshard, to_dtype)
-from rlpost.utils.lora import apply_lora
+from rlpost.engine.lora import apply_lora
 from rlpost.utils.lora_config import lora_enabled
 from rlpost.utils.model import load_for_sharding
 from rlpost.utils.optim import build_lr_scheduler, build_optimizer
@@ -34,7 +34,7 @@ from rlpost.utils.profiler import lifetime_peaks, phase
 from rlpost.utils.shm import local_model_path
 from rlpost.utils.determinism import determinism_seed, enable_full_determinism
 from rlpost.utils.tokenizer import auto_tokenizer
-from rlpost.utils.ulysses import SequenceParallel, new_sequence_parallel, sp_size, use_ulysses_attention
+from rlpost.engine.ulysses import SequenceParallel, new_sequence_parallel, sp_size, use_ulysses_attention
 from rlpost.workers.actor import DataParallelPPOActor
 from rlpost.workers.batching import group_rows, own_rows, rows_per_rank, sp_parts
 from rlpost.workers.critic import DataParallelPPOCritic

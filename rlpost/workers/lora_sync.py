@@ -19,9 +19,9 @@ import torch
 import torch.distributed as dist
 
 from rlpost.rollout.base import BaseRollout
-from rlpost.utils.fsdp import iter_full_params
+from rlpost.engine.fsdp import iter_full_params
 from rlpost.utils.weight_names import checkpoint_names
-from rlpost.utils.lora import ADAPTER_NAME, adapter_tensors, is_adapter_entry, merged_params, save_adapter
+from rlpost.engine.lora import ADAPTER_NAME, adapter_tensors, is_adapter_entry, merged_params, save_adapter
 
 
 def _scratch_dir() -> str:

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import torch
 
-from rlpost.utils.fsdp import iter_full_params
+from rlpost.engine.fsdp import iter_full_params
 from rlpost.utils.weight_names import checkpoint_names
 
 

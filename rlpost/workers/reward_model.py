@@ -25,14 +25,14 @@ from rlpost.config.schema import RewardModelConfig
 from rlpost.protocol import DataProto
 from rlpost.single_controller.base import Dispatch, register
 from rlpost.utils.distributed import init_distributed
-from rlpost.utils.fsdp import apply_fsdp2, compute_dtype, load_model_to, offload_model, reshard
+from rlpost.engine.fsdp import apply_fsdp2, compute_dtype, load_model_to, offload_model, reshard
 from rlpost.utils.import_utils import import_external_libs
 from rlpost.utils.model import load_hf_config
-from rlpost.utils.packed_attention import PACKED_KWARG, packed_sequences, use_packed_attention
+from rlpost.engine.packed_attention import PACKED_KWARG, packed_sequences, use_packed_attention
 from rlpost.utils.padding import unpad_input
 from rlpost.utils.profiler import phase
 from rlpost.utils.shm import local_model_path
-from rlpost.utils.ulysses import SequenceParallel, new_sequence_parallel, sp_size, use_ulysses_attention
+from rlpost.engine.ulysses import SequenceParallel, new_sequence_parallel, sp_size, use_ulysses_attention
 from rlpost.workers.actor import sequence_parallel_forward
 from rlpost.workers.batching import TensorDict, group_rows, micro_batches, own_rows, sp_parts
 from rlpost.workers.profiling import ProfiledWorker

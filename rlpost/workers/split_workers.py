@@ -18,9 +18,9 @@ import torch
 from rlpost import keys
 from rlpost.protocol import DataProto
 from rlpost.single_controller.base import Dispatch, register
-from rlpost.utils.fsdp import iter_full_params, to_dtype
+from rlpost.engine.fsdp import iter_full_params, to_dtype
 from rlpost.utils.weight_names import checkpoint_names
-from rlpost.utils.lora import merged_params
+from rlpost.engine.lora import merged_params
 from rlpost.workers import weight_sync
 from rlpost.workers.fsdp_workers import ActorRolloutRefWorker
 

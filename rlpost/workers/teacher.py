@@ -18,7 +18,7 @@ from rlpost import keys
 from rlpost.algos.distillation import mix_teacher_log_probs
 from rlpost.protocol import DataProto
 from rlpost.single_controller.base import Dispatch, register
-from rlpost.utils.fsdp import compute_dtype, to_dtype
+from rlpost.engine.fsdp import compute_dtype, to_dtype
 from rlpost.utils.model import load_for_sharding
 from rlpost.utils.profiler import phase
 from rlpost.workers.actor import DataParallelPPOActor

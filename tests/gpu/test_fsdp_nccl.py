@@ -1,5 +1,5 @@
 """FSDP2 over nccl on every visible GPU (1 on one-GPU hosts, 2 on the x2 host): forward, backward, clipping
-and AdamW through `rlpost.utils.fsdp` match a plain single-device model step for step."""
+and AdamW through `rlpost.engine.fsdp` match a plain single-device model step for step."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def _worker(rank: int, world: int, port: int, model_dir: str, out: dict, err_dir
         from transformers import AutoModelForCausalLM
 
         from rlpost.utils.distributed import init_distributed
-        from rlpost.utils.fsdp import apply_fsdp2, clip_grad_norm, iter_full_params
+        from rlpost.engine.fsdp import apply_fsdp2, clip_grad_norm, iter_full_params
 
         init_distributed("cuda")
         assert dist.get_backend() in ("nccl", "cpu:gloo,cuda:nccl"), dist.get_backend()

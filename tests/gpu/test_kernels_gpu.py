@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from rlpost import keys
-from rlpost.utils import packed_attention as pa
-from rlpost.utils.fused_logprob import FusedHeadOptions
+from rlpost.engine import packed_attention as pa
+from rlpost.engine.fused_logprob import FusedHeadOptions
 from rlpost.workers.actor import forward_response_logits, token_logp_entropy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "utils"))
@@ -93,7 +93,7 @@ def test_triton_logprob_with_minus_inf_logits_against_float64(temperature):
     """Logits with -inf entries (every row, and one row whose whole first block is -inf): finite log-probs and
     entropies equal to float64 PyTorch, a zero gradient at the -inf entries. Labels sit on finite logits. The same
     checks ran on an H200 as a script (2026-11-27: values within 4e-6, gradient relative error 1.7e-3)."""
-    from rlpost.utils import triton_logprob
+    from rlpost.engine import triton_logprob
 
     torch.manual_seed(0)
     n, vocab = 1024, 151936

@@ -52,7 +52,7 @@ def _grad_err(grads: dict[str, torch.Tensor], truth: dict[str, torch.Tensor]) ->
 
 
 def check_family(name: str) -> str:
-    from rlpost.utils.packed_attention import use_packed_attention
+    from rlpost.engine.packed_attention import use_packed_attention
 
     batch = {k: v.cuda() for k, v in varied_batch(VOCAB, p=48, r=40).items()}
     model = family_model(name, VOCAB, head_dim=64, num_heads=4, num_kv_heads=2, initializer_range=0.1).cuda()

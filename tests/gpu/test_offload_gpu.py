@@ -7,7 +7,7 @@ import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
 
 from rlpost.utils.distributed import free_port
-from rlpost.utils.fsdp import load_model_to, offload_model
+from rlpost.engine.fsdp import load_model_to, offload_model
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(120)]
 

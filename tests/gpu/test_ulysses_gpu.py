@@ -48,7 +48,7 @@ def _check(dtype: torch.dtype, sp, atol: float, rtol: float) -> None:
     import torch.distributed as dist
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from rlpost.utils.ulysses import use_ulysses_attention
+    from rlpost.engine.ulysses import use_ulysses_attention
 
     torch.manual_seed(0)
     config = Qwen2Config(vocab_size=VOCAB, hidden_size=896, intermediate_size=1024, num_hidden_layers=2,
@@ -69,7 +69,7 @@ def _check(dtype: torch.dtype, sp, atol: float, rtol: float) -> None:
 
 def _worker(rank: int) -> None:
     from rlpost.utils.distributed import init_distributed
-    from rlpost.utils.ulysses import new_sequence_parallel
+    from rlpost.engine.ulysses import new_sequence_parallel
 
     init_distributed("cuda")
     torch.backends.cuda.matmul.allow_tf32 = False

@@ -122,7 +122,7 @@ def _liger_error(cfg: DictConfig, device: str) -> str:
 def test_check_sft_config_liger_refusals(tiny_model_dir, tmp_path, monkeypatch):
     """model.use_liger=true goes through the PPO actor's start-up rules, under the SFT trainer's key names."""
     from rlpost.trainer.fsdp_sft_trainer import check_sft_config
-    from rlpost.utils.liger import LIGER_REQUIREMENT
+    from rlpost.engine.liger import LIGER_REQUIREMENT
 
     pytest.importorskip("liger_kernel.transformers.monkey_patch")
     cfg = _config(tiny_model_dir, tmp_path)

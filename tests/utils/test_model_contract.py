@@ -39,7 +39,7 @@ _BEGIN, _END = "<!-- contract table: begin -->", "<!-- contract table: end -->"
 
 def _stats(model, batch, rmpad: bool, fused: bool = False, checkpoint: bool = False, sp=None) -> torch.Tensor:
     """(B, R, 2) [log-prob, entropy] of the responses through the actor's forward."""
-    from rlpost.utils.fused_logprob import FusedHeadOptions
+    from rlpost.engine.fused_logprob import FusedHeadOptions
     from rlpost.workers.actor import forward_response_logits, token_logp_entropy
 
     opts = FusedHeadOptions(TEMPERATURE, True, 4) if fused else None
@@ -84,7 +84,7 @@ def per_row_truth(model, batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
 
 def _path_values(model, batch, path: str) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Stats and gradients of `batch` on a copy of `model` through `path` (not Ulysses)."""
-    from rlpost.utils.packed_attention import use_packed_attention
+    from rlpost.engine.packed_attention import use_packed_attention
     from rlpost.workers.batching import micro_batches
 
     m = copy.deepcopy(model)
@@ -162,8 +162,8 @@ def _ulysses_rank(rank: int, names: list[str], out_dir: str) -> None:
     import torch.distributed as dist
 
     from rlpost.utils.distributed import init_distributed
-    from rlpost.utils.packed_attention import use_packed_attention
-    from rlpost.utils.ulysses import new_sequence_parallel, use_ulysses_attention
+    from rlpost.engine.packed_attention import use_packed_attention
+    from rlpost.engine.ulysses import new_sequence_parallel, use_ulysses_attention
 
     init_distributed("cpu")
     sp = new_sequence_parallel(2)

@@ -22,7 +22,7 @@ def _model(**overrides):
 
 
 def test_packed_and_padded_forwards_give_transformers_aux_loss():
-    from rlpost.utils.packed_attention import use_packed_attention
+    from rlpost.engine.packed_attention import use_packed_attention
     from rlpost.workers.actor import forward_response_logits, token_logp_entropy
 
     batch = varied_batch(VOCAB)

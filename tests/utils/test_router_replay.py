@@ -23,7 +23,7 @@ def _logp(model, batch, packed: bool) -> torch.Tensor:
 
 
 def _model(packed: bool):
-    from rlpost.utils.packed_attention import use_packed_attention
+    from rlpost.engine.packed_attention import use_packed_attention
 
     model = family_model("qwen3_moe", VOCAB)
     if packed:

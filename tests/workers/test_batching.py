@@ -65,7 +65,7 @@ def _deferred_sync(rank: int, tmp: str) -> None:
     rank's module was asked to sync."""
     import torch.distributed as dist
 
-    from rlpost.utils.fsdp import apply_fsdp2
+    from rlpost.engine.fsdp import apply_fsdp2
 
     dist.init_process_group("gloo")
     cfg = compose_config(*SMALL, "actor_rollout_ref.rollout.name=hf", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",

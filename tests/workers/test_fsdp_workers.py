@@ -233,7 +233,7 @@ def test_weight_sync_streams_full_tensors_in_rollout_dtype(results, tiny_model_d
     assert shapes["model.layers.0.self_attn.q_proj.weight"] == (128, 128)  # full, not a shard
     assert {d for _, _, d in sync} == {torch.bfloat16}
     # values: each shard is cast to bf16 and then gathered (one all-gather per bucket of
-    # rollout.update_weights_bucket_megabytes, tests/utils/test_fsdp_gather.py); that equals the HF weights in bf16
+    # rollout.update_weights_bucket_megabytes, tests/engine/test_fsdp_gather.py); that equals the HF weights in bf16
     from transformers import AutoModelForCausalLM
 
     hf = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).state_dict()

@@ -28,7 +28,7 @@ def _untied_copy(tied_dir: str, out: Path) -> Path:
 
 def _compare(rank: int, untied: str, tied: str, device: str = "cpu") -> None:
     from rlpost.utils.distributed import init_distributed
-    from rlpost.utils.fsdp import apply_fsdp2, load_shards_from_rank0
+    from rlpost.engine.fsdp import apply_fsdp2, load_shards_from_rank0
     from rlpost.utils.model import load_for_sharding, load_model, loads_on_rank0_only
 
     init_distributed(device)

@@ -56,7 +56,7 @@ def _forward_backward(rank: int, cases: list[tuple[int, int, int, bool]]) -> Non
     import torch.distributed as dist
 
     from rlpost.utils.distributed import init_distributed
-    from rlpost.utils.ulysses import new_sequence_parallel, use_ulysses_attention
+    from rlpost.engine.ulysses import new_sequence_parallel, use_ulysses_attention
 
     init_distributed("cpu")
     for heads, kv_heads, size, checkpointing in cases:
@@ -144,8 +144,8 @@ def _value_loss_gradients(model_dir: str) -> None:
     import torch.distributed as dist
     from transformers import Qwen2Config, Qwen2ForTokenClassification
 
-    from rlpost.utils.packed_attention import use_packed_attention
-    from rlpost.utils.ulysses import new_sequence_parallel, use_ulysses_attention
+    from rlpost.engine.packed_attention import use_packed_attention
+    from rlpost.engine.ulysses import new_sequence_parallel, use_ulysses_attention
     from rlpost.workers.critic import DataParallelPPOCritic
 
     cfg = full_config(model_dir, "critic.enable=true", "critic.cliprange_value=0.2").critic
@@ -183,7 +183,7 @@ def _value_loss_gradients(model_dir: str) -> None:
 
 def _shuffle_draws_agree(rank: int) -> None:
     """Ranks with different generator states draw the same numbers after `sync_rng` (a seedless shuffle)."""
-    from rlpost.utils.ulysses import new_sequence_parallel, sync_rng
+    from rlpost.engine.ulysses import new_sequence_parallel, sync_rng
 
     torch.manual_seed(rank)
     sync_rng(new_sequence_parallel(2))

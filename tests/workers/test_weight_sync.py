@@ -29,7 +29,7 @@ def _trainer(rank: int, port: int, sync_port: int, out_file: str) -> None:
     import torch.distributed as dist
     from torch.distributed.fsdp import fully_shard
 
-    from rlpost.utils.fsdp import iter_full_params
+    from rlpost.engine.fsdp import iter_full_params
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)

@@ -36,7 +36,7 @@ class Knob:
 
 def _setup(c: PPOTrainerConfig, fsdp, checkpointing: bool, entropy: bool, frozen: bool,
            value_head: bool) -> TrainSetup:
-    from rlpost.utils import triton_logprob  # imports torch: the config package itself stays without it
+    from rlpost.engine import triton_logprob  # imports torch: the config package itself stays without it
 
     rollout = c.actor_rollout_ref.rollout
     shards = fsdp.fsdp_size if fsdp.fsdp_size > 0 else n_devices(c)

@@ -16,7 +16,7 @@ from rlpost.trainer.config.choices import enums
 from rlpost.trainer.config.errors import ConfigError, warn
 from rlpost.trainer.config.roles import need_critic, need_reference_policy, need_reward_model
 from rlpost.config.schema import PPOTrainerConfig
-from rlpost.utils.liger import LIGER_REQUIREMENT, liger_model_types
+from rlpost.engine.liger import LIGER_REQUIREMENT, liger_model_types
 from rlpost.utils.lora_config import lora_enabled
 
 ARR = "actor_rollout_ref"

@@ -84,7 +84,7 @@ def check_teacher_vocabularies(config: Any) -> None:
 def check_lora_inputs(config: Any) -> None:
     """With LoRA on: a `lora_adapter_path` is an adapter folder (of `lora_rank` when that is set; its layer shapes
     are checked when the workers load it), else `target_modules` select layers of the model."""
-    from rlpost.utils.lora import check_adapter_folder, check_target_modules
+    from rlpost.engine.lora import check_adapter_folder, check_target_modules
     from rlpost.utils.lora_config import lora_enabled
 
     groups = {"actor_rollout_ref.model": config.actor_rollout_ref.model}

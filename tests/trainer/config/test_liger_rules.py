@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from rlpost.trainer.config import validate_config
-from rlpost.utils.liger import LIGER_REQUIREMENT
+from rlpost.engine.liger import LIGER_REQUIREMENT
 
 ARR = "actor_rollout_ref"
 LIGER = {f"{ARR}.model.use_liger": True}

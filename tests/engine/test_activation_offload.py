@@ -4,7 +4,7 @@ are offloaded, parameters never; no-grad passes and a failing forward leave no h
 import pytest
 import torch
 
-from rlpost.utils.activation_offload import ActivationOffload, enable_activation_offload
+from rlpost.engine.activation_offload import ActivationOffload, enable_activation_offload
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -10,7 +10,7 @@ import torch
 
 from _batches import varied_batch
 from rlpost import keys
-from rlpost.utils import fused_logprob as fl
+from rlpost.engine import fused_logprob as fl
 from rlpost.workers.actor import forward_response_logits, token_logp_entropy
 
 pytestmark = pytest.mark.timeout(60)

@@ -3,7 +3,7 @@
 Hybrid models (Qwen3-Next, Qwen3.5: Gated DeltaNet layers between full-attention layers) carry a recurrent
 state and a short causal convolution along the sequence. On a packed row those would run straight across the
 boundary from one sequence into the next: every sequence after the first would start from the previous one's
-state. The attention layers are told the boundaries (`rlpost.utils.packed_attention`); these layers are
+state. The attention layers are told the boundaries (`rlpost.engine.packed_attention`); these layers are
 given them here: each recurrent mixer runs once per packed sequence, from a zero state, and the outputs are
 concatenated. That is exactly each sequence run alone (the reference kernels of transformers take no
 sequence boundaries; a varlen kernel would only be faster, not different).
@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from rlpost.utils.packed_attention import PACKED_KWARG
+from rlpost.engine.packed_attention import PACKED_KWARG
 
 # Attribute names of the recurrent token mixers in transformers' hybrid decoder layers.
 MIXER_ATTRIBUTES = ("linear_attn",)

@@ -14,15 +14,15 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "workers"))
 from _fsdp_helpers import spawn  # noqa: E402
 
-from rlpost.utils.fsdp_gather import chunk_rows  # noqa: E402
+from rlpost.engine.fsdp_gather import chunk_rows  # noqa: E402
 
 pytestmark = pytest.mark.timeout(180)
 
 
 def _gathers(model, **kwargs) -> tuple[list, int]:
     """(name, full tensor) pairs of `iter_full_params` and how many bucket all-gathers they took."""
-    from rlpost.utils import fsdp_gather
-    from rlpost.utils.fsdp import iter_full_params
+    from rlpost.engine import fsdp_gather
+    from rlpost.engine.fsdp import iter_full_params
 
     calls = []
     real = fsdp_gather.all_gather_flat
@@ -42,7 +42,7 @@ def _run(rank: int, model_dir: str, out: str) -> None:
     import torch.distributed as dist
     from transformers import AutoModelForCausalLM
 
-    from rlpost.utils.fsdp import apply_fsdp2
+    from rlpost.engine.fsdp import apply_fsdp2
 
     dist.init_process_group("gloo")
     res = {}
@@ -69,7 +69,7 @@ def _prefetch_grads(model_dir: str) -> dict[bool, tuple[torch.Tensor, dict[str, 
     """Loss and full gradients of one forward/backward, with and without forward prefetch."""
     from transformers import AutoModelForCausalLM
 
-    from rlpost.utils.fsdp import apply_fsdp2
+    from rlpost.engine.fsdp import apply_fsdp2
 
     ids = torch.randint(3, 200, (2, 12), generator=torch.Generator().manual_seed(1))
     result = {}
@@ -90,7 +90,7 @@ def _reshard_after_pass(model_dir: str) -> dict[str, object]:
     from torch.distributed.tensor import DTensor
     from transformers import AutoModelForCausalLM
 
-    from rlpost.utils.fsdp import apply_fsdp2, reshard
+    from rlpost.engine.fsdp import apply_fsdp2, reshard
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     apply_fsdp2(model, "cpu", fsdp_size=-1, reshard_after_forward=False, offload_policy=False, min_num_params=0)

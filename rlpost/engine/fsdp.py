@@ -15,7 +15,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
-from rlpost.utils.fsdp_gather import full_entry, iter_full_bucketed
+from rlpost.engine.fsdp_gather import full_entry, iter_full_bucketed
 from rlpost.utils.model import decoder_layer_classes
 
 _DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
@@ -210,7 +210,7 @@ def iter_full_params(model: torch.nn.Module, dtype: torch.dtype | None = None,
 
     `bucket_bytes` 0: one all-gather per tensor, and only one gathered tensor is alive at a time (the caller
     drops it before the next), so the peak is one layer's weight. `bucket_bytes` > 0: one all-gather per
-    bucket of that many bytes of full tensors (`rlpost.utils.fsdp_gather`): fewer collectives, about two
+    bucket of that many bytes of full tensors (`rlpost.engine.fsdp_gather`): fewer collectives, about two
     buckets of extra memory; the same values. `keep(name)` False skips an entry before its gather (e.g. the
     frozen base when only LoRA adapters are wanted).
     """

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from _compose import SMALL, compose_config
-from rlpost.utils.fsdp import compute_dtype, units_to_wrap
+from rlpost.engine.fsdp import compute_dtype, units_to_wrap
 from rlpost.utils.model import load_model
 from rlpost.utils.padding import pad_output, unpad_input
 from rlpost.workers.batching import loss_weights, optimizer_step

@@ -20,7 +20,7 @@ value head size that differs from the query/key one (MLA: DeepSeek-V3, GLM-4.5 M
 for a model. Its mask function builds no mask for packed calls (attention_mask=None) and SDPA's mask for
 padded calls, so the same model serves both (and HF `generate`); a padded call with soft-capping or sinks
 goes to the eager formula with that mask, since SDPA has neither. Ulysses sequence parallelism
-(`rlpost.utils.ulysses`) runs the same `attend_packed` on its gathered rows.
+(`rlpost.engine.ulysses`) runs the same `attend_packed` on its gathered rows.
 """
 
 from __future__ import annotations
@@ -279,8 +279,8 @@ def select_attention(model: torch.nn.Module, name: str, fn: Callable[..., Any]) 
 def use_packed_attention(model: torch.nn.Module) -> None:
     """Route `model`'s attention through `packed_attention` (full, sliding-window, soft-capped, sink and MLA
     attention alike) and its linear-attention layers through per-sequence state
-    (`rlpost.utils.linear_attention`)."""
-    from rlpost.utils.linear_attention import use_per_sequence_state
+    (`rlpost.engine.linear_attention`)."""
+    from rlpost.engine.linear_attention import use_per_sequence_state
 
     select_attention(model, ATTENTION_NAME, packed_attention)
     use_per_sequence_state(model)

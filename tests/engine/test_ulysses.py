@@ -3,7 +3,7 @@ rank's query heads with their own KV heads."""
 
 import torch
 
-from rlpost.utils.ulysses import SequenceParallel, _repeat_kv_for_group, shard_packed_row
+from rlpost.engine.ulysses import SequenceParallel, _repeat_kv_for_group, shard_packed_row
 
 
 def test_packed_row_is_padded_and_sliced_per_rank():
@@ -38,7 +38,7 @@ def test_attention_is_selected_only_when_the_heads_split():
     import pytest
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from rlpost.utils.ulysses import ATTENTION_NAME, use_ulysses_attention
+    from rlpost.engine.ulysses import ATTENTION_NAME, use_ulysses_attention
 
     model = Qwen2ForCausalLM(Qwen2Config(vocab_size=32, hidden_size=32, intermediate_size=32, num_hidden_layers=1,
                                          num_attention_heads=2, num_key_value_heads=1, head_dim=16))
@@ -58,7 +58,7 @@ def test_linear_attention_models_are_refused_by_name():
     import pytest
 
     from rlpost.utils.tiny_families import family_model
-    from rlpost.utils.ulysses import use_ulysses_attention
+    from rlpost.engine.ulysses import use_ulysses_attention
 
     model = family_model("qwen3_next", 32)
     with pytest.raises(NotImplementedError, match="not supported yet: ulysses_sequence_parallel_size=2 with a "

@@ -7,7 +7,7 @@ and MLP classes): every model of that family built later in the same process use
 
 Liger's fused linear cross-entropy stays off: it replaces the causal LM's `forward`, while rlpost reads
 log-probs from the logits, or from its own chunked LM head with `model.use_fused_kernels`
-(`rlpost.utils.fused_logprob`), which swaps the head of an unchanged forward.
+(`rlpost.engine.fused_logprob`), which swaps the head of an unchanged forward.
 
 The kernels are Triton: they run on a CUDA GPU only. The start-up check
 (`rlpost.trainer.config.rules.check_liger_run`) refuses a CPU run, a missing package and a model type Liger

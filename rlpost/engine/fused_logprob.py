@@ -166,7 +166,7 @@ def fused_logprob(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tens
 
 def _output_head(model: torch.nn.Module) -> torch.nn.Linear:
     """The LM head of the transformers model inside `model`; refuses heads the fused path would change."""
-    from rlpost.utils.packed_attention import hf_model_of
+    from rlpost.engine.packed_attention import hf_model_of
 
     hf_model = hf_model_of(model)
     head = hf_model.get_output_embeddings()

@@ -58,7 +58,7 @@ def test_load_model_patches_norms_mlps_and_rope(tiny_model_dir, restore_qwen2):
 def test_unpatched_model_type_is_refused(restore_qwen2):
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from rlpost.utils.liger import apply_liger, liger_model_types
+    from rlpost.engine.liger import apply_liger, liger_model_types
 
     assert "gpt2" not in liger_model_types() and "qwen2" in liger_model_types()
     model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=32, n_positions=8))

@@ -1,4 +1,4 @@
-"""`rlpost.utils.triton_logprob` (the GPU's log-prob/entropy kernels) run on the CPU by Triton's interpreter,
+"""`rlpost.engine.triton_logprob` (the GPU's log-prob/entropy kernels) run on the CPU by Triton's interpreter,
 against float64 PyTorch: values and gradients, with and without entropy and temperature, bf16 and float32
 logits, logits far from zero, a vocabulary that is not a multiple of the kernel's block, no rows."""
 
@@ -17,7 +17,7 @@ pytest.importorskip("triton")
 
 SCRIPT = textwrap.dedent('''
     import torch
-    from rlpost.utils import triton_logprob as tlp
+    from rlpost.engine import triton_logprob as tlp
 
     assert tlp.available()
     torch.manual_seed(0)
@@ -84,7 +84,7 @@ def test_kernels_compile_for_hopper_without_a_gpu(with_entropy):
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from rlpost.utils import triton_logprob as tlp
+    from rlpost.engine import triton_logprob as tlp
 
     fwd, bwd = tlp._kernels()
     row = {"z_ptr": "*bf16", "stride": "i64"}
@@ -111,7 +111,7 @@ def test_the_estimate_and_the_workers_decide_alike_without_a_gpu():
     when Triton is installed (it is, here)."""
     import torch
 
-    from rlpost.utils import triton_logprob as tlp
+    from rlpost.engine import triton_logprob as tlp
 
     assert not tlp.expected("cpu") and not tlp.supports(torch.zeros(2, 3))
     assert tlp.expected("cuda")

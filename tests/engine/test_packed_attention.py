@@ -7,7 +7,7 @@ import torch
 
 from rlpost import keys
 from _batches import varied_batch
-from rlpost.utils import packed_attention as pa
+from rlpost.engine import packed_attention as pa
 from rlpost.workers.actor import forward_response_logits, token_logp_entropy
 
 pytestmark = pytest.mark.timeout(60)

@@ -1,4 +1,4 @@
-"""rlpost.utils.lora against PEFT itself (single process), and LoRA's bad inputs: config errors and start-up
+"""rlpost.engine.lora against PEFT itself (single process), and LoRA's bad inputs: config errors and start-up
 errors of `main_ppo` naming the key or file and what to use."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 from _compose import SMALL, compose_config
 
 from rlpost.trainer.config import ConfigError
-from rlpost.utils.lora import (adapter_tensors, apply_lora, check_adapter_folder, check_target_modules,
+from rlpost.engine.lora import (adapter_tensors, apply_lora, check_adapter_folder, check_target_modules,
                                merged_params, save_adapter)
 
 pytestmark = pytest.mark.timeout(120)
