@@ -32,19 +32,19 @@ sys.path.append(str(REPO / "benchmarks"))
 
 import bench_limits  # noqa: E402
 
-from rlpost import protocol  # noqa: E402
+from rlpost import protocol, protocol_utils  # noqa: E402
 from rlpost.protocol import DataProto  # noqa: E402
 from rlpost.single_controller.base import Dispatch, Worker, register  # noqa: E402
 from rlpost.single_controller.ray import (RayClassWithInitArgs, RayResourcePool, RayWorkerGroup,  # noqa: E402
                                           finish_ray, init_ray)
 
 SIDES = ("numpy", "torch", "empty")
-_NUMPY_WIRE = protocol._to_wire
+_NUMPY_WIRE = protocol.to_wire  # the name DataProto's pickling calls
 
 
 def set_wire(side: str) -> None:
     """DataProto's pickling in this process: numpy arrays (the wire format) or torch storages (the one before)."""
-    protocol._to_wire = _NUMPY_WIRE if side != "torch" else protocol._compact
+    protocol.to_wire = _NUMPY_WIRE if side != "torch" else protocol_utils._compact
 
 
 class LogProbEcho(Worker):

@@ -58,12 +58,16 @@ def builtin_scorer_kwargs(config: Any) -> dict[str, Any]:
     by every process) when `reward_model.sandbox_fusion.url` is set, plus `reward.compute_score_kwargs`."""
     from omegaconf import OmegaConf
 
+    from rlpost.config.base import BaseConfig
     from rlpost.sandbox import LOCAL
     from rlpost.sandbox.client import SandboxSlots
 
-    extra = OmegaConf.select(config, "reward.compute_score_kwargs")  # the evaluation config has no such group
+    def select(key: str) -> Any:  # the typed trainer config, or a DictConfig (the evaluation config lacks groups)
+        return config.select(key) if isinstance(config, BaseConfig) else OmegaConf.select(config, key)
+
+    extra = select("reward.compute_score_kwargs")
     out = to_plain(extra) if extra else {}
-    sandbox = OmegaConf.select(config, "reward_model.sandbox_fusion")
+    sandbox = select("reward_model.sandbox_fusion")
     if sandbox is not None and sandbox.url and sandbox.url != LOCAL:  # local: replaced by the service's address
         out.update(sandbox_fusion_url=sandbox.url, memory_limit_mb=int(sandbox.memory_limit_mb),
                    concurrent_semaphore=SandboxSlots(int(sandbox.max_concurrent), sandbox.url))

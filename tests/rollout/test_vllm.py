@@ -4,6 +4,7 @@ ONE engine for the whole module (start-up costs seconds on 2 cores); tests mutat
 "actor" model and sync them in, so each test begins by syncing the weights it needs.
 """
 
+import contextlib
 import os
 
 import numpy as np
@@ -72,15 +73,24 @@ def _hf_greedy(actor, data: DataProto) -> list[list[int]]:
 PROMPTS = ["What is 12 + 7?", "hi", "assistant\n3 * 4 = 12. #### 12", "system\nYou are"]
 
 
+@contextlib.contextmanager
+def ignoring_eos(rollout):
+    """The engine with `ignore_eos=true` for the block: its typed config is never rewritten, so a changed copy
+    is swapped in and the original put back."""
+    typed = rollout.config
+    rollout.config = typed.replace(ignore_eos=True)
+    try:
+        yield
+    finally:
+        rollout.config = typed
+
+
 def test_greedy_after_sync_equals_hf_generate_left_padded(setup):
     rollout, actor, tok, cfg = setup
     data = _batch(tok, PROMPTS, do_sample=False)
     assert len(set(data.batch[keys.ATTENTION_MASK].sum(-1).tolist())) > 1  # prompts of different lengths
-    cfg.ignore_eos = True  # compare all R tokens; EOS handling is tested below
-    try:
+    with ignoring_eos(rollout):  # compare all R tokens; EOS handling is tested below
         out = rollout.generate_sequences(data)
-    finally:
-        cfg.ignore_eos = False
     assert out.batch[keys.RESPONSES].tolist() == _hf_greedy(actor, data)
     P = data.batch[keys.INPUT_IDS].shape[1]
     assert out.batch[keys.INPUT_IDS].shape == (4, P + R) and out.batch[keys.RESPONSE_MASK].shape == (4, R)
@@ -95,14 +105,11 @@ def test_per_sample_response_caps_cut_each_row_of_a_group(setup):
     rollout, actor, tok, cfg = setup
     base = _batch(tok, PROMPTS[:2], do_sample=False)
     data = base.repeat(2, interleave=True)  # u0 u0 u1 u1, as the trainer repeats a group
-    cfg.ignore_eos = True
-    try:
+    with ignoring_eos(rollout):
         full = rollout.generate_sequences(data).batch[keys.RESPONSES]
         data.non_tensor_batch[keys.RESPONSE_CAPS] = np.array([[3, 5], [3, 5], [R + 4, 1], [R + 4, 1]],
                                                              dtype=object)
         out = rollout.generate_sequences(data)
-    finally:
-        cfg.ignore_eos = False
     lengths = out.batch[keys.RESPONSE_MASK].sum(-1).tolist()
     assert lengths == [3, 5, R, 1]  # a cap above the response length stops at R
     pad = tok.pad_token_id
@@ -164,11 +171,8 @@ def test_eos_stops_response_and_masks_the_rest(setup):
     assert row[: first + 1].tolist() == full[0, : first + 1].tolist()
     assert (row[first + 1 :] == tok.pad_token_id).all()
     assert mask.tolist() == [1] * (first + 1) + [0] * (R - first - 1)
-    cfg.ignore_eos = True
-    try:
+    with ignoring_eos(rollout):
         cont = rollout.generate_sequences(_batch(tok, PROMPTS, do_sample=False, eos_token_id=eos))
-    finally:
-        cfg.ignore_eos = False
     assert cont.batch[keys.RESPONSES][0].tolist() == full[0].tolist()  # kept generating past EOS
     assert cont.batch[keys.RESPONSE_MASK][0].tolist() == mask.tolist()  # but trains only up to it
 

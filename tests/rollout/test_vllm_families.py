@@ -73,7 +73,7 @@ def sync_and_generate(name: str, folder, device: str, dtype: str = "float32", sh
     try:
         rollout.update_weights(checkpoint_names(actor, actor.state_dict().items()))
         data = _batch(tok, ["What is 12 + 7?", "hi", "3 * 4 = 12. #### 12", "You are"])
-        cfg.ignore_eos = True
+        rollout.config = rollout.config.replace(ignore_eos=True)  # the typed copy the engine reads
         out = rollout.generate_sequences(data)
         ids, mask = data.batch[keys.INPUT_IDS].to(device), data.batch[keys.ATTENTION_MASK].to(device)
         with torch.no_grad():

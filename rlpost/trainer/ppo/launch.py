@@ -82,20 +82,21 @@ class TaskRunner:
 
     def run(self, config: Any) -> dict[str, float]:
         """Build the trainer, start the workers and train; returns the last step's metrics."""
-        from rlpost.trainer.config import as_typed
-
-        with code_sandbox(as_typed(config)) as config:
+        with code_sandbox(config) as config:
             trainer = build_trainer(config)
             trainer.init_workers()
             return trainer.fit()
 
 
 @contextlib.contextmanager
-def code_sandbox(config: PPOTrainerConfig):
+def code_sandbox(config: Any):
     """The config to run with: for `reward_model.sandbox_fusion.url=local` rlpost's sandbox service is started
     (stopped on exit) and its address replaces `local`; a set URL must answer one program (else InputError)."""
     from rlpost.sandbox import LOCAL
     from rlpost.sandbox.client import SandboxUnreachable, check_reachable
+    from rlpost.trainer.config import as_typed
+
+    config = as_typed(config)
 
     sandbox = config.reward_model.sandbox_fusion
     if not sandbox.url:
