@@ -11,6 +11,7 @@ import pytest
 
 from rlpost.reward.score.code import compute_score
 from rlpost.sandbox.client import run_code
+from rlpost.sandbox.jail import BOX
 
 TESTS = json.dumps({"inputs": ["5\n"], "outputs": ["5\n"]})  # the right program prints its input back
 pytestmark = pytest.mark.usefixtures("nothing_left")
@@ -87,7 +88,9 @@ def test_trainer_files_and_shadow_are_not_readable(sandbox):
     program = (f"import os\nprint(os.path.exists({str(this_file)!r}), repr(open('/etc/shadow').read()))\n"
                f"print(os.path.exists({str(this_file.parents[2])!r}), os.listdir('/' + {this_file.parts[1]!r}))")
     raw = run_code(sandbox.url, program)
-    assert raw["run_result"]["stdout"] == "False ''\nFalse []\n"  # hidden by an empty tmpfs; shadow covered
+    # hidden by an empty tmpfs (a checkout under /tmp shows only the program's own box there); shadow covered
+    box = [BOX.split("/")[2]] if BOX.split("/")[1] == this_file.parts[1] else []
+    assert raw["run_result"]["stdout"] == f"False ''\nFalse {box}\n"
     assert score(sandbox, f"print(open({str(this_file)!r}).read())")["sandbox_status"] == "runtime_error"
 
 

@@ -317,10 +317,17 @@ def dry_run_model_notes(config: Any) -> list[str]:
     Raises:
         ValueError: a model folder on this machine whose config.json or weights are broken.
     """
+    from rlpost.utils.model_files import weight_files
+
     notes = []
     for key, path in model_folders(config).items():
-        if os.path.isdir(os.path.expanduser(str(path))):
-            check_model_folder(key, str(path))
+        folder = os.path.expanduser(str(path))
+        if os.path.isdir(folder):
+            has_weights = bool(weight_files(folder))
+            check_model_folder(key, str(path), weights=has_weights)  # broken files raise as a run would
+            if not has_weights:  # config.json alone sizes a plan (e.g. for a GPU machine): said, not refused
+                notes.append(f"{key}={path!r} holds config.json but no weights: the plan above is computed from "
+                             "it; a run stops at start-up until the weights are there")
         else:
             notes.append(f"{missing_folder(key, path)}. A run on this machine stops there at start-up; the plan "
                          "above holds for a machine that has the folder")

@@ -96,8 +96,9 @@ def test_dry_run_prints_the_estimate_and_refuses(make_cfg, tmp_path, capsys):
     base = {"algorithm.adv_estimator": "grpo", f"{ARR}.model.path": path, "trainer.n_gpus_per_node": 1,
             f"{ARR}.rollout.n": 4, f"{ARR}.rollout.tensor_model_parallel_size": 1, "trainer.dry_run": True, "data.train_batch_size": 8,
             f"{ARR}.actor.ppo_mini_batch_size": 8, f"{ARR}.actor.ppo_micro_batch_size_per_gpu": 4}
-    assert run(make_cfg(base)) == 0
-    assert "set trainer.device_memory_gb" in capsys.readouterr().out
+    assert run(make_cfg(base)) == 0  # a folder with config.json alone sizes the plan; its missing weights are said
+    captured = capsys.readouterr()
+    assert "set trainer.device_memory_gb" in captured.out and "holds config.json but no weights" in captured.err
     assert run(make_cfg({**base, "trainer.device_memory_gb": 80})) == 0
     assert "update_actor" in capsys.readouterr().out
     assert run(make_cfg({**base, "trainer.device_memory_gb": 40, f"{ARR}.rollout.gpu_memory_utilization": 0.95})) == 2
