@@ -344,6 +344,11 @@ class RayPPOTrainer:
             batch = next_batch(more_batches)
         metrics["training/num_gen_batches"] = n_gen
         metrics["training/filter_groups_kept_fraction"] = n_kept / n_seen
+        # The parts come from different generations, whose bookkeeping (global step, rollout ticket) differs: the
+        # batch carries the first one's, and every part's metrics.
+        first = {k: v for k, v in kept[0].meta_info.items() if k != K.META_METRICS}
+        for part in kept[1:]:
+            part.meta_info = {**first, **{k: v for k, v in part.meta_info.items() if k == K.META_METRICS}}
         return first_groups(DataProto.concat(kept), want), reward_keys
 
     def _prepare(self, batch: DataProto) -> DataProto:

@@ -157,6 +157,7 @@ class SplitRollouts(HybridRollouts):
             self._batch_versions.append(self.version)
             out = self.generate_sequences(self.gen_inputs(batch))
         self._wait_sync()  # a transfer queued behind that generation has finished (errors surface here)
+        out.meta_info.pop(TICKET, None)  # the driver's bookkeeping: batches of other generations concatenate
         return out
 
     def generate_sequences(self, gen_batch: DataProto) -> DataProto:
