@@ -222,8 +222,19 @@ def test_step_progress_counts_and_eta():
         assert bar.n == 5
         bar.close()
         terminal.flush()
-        text = os.read(main, 65536).decode()
+    # The side is closed now: read every chunk the bar wrote (one read may return only the first redraw)
+    # until the terminal reports its end (EIO on Linux).
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
     os.close(main)
+    text = b"".join(chunks).decode()
     assert "5/10" in text and "score=0.500" in text and "<" in text  # tqdm's "elapsed<remaining"
 
 
