@@ -5,6 +5,7 @@ nearest existing key, found by difflib), or a value of the wrong type (with an e
 right one). Free-form mappings (`dict[str, Any]` fields such as `override_config`) accept any child.
 """
 
+import contextvars
 import dataclasses
 import functools
 import types
@@ -33,10 +34,14 @@ def schema_keys(cls: type = PPOTrainerConfig, prefix: str = "") -> list[str]:
     return keys
 
 
-@functools.lru_cache(maxsize=1)
-def _leaf_keys() -> tuple[str, ...]:
-    """The schema keys that hold values (not groups)."""
-    keys = schema_keys()
+# The root schema being built: unknown keys are matched against its keys (the PPO trainer's, or e.g. SFT's).
+_ROOT: contextvars.ContextVar[type] = contextvars.ContextVar("config_root", default=PPOTrainerConfig)
+
+
+@functools.lru_cache(maxsize=4)
+def _leaf_keys(root: type = PPOTrainerConfig) -> tuple[str, ...]:
+    """The schema keys of `root` that hold values (not groups)."""
+    keys = schema_keys(root)
     groups = {k.rpartition(".")[0] for k in keys}
     return tuple(k for k in keys if k not in groups)
 
@@ -64,6 +69,16 @@ def typed_group(node: Any, cls: type, prefix: str) -> Any:
     return _build(cls, data, prefix)
 
 
+def to_typed_root(cfg: Any, cls: type) -> Any:
+    """`cfg` (a DictConfig or mapping of a whole config) as the root schema `cls` other than the PPO trainer's
+    (e.g. the SFT trainer's); unknown keys are matched against `cls`'s own keys."""
+    token = _ROOT.set(cls)
+    try:
+        return typed_group(cfg, cls, "")
+    finally:
+        _ROOT.reset(token)
+
+
 def _build(cls: type, data: Any, prefix: str) -> Any:
     where = prefix.rstrip(".") or "the config root"
     if not isinstance(data, dict):
@@ -86,7 +101,8 @@ def _build(cls: type, data: Any, prefix: str) -> Any:
 
 def _unknown(key: str, value: Any) -> None:
     # A scalar value is a leaf's: suggesting a group ('data' for 'data.foo') would be wrong advice.
-    candidates = schema_keys() if isinstance(value, dict) else _leaf_keys()
+    root = _ROOT.get()
+    candidates = schema_keys(root) if isinstance(value, dict) else _leaf_keys(root)
     close = closest_key(key, candidates)
     hint = (f"did you mean '{close}'? use {close}={_show(value)}" if close
             else "remove it (`--cfg job` prints every key)")

@@ -21,9 +21,12 @@ import hydra
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from torch.utils.data import DataLoader, DistributedSampler
 
+from rlpost.config.constraints import check_fields
+from rlpost.config.convert import to_typed_root
+from rlpost.config.schema_sft import SFTTrainerConfig
 from rlpost.data.sft_dataset import SFTDataset
 from rlpost.keys import LOSS_MASK
 from rlpost.keys import ATTENTION_MASK, INPUT_IDS, POSITION_IDS
@@ -55,35 +58,43 @@ UNSUPPORTED_DEFAULTS: dict[str, Any] = {
 }
 
 
-def check_sft_config(config: DictConfig, world_size: int, device: str) -> None:
+def sft_config(config: DictConfig | SFTTrainerConfig) -> SFTTrainerConfig:
+    """The SFT config in typed form (converted once; every value checked against its field's constraint).
+
+    Raises:
+        ConfigError: a missing, unknown or mistyped key, named. ValueError: a value outside its range.
+    """
+    if isinstance(config, SFTTrainerConfig):
+        return config
+    typed = to_typed_root(config, SFTTrainerConfig)
+    check_fields(typed)
+    return typed
+
+
+def check_sft_config(config: DictConfig | SFTTrainerConfig, world_size: int, device: str) -> None:
     """Fail fast on unsupported keys, on batch sizes that do not divide and on a Liger run that cannot work
     (`device` is the resolved trainer.device); errors name the key."""
+    config = sft_config(config)
     for key, default in UNSUPPORTED_DEFAULTS.items():
-        value = OmegaConf.select(config, key, default=default)
+        value = config.select(key)
         if value != default and not (default is False and value in (None, 0)):
             raise NotImplementedError(f"not supported yet: {key}={value!r} (leave it at {default!r})")
     sched = config.optim.lr_scheduler
     if sched not in LR_SCHEDULERS:
         raise ValueError(f"optim.lr_scheduler={sched!r} must be one of {LR_SCHEDULERS}; nearest valid: 'cosine'")
-    batch, micro = int(config.data.train_batch_size), int(config.data.micro_batch_size_per_gpu)
-    if micro <= 0:
-        raise ValueError(f"data.micro_batch_size_per_gpu={micro} must be >= 1; nearest valid: 1")
-    unit = micro * world_size
+    batch, unit = config.data.train_batch_size, config.data.micro_batch_size_per_gpu * world_size
     if batch % unit:
         raise ValueError(
             f"data.train_batch_size={batch} must be a multiple of data.micro_batch_size_per_gpu x world size "
             f"= {unit}; nearest valid: {max(unit, round(batch / unit) * unit)}"
         )
-    if int(config.data.max_length) <= 1:
-        raise ValueError(f"data.max_length={config.data.max_length} must be > 1")
     if config.model.use_liger:
-        check_liger_run("model.use_liger", device, "model.partial_pretrain", str(config.model.partial_pretrain))
+        check_liger_run("model.use_liger", device, "model.partial_pretrain", config.model.partial_pretrain)
 
 
-def resolve_device(config: DictConfig) -> str:
+def resolve_device(config: DictConfig | SFTTrainerConfig) -> str:
     """`trainer.device` (cpu | cuda; default cuda when available), refusing cuda without a GPU."""
-    device = str(OmegaConf.select(config, "trainer.device", default=None) or
-                 ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = sft_config(config).trainer.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device not in ("cpu", "cuda"):
         raise ValueError(f"trainer.device={device!r} must be 'cpu' or 'cuda'")
     if device == "cuda" and not torch.cuda.is_available():
@@ -118,28 +129,28 @@ class FSDPSFTTrainer:
         val_dataset: Same layout, or None for no validation.
     """
 
-    def __init__(self, config: DictConfig, tokenizer, train_dataset, val_dataset=None) -> None:
-        self.config = config
+    def __init__(self, config: DictConfig | SFTTrainerConfig, tokenizer, train_dataset, val_dataset=None) -> None:
+        self.config = config = sft_config(config)
         self.tokenizer = tokenizer
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.device = resolve_device(config)
         check_sft_config(config, self.world_size, self.device)
         _warn_on_world_mismatch(config, self.world_size, self.rank)
-        torch.manual_seed(int(config.trainer.seed))
-        self.micro = int(config.data.micro_batch_size_per_gpu)
-        self.train_loader = self._loader(train_dataset, int(config.data.train_batch_size), shuffle=True)
+        torch.manual_seed(config.trainer.seed)
+        self.micro = config.data.micro_batch_size_per_gpu
+        self.train_loader = self._loader(train_dataset, config.data.train_batch_size, shuffle=True)
         self.val_loader = None
         if val_dataset is not None and len(val_dataset) > 0:
             self.val_loader = self._loader(val_dataset, self.micro * self.world_size, shuffle=False)
-        steps = len(self.train_loader) * int(config.trainer.total_epochs)
-        self.total_steps = int(config.trainer.total_training_steps or steps)
+        steps = len(self.train_loader) * config.trainer.total_epochs
+        self.total_steps = config.trainer.total_training_steps or steps
         self.model = self._build_model()
         self.optimizer, self.lr_scheduler = self._build_optimizer()
 
     def _loader(self, dataset, global_batch: int, shuffle: bool) -> DataLoader:
         sampler = DistributedSampler(
             dataset, num_replicas=self.world_size, rank=self.rank, shuffle=shuffle,
-            seed=int(self.config.trainer.seed), drop_last=True,
+            seed=self.config.trainer.seed, drop_last=True,
         )
         if len(dataset) < global_batch:
             raise ValueError(f"dataset has {len(dataset)} rows < one global batch of {global_batch}")
@@ -153,7 +164,7 @@ class FSDPSFTTrainer:
         model_cfg = self.config.model
         model = AutoModelForCausalLM.from_pretrained(
             model_cfg.partial_pretrain, dtype=torch.float32,
-            trust_remote_code=bool(model_cfg.trust_remote_code),
+            trust_remote_code=model_cfg.trust_remote_code,
         )
         if model_cfg.use_liger:
             apply_liger(model, key="model.use_liger")
@@ -166,10 +177,10 @@ class FSDPSFTTrainer:
     def _build_optimizer(self):
         optim = self.config.optim
         optimizer = build_optimizer(self.model.parameters(), optim)
-        warmup = int(float(optim.warmup_steps_ratio) * self.total_steps)
+        warmup = int(optim.warmup_steps_ratio * self.total_steps)
         if optim.lr_scheduler == "wsd":
             return optimizer, _wsd_scheduler(optimizer, warmup, self.total_steps)
-        return optimizer, lr_schedule(optimizer, "cosine", warmup, self.total_steps, float(optim.min_lr_ratio), 0.5)
+        return optimizer, lr_schedule(optimizer, "cosine", warmup, self.total_steps, optim.min_lr_ratio, 0.5)
 
     def _loss_sum(self, micro: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """Summed next-token NLL over response tokens of a micro batch (b, L); returns (sum, n_tokens)."""
@@ -202,7 +213,7 @@ class FSDPSFTTrainer:
             loss_sum, _ = self._loss_sum(micro)
             (loss_sum * self.world_size / n_tokens).backward()
             total += loss_sum.detach()
-        grad_norm = clip_grad_norm(self.model, float(self.config.optim.clip_grad))
+        grad_norm = clip_grad_norm(self.model, self.config.optim.clip_grad)
         if torch.isfinite(grad_norm):
             self.optimizer.step()
         elif self.rank == 0:
@@ -245,7 +256,7 @@ class FSDPSFTTrainer:
         """Run `total_steps` optimizer steps; log, validate and save on schedule; return per-step metrics."""
         trainer_cfg = self.config.trainer
         logger = _make_logger(self.config) if self.rank == 0 else None
-        save_freq, test_freq = int(trainer_cfg.save_freq), int(trainer_cfg.test_freq)
+        save_freq, test_freq = trainer_cfg.save_freq, trainer_cfg.test_freq
         history, step = [], 0
         bar = StepProgress(self.total_steps, disable=self.rank != 0)
         for epoch in range(math.ceil(self.total_steps / max(len(self.train_loader), 1))):
@@ -272,36 +283,36 @@ class FSDPSFTTrainer:
         return history
 
 
-def _warn_on_world_mismatch(config: DictConfig, world_size: int, rank: int) -> None:
+def _warn_on_world_mismatch(config: SFTTrainerConfig, world_size: int, rank: int) -> None:
     """The launcher (torchrun) decides the process count; say so when nnodes x n_gpus_per_node differs."""
-    nodes = OmegaConf.select(config, "trainer.nnodes", default=None)
-    per_node = OmegaConf.select(config, "trainer.n_gpus_per_node", default=None)
-    if rank == 0 and nodes and per_node and int(nodes) * int(per_node) != world_size:
-        print(f"warning: trainer.nnodes x trainer.n_gpus_per_node = {int(nodes) * int(per_node)} but the launcher "
+    planned = config.trainer.nnodes * config.trainer.n_gpus_per_node
+    if rank == 0 and planned != world_size:
+        print(f"warning: trainer.nnodes x trainer.n_gpus_per_node = {planned} but the launcher "
               f"started {world_size} process(es); training uses {world_size} (set by torchrun --nproc_per_node)")
 
 
-def _make_logger(config: DictConfig):
+def _make_logger(config: SFTTrainerConfig):
     """rlpost.utils.tracking.Tracking with the trainer's project/experiment/logger settings."""
     trainer_cfg = config.trainer
     return Tracking(
         project_name=trainer_cfg.project_name,
         experiment_name=trainer_cfg.experiment_name,
         default_backend=list(trainer_cfg.logger),
-        config=OmegaConf.to_container(config, resolve=True),
+        config=config.to_dict(),
         log_dir=trainer_cfg.default_local_dir,
     )
 
 
-def run_sft(config: DictConfig) -> list[dict[str, float]]:
+def run_sft(config: DictConfig | SFTTrainerConfig) -> list[dict[str, float]]:
     """Build tokenizer, datasets and trainer from `config`, train, return per-step metrics."""
     from transformers import AutoTokenizer
 
+    config = sft_config(config)  # converted and checked once, before any process group or model
     owns_group = not dist.is_initialized()  # never tear down a group someone else started
     _init_process_group(resolve_device(config))
     try:
         tokenizer = AutoTokenizer.from_pretrained(
-            config.model.partial_pretrain, trust_remote_code=bool(config.model.trust_remote_code)
+            config.model.partial_pretrain, trust_remote_code=config.model.trust_remote_code
         )
         if config.data.chat_template:
             tokenizer.chat_template = config.data.chat_template

@@ -23,6 +23,8 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from rlpost import keys
+from rlpost.config.constraints import check_fields
+from rlpost.config.schema_generation import GenerationConfig
 from rlpost.config.schema_workers import ActorRolloutRefConfig
 from rlpost.protocol import DataProto
 from rlpost.rollout import build_rollout
@@ -37,36 +39,40 @@ UNSUPPORTED_DEFAULTS: dict[str, Any] = {
 }
 
 
-def check_generation_config(config: DictConfig) -> None:
+def generation_config(config: DictConfig | GenerationConfig) -> GenerationConfig:
+    """The generation config in typed form, converted once (keys named as generation.yaml spells them)."""
+    from rlpost.config.convert import to_typed_root
+
+    if isinstance(config, GenerationConfig):
+        return config
+    typed = to_typed_root(config, GenerationConfig)
+    check_fields(typed)
+    return typed
+
+
+def check_generation_config(config: DictConfig | GenerationConfig) -> None:
     """Fail fast on keys this tool does not build and on inconsistent sampling."""
-    if num_devices(config) < 1:
-        raise ValueError("trainer.nnodes and trainer.n_gpus_per_node must be >= 1; nearest valid: 1")
+    config = generation_config(config)
     for key, default in UNSUPPORTED_DEFAULTS.items():
-        value = OmegaConf.select(config, key, default=default)
+        value = config.select(key)
         if value is not None and value != default:
             hint = " (use data.n_samples for several responses per prompt)" if key == "rollout.n" else ""
             raise NotImplementedError(f"not supported yet: {key}={value!r} (leave it at {default!r}){hint}")
-    n = int(config.data.n_samples)
-    if n < 1:
-        raise ValueError(f"data.n_samples={n} must be >= 1; nearest valid: 1")
-    greedy = not config.rollout.do_sample or float(config.rollout.temperature) <= 0
-    if greedy and n > 1:
+    n, sampling = config.data.n_samples, worker_config(config).rollout
+    if (not sampling.do_sample or sampling.temperature <= 0) and n > 1:
         raise ValueError(
             f"data.n_samples={n} with greedy decoding (rollout.temperature=0 or do_sample=false) gives n "
             "identical responses; set rollout.temperature > 0 or data.n_samples=1"
         )
-    if int(config.data.batch_size) < 1:
-        raise ValueError(f"data.batch_size={config.data.batch_size} must be >= 1; nearest valid: 1")
 
 
-def num_devices(config: DictConfig) -> int:
+def num_devices(config: DictConfig | GenerationConfig) -> int:
     """trainer.nnodes x trainer.n_gpus_per_node (worker processes on cpu)."""
-    nodes = OmegaConf.select(config, "trainer.nnodes", default=1)
-    per_node = OmegaConf.select(config, "trainer.n_gpus_per_node", default=1)
-    return int(1 if nodes is None else nodes) * int(1 if per_node is None else per_node)
+    devices = generation_config(config).trainer
+    return devices.nnodes * devices.n_gpus_per_node
 
 
-def build_engine(config: DictConfig, tokenizer, device: str):
+def build_engine(config: GenerationConfig, tokenizer, device: str):
     """An object with `generate_sequences(DataProto)`: an engine here, or a Ray group of rollout workers."""
     worker_cfg = worker_config(config)
     if num_devices(config) == 1:
@@ -75,14 +81,14 @@ def build_engine(config: DictConfig, tokenizer, device: str):
     from rlpost.workers.fsdp_workers import ActorRolloutRefWorker
 
     init_ray(config.ray_init)
-    pool = RayResourcePool([int(config.trainer.n_gpus_per_node)] * int(config.trainer.nnodes),
+    pool = RayResourcePool([config.trainer.n_gpus_per_node] * config.trainer.nnodes,
                            use_gpu=device == "cuda", name_prefix="generation")
     group = RayWorkerGroup(pool, RayClassWithInitArgs(ActorRolloutRefWorker, config=worker_cfg, role="rollout"))
     group.init_model()
     return group
 
 
-def worker_config(config: DictConfig) -> ActorRolloutRefConfig:
+def worker_config(config: DictConfig | GenerationConfig) -> ActorRolloutRefConfig:
     """The typed `actor_rollout_ref` group a rollout worker reads: generation.yaml's `model` and `rollout` keys
     over the packaged policy defaults (generation.yaml holds only what it changes), checked once, keys named as
     generation.yaml spells them.
@@ -93,9 +99,9 @@ def worker_config(config: DictConfig) -> ActorRolloutRefConfig:
     from rlpost.config.convert import typed_group
     from rlpost.config.defaults import default_of
 
+    config = generation_config(config)
     merged = OmegaConf.merge(OmegaConf.create(default_of("actor_rollout_ref")),
-                             {"model": OmegaConf.to_container(config.model, resolve=True),
-                              "rollout": OmegaConf.to_container(config.rollout, resolve=True)})
+                             {"model": config.model, "rollout": config.rollout})
     if str(merged.rollout.load_format).startswith("dummy"):
         merged.rollout.load_format = "auto"
     return typed_group(merged, ActorRolloutRefConfig, "")
@@ -140,26 +146,26 @@ def decode_responses(output: DataProto, tokenizer) -> list[str]:
     return [tokenizer.decode(row[m].tolist(), skip_special_tokens=True) for row, m in zip(responses, mask)]
 
 
-def generate(config: DictConfig) -> pd.DataFrame:
+def generate(config: DictConfig | GenerationConfig) -> pd.DataFrame:
     """Run generation as configured; write and return the output frame (input rows + `responses`)."""
     from transformers import AutoTokenizer
 
+    config = generation_config(config)
     check_generation_config(config)
     frame = pd.read_parquet(Path(config.data.path).expanduser())
     prompt_key = config.data.prompt_key
     if prompt_key not in frame.columns:
         raise KeyError(f"data.prompt_key={prompt_key!r}: no such column in {config.data.path}; "
                        f"has {list(frame.columns)}")
-    trust = worker_config(config).model.trust_remote_code
-    tokenizer = AutoTokenizer.from_pretrained(config.model.path, trust_remote_code=trust)
-    device = str(OmegaConf.select(config, "trainer.device", default=None) or
-                 ("cuda" if torch.cuda.is_available() else "cpu"))
+    worker = worker_config(config)
+    tokenizer = AutoTokenizer.from_pretrained(worker.model.path, trust_remote_code=worker.model.trust_remote_code)
+    device = config.trainer.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device not in ("cpu", "cuda") or (device == "cuda" and num_devices(config) == 1
                                          and not torch.cuda.is_available()):
         raise ValueError(f"trainer.device={device!r}: use 'cuda' with a visible GPU, else 'cpu'")
     rollout = build_engine(config, tokenizer, device)
-    n, batch_size = int(config.data.n_samples), int(config.data.batch_size)
-    prompt_length = int(config.rollout.prompt_length)
+    n, batch_size = config.data.n_samples, config.data.batch_size
+    prompt_length = worker.rollout.prompt_length
     texts: list[str] = []
     for start in tqdm(range(0, len(frame), batch_size), desc="generation"):
         chats = frame[prompt_key].iloc[start : start + batch_size].tolist()

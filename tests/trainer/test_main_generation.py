@@ -50,7 +50,7 @@ def test_check_generation_config_errors(tiny_model_dir, tmp_path):
     with pytest.raises(NotImplementedError, match="not supported yet: rollout.n"):
         check_generation_config(_config(tiny_model_dir, tmp_path, **{"rollout.n": 4}))
     check_generation_config(_config(tiny_model_dir, tmp_path, **{"trainer.n_gpus_per_node": 8}))
-    with pytest.raises(ValueError, match="trainer.nnodes and trainer.n_gpus_per_node must be >= 1"):
+    with pytest.raises(ValueError, match=r"trainer.n_gpus_per_node=0: must be an integer >= 1; use trainer.n_gpus_per_node=1"):
         check_generation_config(_config(tiny_model_dir, tmp_path, **{"trainer.n_gpus_per_node": 0}))
     with pytest.raises(ValueError, match="identical responses"):
         check_generation_config(_config(tiny_model_dir, tmp_path, **{"rollout.temperature": 0}))
