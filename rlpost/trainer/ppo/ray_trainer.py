@@ -16,9 +16,9 @@ each timed under the name it is logged as (`timing_s/<phase>`):
          gen_sleep)
     -> validation every `test_freq` -> checkpoint every `save_freq` -> metrics to every logger.
 
-With `algorithm.filter_groups.enable` (DAPO dynamic sampling), gen + reward repeat over further batches of
-prompts until enough groups with varied outcomes are kept. Workers hold the models; this file only moves
-`DataProto` batches between worker groups and does the cheap per-token maths on the driver.
+With `algorithm.filter_groups.enable` (DAPO dynamic sampling, `features/dynamic_sampling.py`), gen + reward
+repeat over further batches of prompts until enough groups with varied outcomes are kept. Workers hold the models;
+this file only moves `DataProto` batches between worker groups and does the cheap per-token maths on the driver.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ import numpy as np
 import torch
 
 from rlpost import keys as K
-from rlpost.algos.filter_groups import group_metric, kept_group_rows
 from rlpost.algos.rollout_correction import compute_rollout_correction
 from rlpost.protocol import DataProto
 from rlpost.reward.score.code import sandbox_metrics
@@ -40,7 +39,7 @@ from rlpost.trainer.ppo import core_algos
 from rlpost.trainer.ppo.checkpointing import TrainerCheckpointer, already_complete
 from rlpost.utils.profiler import simple_timer as _timer
 from rlpost.trainer.ppo.core_algos import AdvantageEstimator, apply_kl_penalty, compute_advantage
-from rlpost.trainer.ppo.dynamic_sampling import DataExhausted, first_groups, next_batch
+from rlpost.trainer.ppo.dynamic_sampling import DataExhausted
 from rlpost.trainer.ppo.features import active_features
 from rlpost.trainer.ppo.preflight import estimate_metrics
 from rlpost.trainer.ppo.profiling import ProfileSchedule
@@ -259,14 +258,11 @@ class RayPPOTrainer:
         timing: dict[str, float] = {}
         metrics: dict[str, Any] = {}
         with _timer("step", timing):
-            reward = None  # a `RewardJob` when the reward runs after balancing (in the background when async)
-            if self.algo.filter_groups.enable:
-                batch, reward_keys = self._generate_filtered(batch, more_batches, timing, metrics)
-            else:
-                batch = self._generate(batch, timing)
+            batch, reward_keys = self._generate_step(batch, more_batches, timing, metrics)
             if self.config.trainer.balance_batch:
                 self._balance_batch(batch, metrics)
-            if not self.algo.filter_groups.enable:
+            reward = None  # a `RewardJob` when the reward runs after balancing (in the background when async)
+            if reward_keys is None:
                 with _timer("reward", timing):
                     reward = self._start_reward(batch, self.config.reward_model.launch_reward_fn_async)
             with _timer("old_log_prob", timing):
@@ -283,9 +279,7 @@ class RayPPOTrainer:
             if reward is not None:
                 with _timer("reward_wait", timing):
                     reward_keys = self._store_reward(batch, reward)
-            if "reward_timeout" in batch.non_tensor_batch:  # prime manager: samples that scored 0.0 by time-out
-                metrics["reward/timeout_count"] = int(np.sum(batch.non_tensor_batch["reward_timeout"]))
-            metrics.update(sandbox_metrics(batch.non_tensor_batch))  # code samples scored in the sandbox
+            metrics.update(_reward_metrics(batch))
             with _timer("adv", timing):
                 self._compute_advantage(batch, metrics)
             if self.use_critic:
@@ -308,48 +302,21 @@ class RayPPOTrainer:
         return metrics
 
     # --- phases ------------------------------------------------------------------------------------
+    def _generate_step(self, batch: DataProto, more_batches: Iterator[dict] | None, timing: dict[str, float],
+                       metrics: dict[str, Any]) -> tuple[DataProto, list[str] | None]:
+        """gen: the responses joined to their prompts. A feature that generates and scores the batch itself
+        (DAPO's dynamic sampling) runs instead and also returns the reward's extra keys; else they are None."""
+        for feature in self.features:
+            if feature.generates_scored:
+                return feature.generate_scored(batch, more_batches, timing, metrics)
+        return self._generate(batch, timing), None
+
     def _generate_and_score(self, batch: DataProto, timing: dict[str, float]) -> tuple[DataProto, list[str]]:
         """gen + reward: the scored rollouts and the names of the reward's extra per-row fields."""
         batch = self._generate(batch, timing)
         with _timer("reward", timing):
             keys = self._store_reward(batch, self._start_reward(batch, run_async=False))
         return batch, keys
-
-    def _generate_filtered(self, batch: DataProto, more_batches: Iterator[dict] | None, timing: dict[str, float],
-                           metrics: dict[str, Any]) -> tuple[DataProto, list[str]]:
-        """DAPO dynamic sampling: keep the prompt groups whose `filter_groups.metric` varies across their
-        responses (the others have zero group advantage), drawing further batches from `more_batches` until
-        `data.train_batch_size` groups are kept; then trim to exactly that many."""
-        fg, want = self.algo.filter_groups, self.config.data.train_batch_size
-        kept, n_kept, n_seen, n_gen = [], 0, 0, 0
-        while True:
-            n_gen += 1
-            batch, reward_keys = self._generate_and_score(batch, timing)
-            scores, uids = batch.batch[K.TOKEN_LEVEL_SCORES], batch.non_tensor_batch[K.UID]
-            # The in-reward KL penalty comes later (it needs the reference): rewards == scores here.
-            values = group_metric(fg.metric, scores, scores, {k: batch.non_tensor_batch[k] for k in reward_keys})
-            rows = np.asarray(kept_group_rows(uids, values), dtype=np.int64)
-            kept.append(batch.select_idxs(rows))
-            n_kept += len(set(uids[rows]))
-            n_seen += len(set(uids))
-            if n_kept >= want:
-                break
-            if 0 < fg.max_num_gen_batches <= n_gen:
-                raise RuntimeError(
-                    f"algorithm.filter_groups: {n_gen} generation batches (algorithm.filter_groups.max_num_gen_batches="
-                    f"{fg.max_num_gen_batches}) of data.gen_batch_size={self.config.data.gen_batch_size} prompts kept "
-                    f"{n_kept} groups whose {fg.metric!r} varies, fewer than data.train_batch_size={want}: raise "
-                    f"max_num_gen_batches (0 = no limit) or data.gen_batch_size, or pick another "
-                    f"algorithm.filter_groups.metric")
-            batch = next_batch(more_batches)
-        metrics["training/num_gen_batches"] = n_gen
-        metrics["training/filter_groups_kept_fraction"] = n_kept / n_seen
-        # The parts come from different generations, whose bookkeeping (global step, rollout ticket) differs: the
-        # batch carries the first one's, and every part's metrics.
-        first = {k: v for k, v in kept[0].meta_info.items() if k != K.META_METRICS}
-        for part in kept[1:]:
-            part.meta_info = {**first, **{k: v for k, v in part.meta_info.items() if k == K.META_METRICS}}
-        return first_groups(DataProto.concat(kept), want), reward_keys
 
     def _prepare(self, batch: DataProto) -> DataProto:
         """Give each prompt a uid and repeat it `rollout.n` times (once: the rollouts may have done it)."""
@@ -482,6 +449,15 @@ class RayPPOTrainer:
         if out_dir:
             extra = {k: list(batch.non_tensor_batch[k]) for k in reward_keys}
             dump_generations(self.tokenizer, batch, out_dir, self.global_steps, extra)
+
+
+def _reward_metrics(batch: DataProto) -> dict[str, Any]:
+    """Counts of the reward's special outcomes: samples the prime manager scored 0.0 by time-out, and code
+    samples scored in the sandbox (`rlpost.reward.score.code.sandbox_metrics`)."""
+    out = sandbox_metrics(batch.non_tensor_batch)
+    if "reward_timeout" in batch.non_tensor_batch:
+        out["reward/timeout_count"] = int(np.sum(batch.non_tensor_batch["reward_timeout"]))
+    return out
 
 
 def _rollout_log_probs(batch: DataProto) -> torch.Tensor:

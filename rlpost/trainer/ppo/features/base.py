@@ -7,6 +7,9 @@ one module each, registered by name. An estimator declares the features it runs
 (`StepFeature.enabled_by`). The trainer calls every active feature at each point, in registration order:
 
     batches(loader)          -> the step's prompt batches (a feature may add steps, e.g. CoDaPO's focused step)
+    generate_scored(batch, more_batches, timing, metrics) -> (batch, reward keys): gen and reward together, in
+                             place of the step's own gen (a feature with `generates_scored`, e.g. DAPO's
+                             dynamic sampling)
     after_prepare(prompts)   the batch's prompts with their uids, before they are repeated rollout.n times
     after_generate(batch, timing)   the sampled responses are in the batch (before the reward)
     after_advantage(batch, metrics) advantages and returns are in the batch (before the updates)
@@ -35,12 +38,21 @@ class StepFeature:
         """True when the config turns the feature on by itself (beyond an estimator asking for it)."""
         return False
 
+    # True when the feature generates and scores the step's batch itself (`generate_scored`).
+    generates_scored = False
+
     def __init__(self, trainer: Any) -> None:
         self.trainer = trainer
 
     def batches(self, loader: Iterator[dict]) -> Iterator[dict]:
         """The step's prompt batches, drawn from `loader` (the feature may add batches between them)."""
         yield from loader
+
+    def generate_scored(self, batch: DataProto, more_batches: Iterator[dict] | None, timing: dict[str, float],
+                        metrics: dict[str, Any]) -> tuple[DataProto, list[str]]:
+        """Generate and score the step's batch (drawing further prompts from `more_batches` if it needs them);
+        returns the scored batch and the names of the reward's extra per-row fields."""
+        raise NotImplementedError(f"{type(self).__name__} sets generates_scored but has no generate_scored")
 
     def after_prepare(self, prompts: DataProto) -> None:
         """The batch's prompts with their uids, before they are repeated `rollout.n` times."""

@@ -18,9 +18,11 @@ from rlpost.trainer.ppo.features.pf_ppo import PfPpo
 pytestmark = pytest.mark.timeout(60)
 
 
-def _trainer(estimator: str, use_pf_ppo: bool = False, distill: bool = False, **algo) -> SimpleNamespace:
+def _trainer(estimator: str, use_pf_ppo: bool = False, distill: bool = False, filter_groups: bool = False,
+             **algo) -> SimpleNamespace:
     algo_cfg = SimpleNamespace(adv_estimator=estimator, use_pf_ppo=use_pf_ppo, codapo_top_k=None,
-                               codapo_weight_offset=None, codapo_accuracy_key=None, **algo)
+                               codapo_weight_offset=None, codapo_accuracy_key=None,
+                               filter_groups=SimpleNamespace(enable=filter_groups), **algo)
     return SimpleNamespace(config=SimpleNamespace(algorithm=algo_cfg, distillation=SimpleNamespace(enabled=distill)))
 
 
@@ -31,6 +33,12 @@ def _trainer(estimator: str, use_pf_ppo: bool = False, distill: bool = False, **
 ])
 def test_the_estimator_declares_its_features_and_options_add_theirs(estimator, pf, want):
     assert [type(f).__name__ for f in active_features(_trainer(estimator, pf))] == want
+
+
+def test_dynamic_sampling_is_turned_on_by_filter_groups_and_generates_scored():
+    features = active_features(_trainer("grpo", filter_groups=True))
+    assert [type(f).__name__ for f in features] == ["DynamicSampling"]
+    assert [f.generates_scored for f in active_features(_trainer("grpo", True))] == [False]
 
 
 def test_registered_features():
