@@ -18,10 +18,11 @@ from typing import Any, Iterable, Iterator
 
 import torch
 
+from rlpost.checkpoint.format import LORA_SUBDIR
 from rlpost.utils.lora_config import saved_adapter_config
 
 ADAPTER_NAME = "default"
-ADAPTER_DIR = "lora_adapter"  # sub-folder of a checkpoint holding the PEFT adapter
+ADAPTER_DIR = LORA_SUBDIR  # sub-folder of a checkpoint holding the PEFT adapter
 _PEFT_PREFIX = "base_model.model."
 _SAVED_COPY = f".modules_to_save.{ADAPTER_NAME}."  # a fully trained module (a value model's head)
 

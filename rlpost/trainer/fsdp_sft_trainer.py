@@ -31,7 +31,7 @@ from rlpost.data.sft_dataset import SFTDataset
 from rlpost.keys import LOSS_MASK
 from rlpost.keys import ATTENTION_MASK, INPUT_IDS, POSITION_IDS
 from rlpost.trainer.config.rules import check_liger_run
-from rlpost.utils.checkpoint import prune_oldest
+from rlpost.checkpoint.manager import prune_oldest
 from rlpost.utils.distributed import free_port, init_distributed
 from rlpost.engine.fsdp import apply_fsdp2, clip_grad_norm, iter_full_params
 from rlpost.engine.liger import apply_liger

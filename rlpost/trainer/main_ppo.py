@@ -93,7 +93,7 @@ def run(cfg: DictConfig) -> int:
     from rlpost.trainer.ppo.launch import InputError
     from rlpost.trainer.ppo.interrupt import RunInterrupted
     from rlpost.trainer.ppo.nonfinite import NonFiniteError
-    from rlpost.utils.checkpoint import CheckpointError
+    from rlpost.checkpoint.manager import CheckpointError
 
     try:
         run_ppo(typed)

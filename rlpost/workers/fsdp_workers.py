@@ -22,7 +22,7 @@ from rlpost.config.schema_workers import ActorRolloutRefConfig
 from rlpost.protocol import DataProto
 from rlpost.single_controller.base import Dispatch, register
 from rlpost.engine.activation_offload import enable_activation_offload
-from rlpost.utils.checkpoint import prune_oldest
+from rlpost.checkpoint.manager import prune_oldest
 from rlpost.utils.distributed import consecutive_groups, init_distributed
 from rlpost.engine.fsdp import (apply_fsdp2, compute_dtype, load_model_to, load_shards_from_rank0,
                                move_optimizer, offload_model, reshard, to_dtype)
@@ -38,7 +38,7 @@ from rlpost.engine.ulysses import SequenceParallel, new_sequence_parallel, sp_si
 from rlpost.workers.actor import DataParallelPPOActor
 from rlpost.workers.batching import group_rows, own_rows, rows_per_rank, sp_parts
 from rlpost.workers.critic import DataParallelPPOCritic
-from rlpost.workers.fsdp_checkpoint import load_fsdp_checkpoint, save_fsdp_checkpoint
+from rlpost.checkpoint.fsdp import load_fsdp_checkpoint, save_fsdp_checkpoint
 from rlpost.workers.parts import EngineSync, ModelPart, engine_sync
 from rlpost.workers.profiling import ProfiledWorker
 

@@ -55,7 +55,7 @@ def test_one_step_off_over_nccl(workspace, tmp_path):
 
 
 def test_rollout_worker_dying_in_the_nccl_transfer_is_named(workspace, tmp_path):
-    from rlpost.utils.checkpoint import read_manifest, verify_files
+    from rlpost.checkpoint.manager import read_manifest, verify_files
     from rlpost.workers.weight_sync import DIE_IN_RECEIVE_ENV
 
     root, model = workspace

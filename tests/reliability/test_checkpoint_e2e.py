@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from _e2e import command, make_data, run
-from rlpost.utils.checkpoint import read_manifest, verify_files
+from rlpost.checkpoint.manager import read_manifest, verify_files
 
 pytestmark = pytest.mark.e2e
 
@@ -39,6 +39,9 @@ def test_default_checkpoint_merges_to_the_trained_actor(trained, tmp_path):
     root, model = trained
     actor = root / "run" / "global_step_2" / "actor"
     assert (actor / "huggingface" / "config.json").is_file()  # written although save_contents lacks hf_model
+    meta = json.loads((actor / "fsdp_meta.json").read_text())  # the shard meta the merger reads, from the worker
+    assert (meta["format"], meta["world_size"], meta["model_class"]) == ("rlpost-fsdp-v1", 2, "Qwen2ForCausalLM")
+    assert meta["params"]["model.embed_tokens.weight"]["placement"] == "Shard(0)"
     out = tmp_path / "merged"
     proc = subprocess.run([sys.executable, "-m", "rlpost.model_merger", "merge", "--backend", "fsdp",
                            "--local_dir", str(actor), "--target_dir", str(out)], capture_output=True, text=True)

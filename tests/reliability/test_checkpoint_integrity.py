@@ -7,7 +7,7 @@ import math
 import pytest
 
 from rlpost.trainer.ppo.nonfinite import NonFiniteError, NonFiniteGuard
-from rlpost.utils.checkpoint import CheckpointError, CheckpointManager, read_manifest, verify_files
+from rlpost.checkpoint.manager import CheckpointError, CheckpointManager, read_manifest, verify_files
 
 
 def save(mgr: CheckpointManager, step: int) -> None:

@@ -16,7 +16,7 @@ import rlpost.trainer.ppo.checkpointing as checkpointing
 from rlpost.single_controller.ray.errors import WorkerGroupError
 from rlpost.trainer.main_ppo import run
 from rlpost.trainer.ppo.checkpointing import TrainerCheckpointer
-from rlpost.utils.checkpoint import CheckpointError, read_manifest, verify_files
+from rlpost.checkpoint.manager import CheckpointError, read_manifest, verify_files
 
 pytestmark = pytest.mark.timeout(120)
 CONFIG_DIR = config_pkg.__path__[0]

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from _e2e import command, make_data
-from rlpost.utils.checkpoint import read_manifest, verify_files
+from rlpost.checkpoint.manager import read_manifest, verify_files
 
 pytestmark = pytest.mark.e2e
 

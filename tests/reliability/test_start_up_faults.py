@@ -22,7 +22,7 @@ import rlpost.trainer.config as config_pkg
 from rlpost.trainer.config import ConfigError
 from rlpost.trainer.config.overrides import check_user_yaml, resolve_config_path
 from rlpost.trainer.main_ppo import run
-from rlpost.utils.checkpoint import DATA_FILE, CheckpointManager, build_manifest
+from rlpost.checkpoint.manager import DATA_FILE, CheckpointManager, build_manifest
 from rlpost.utils.tracking import Tracking
 from _e2e import make_data
 

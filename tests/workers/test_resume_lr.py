@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from rlpost.utils.optim import lr_schedule
-from rlpost.workers.fsdp_checkpoint import _configured_lrs, _keep_configured_lrs
+from rlpost.checkpoint.fsdp import _configured_lrs, _keep_configured_lrs
 
 pytestmark = pytest.mark.timeout(60)
 

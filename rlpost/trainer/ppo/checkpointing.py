@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from rlpost.config.schema import PPOTrainerConfig
 
-from rlpost.utils.checkpoint import (
+from rlpost.checkpoint.manager import (
     DATA_FILE,
     CheckpointError,
     CheckpointManager,

@@ -48,7 +48,7 @@ def sigterm_as_interrupt() -> Iterator[None]:
 
 def interrupted(err: KeyboardInterrupt, root: str, step: int, total: int) -> RunInterrupted:
     """The `RunInterrupted` for a signal met during step `step` of `total`, checkpoints under `root`."""
-    from rlpost.utils.checkpoint import CheckpointManager
+    from rlpost.checkpoint.manager import CheckpointManager
 
     signum = getattr(err, "signum", signal.SIGINT)
     name = signal.Signals(signum).name

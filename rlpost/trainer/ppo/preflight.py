@@ -147,7 +147,7 @@ def _traits_of(model_cfg: Any) -> Any:
 
 def check_output_folder(config: Any) -> None:
     """`trainer.default_local_dir` can hold checkpoints and logs: no file in its place, writable."""
-    from rlpost.utils.checkpoint import unwritable_folder
+    from rlpost.checkpoint.manager import unwritable_folder
 
     path = os.path.abspath(os.path.expanduser(config.trainer.default_local_dir))
     reason = unwritable_folder(path)

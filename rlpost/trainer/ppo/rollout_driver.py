@@ -253,7 +253,7 @@ class WeightTransferError(RuntimeError):
 def transfer_failure(groups: list, version: int, checkpoint_root: str, err: Exception) -> WeightTransferError:
     """One error naming the phase, the worker(s) of `groups` found dead (group, rank, pid, log file, Ray's
     account) or else `err`'s first line, and the newest complete checkpoint under `checkpoint_root`."""
-    from rlpost.utils.checkpoint import CheckpointManager
+    from rlpost.checkpoint.manager import CheckpointManager
 
     head = f"update_weights (the weight transfer to the rollout pool, policy version {version}) failed"
     dead = []

@@ -5,7 +5,7 @@ from hydra import compose, initialize_config_dir
 
 import rlpost.trainer.config as config_pkg
 from rlpost.trainer.ppo.checkpointing import already_complete, finished_run
-from rlpost.utils.checkpoint import CheckpointError, CheckpointManager
+from rlpost.checkpoint.manager import CheckpointError, CheckpointManager
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -9,7 +9,7 @@ from rlpost import keys as K
 from rlpost.protocol import DataProto
 from rlpost.single_controller.ray.diagnostics import WorkerInfo
 from rlpost.trainer.ppo.rollout_driver import PREPARED, SplitRollouts, WeightTransferError
-from rlpost.utils.checkpoint import CheckpointManager, build_manifest
+from rlpost.checkpoint.manager import CheckpointManager, build_manifest
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -155,7 +155,7 @@ def test_on_policy_split_with_async_rollout_and_lora_syncs_every_step(workspace)
 def test_rollout_worker_killed_mid_run_stops_the_trainer_naming_it(workspace, tmp_path):
     """SIGKILL of the rollout process while one-step-off training runs: the driver stops within seconds with the
     rollout group and the dead worker's log named; the newest checkpoint is complete and intact."""
-    from rlpost.utils.checkpoint import read_manifest, verify_files
+    from rlpost.checkpoint.manager import read_manifest, verify_files
 
     root, model = workspace
     run_dir = tmp_path / "killed"
@@ -192,7 +192,7 @@ def test_rollout_worker_dying_in_the_weight_transfer_is_named_not_the_trainer_se
     """The rollout process ends (SIGKILL) as it starts receiving the weights of step 2 (its third transfer:
     start-up, step 1, step 2) while the trainer gathers and broadcasts them: the run stops within seconds naming
     the phase and the dead rollout worker, not the trainer's failed send, and the step-2 checkpoint is intact."""
-    from rlpost.utils.checkpoint import read_manifest, verify_files
+    from rlpost.checkpoint.manager import read_manifest, verify_files
     from rlpost.workers.weight_sync import DIE_IN_RECEIVE_ENV
 
     root, model = workspace

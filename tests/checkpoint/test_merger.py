@@ -8,17 +8,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from rlpost.model_merger import (
-    META_FILE,
-    REPLICATE,
-    SHARD,
-    build_fsdp_meta,
-    gather_shard0,
-    load_full_state,
-    main,
-    save_fsdp_meta,
-    shard_file,
-)
+from rlpost.checkpoint.format import META_FILE, REPLICATE, SHARD, build_fsdp_meta, save_fsdp_meta, shard_file
+from rlpost.checkpoint.merger import gather_shard0, load_full_state, main
 
 
 def write_shards(model: torch.nn.Module, src_dir: str, out: Path, world: int, with_meta: bool = True) -> Path:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlpost.utils.checkpoint import (
+from rlpost.checkpoint.manager import (
     CONFIG_HASH_KEYS,
     DATA_FILE,
     LATEST_FILE,
@@ -80,7 +80,7 @@ def test_commit_without_begin_raises(tmp_path):
 CRASH_SCRIPT = textwrap.dedent(
     """
     import sys, time
-    from rlpost.utils.checkpoint import CheckpointManager
+    from rlpost.checkpoint.manager import CheckpointManager
     tmp = CheckpointManager(sys.argv[1]).begin(2)
     (tmp / "actor").mkdir()
     (tmp / "actor" / "model_world_size_1_rank_0.pt").write_bytes(b"half-written" * 1000)
