@@ -60,6 +60,7 @@ class EstimatorNeeds:
             baseline generation or a second, focused step per batch.
         steps_per_batch: training steps each data-loader batch makes.
         reward_components: the reward function returns named components (`algorithm.gdpo_reward_keys`).
+        plan_line: the dry-run plan's line for it, from the `algorithm` config (None: no line of its own).
     """
 
     critic: bool = False
@@ -68,6 +69,7 @@ class EstimatorNeeds:
     step_features: tuple[str, ...] = ()
     steps_per_batch: int = 1
     reward_components: bool = False
+    plan_line: Callable[[Any], str] | None = None
 
 
 _NEEDS: dict[str, EstimatorNeeds] = {}

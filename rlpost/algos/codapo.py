@@ -81,8 +81,15 @@ def round_robin(rows: list[int], size: int) -> list[int]:
     return [rows[i % len(rows)] for i in range(size)]
 
 
+def plan_line(config: Any) -> str:
+    """The dry-run plan's line: what CoDaPO does with the `algorithm` config's settings."""
+    top_k, offset, key = codapo_settings(config)
+    return (f"codapo: advantages x (question value + {offset}), correctness from the reward's {key!r}; each "
+            f"step on a data-loader batch is followed by a focused step on its top {top_k} questions")
+
+
 @register_adv_est(AdvantageEstimator.CODAPO, EstimatorNeeds(groups=True, steps_per_batch=2,
-                                                             step_features=("codapo_cycle",)))
+                                                             step_features=("codapo_cycle",), plan_line=plan_line))
 def compute_codapo_outcome_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: np.ndarray,
                                      epsilon: float = 1e-6, norm_adv_by_std_in_grpo: bool = True, config: Any = None,
                                      non_tensor_batch: dict[str, np.ndarray] | None = None,

@@ -3,6 +3,7 @@
 import os
 from typing import Any
 
+from rlpost.algos.advantages import estimator_needs
 from rlpost.trainer.config.batch_rules import n_devices
 from rlpost.trainer.config.memory import memory_lines
 from rlpost.utils.memory_estimate import GIB
@@ -61,12 +62,9 @@ def _algorithm(c: PPOTrainerConfig) -> list[str]:
         normalised = ", batch-normalised" if corr.rollout_is_batch_normalize else ""
         lines.append(f"rollout correction: importance weights={corr.rollout_is or 'off'} "
                      f"(cap {corr.rollout_is_threshold}{normalised}), rejection={corr.rollout_rs or 'off'}")
-    if algo.adv_estimator == "codapo":
-        from rlpost.algos.codapo import codapo_settings
-
-        top_k, offset, key = codapo_settings(algo)
-        lines.append(f"codapo: advantages x (question value + {offset}), correctness from the reward's {key!r}; each "
-                     f"step on a data-loader batch is followed by a focused step on its top {top_k} questions")
+    own_line = estimator_needs(algo.adv_estimator).plan_line
+    if own_line is not None:
+        lines.append(own_line(algo))
     groups = algo.filter_groups
     if groups.enable:
         limit = groups.max_num_gen_batches if groups.max_num_gen_batches > 0 else "no limit"

@@ -231,10 +231,12 @@ def check_reward_choices(c: PPOTrainerConfig) -> None:
     """gdpo's reward components; where a reward-manager class comes from."""
     algo = c.algorithm
     keys, weights = algo.gdpo_reward_keys, algo.gdpo_reward_weights
-    if algo.adv_estimator == "gdpo" and (not keys or (weights is not None and len(weights) != len(keys))):
-        fail(f"algorithm.adv_estimator=gdpo, algorithm.gdpo_reward_keys={keys}, "
+    components = estimator_needs(algo.adv_estimator).reward_components
+    if components and (not keys or (weights is not None and len(weights) != len(keys))):
+        fail(f"algorithm.adv_estimator={algo.adv_estimator}, algorithm.gdpo_reward_keys={keys}, "
              f"algorithm.gdpo_reward_weights={weights}",
-             "gdpo normalises each named reward component (returned by the reward function beside 'score')",
+             f"{algo.adv_estimator} normalises each named reward component (returned by the reward function beside "
+             "'score')",
              "algorithm.gdpo_reward_keys=[accuracy_reward,format_reward] (weights null, or one per key)")
     url = c.reward_model.sandbox_fusion.url
     if url is not None and url != "local" and not str(url).startswith(("http://", "https://")):
