@@ -34,7 +34,7 @@ from rlpost import keys as K
 from rlpost.algos.filter_groups import group_metric, kept_group_rows
 from rlpost.algos.rollout_correction import compute_rollout_correction
 from rlpost.protocol import DataProto
-from rlpost.reward.score.code import sandbox_metrics
+from rlpost.reward.score.code import format_slowest, sandbox_metrics, slowest_samples
 from rlpost.single_controller.ray import RayWorkerGroup, ResourcePoolManager, Role
 from rlpost.trainer.ppo import core_algos
 from rlpost.trainer.ppo.checkpointing import TrainerCheckpointer, already_complete
@@ -286,6 +286,8 @@ class RayPPOTrainer:
             if "reward_timeout" in batch.non_tensor_batch:  # prime manager: samples that scored 0.0 by time-out
                 metrics["reward/timeout_count"] = int(np.sum(batch.non_tensor_batch["reward_timeout"]))
             metrics.update(sandbox_metrics(batch.non_tensor_batch))  # code samples scored in the sandbox
+            if slowest := slowest_samples(batch.non_tensor_batch):
+                print(f"[rlpost] step {self.global_steps} slowest sandbox samples: {format_slowest(slowest)}")
             with _timer("adv", timing):
                 self._compute_advantage(batch, metrics)
             if self.use_critic:
