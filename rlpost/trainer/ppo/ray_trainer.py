@@ -39,11 +39,12 @@ from rlpost.single_controller.ray import RayWorkerGroup, ResourcePoolManager, Ro
 from rlpost.trainer.ppo import core_algos
 from rlpost.trainer.ppo.checkpointing import TrainerCheckpointer, already_complete
 from rlpost.utils.profiler import simple_timer as _timer
-from rlpost.trainer.ppo.core_algos import AdvantageEstimator, apply_kl_penalty, compute_advantage
+from rlpost.trainer.ppo.core_algos import AdvantageEstimator
 from rlpost.trainer.ppo.dynamic_sampling import DataExhausted, first_groups, next_batch
 from rlpost.trainer.ppo.features import active_features
 from rlpost.trainer.ppo.preflight import estimate_metrics
 from rlpost.trainer.ppo.profiling import ProfileSchedule
+from rlpost.trainer.ppo.recipe_helpers import WeightSync, apply_kl_penalty, compute_advantage, compute_response_mask
 from rlpost.trainer.ppo.reward_job import RewardJob
 from rlpost.trainer.ppo.metric_utils import (
     add_gen_parts,
@@ -60,12 +61,6 @@ __all__ = ["AdvantageEstimator", "RayPPOTrainer", "ResourcePoolManager", "Role",
            "compute_advantage", "compute_response_mask"]
 
 logger = logging.getLogger(__name__)
-
-
-def compute_response_mask(data: DataProto) -> torch.Tensor:
-    """(B, R) attention mask of the response tokens (verl's helper for recipes)."""
-    response_length = data.batch[K.RESPONSES].shape[1]
-    return data.batch[K.ATTENTION_MASK][:, -response_length:]
 
 
 class RayPPOTrainer:
@@ -132,6 +127,7 @@ class RayPPOTrainer:
                                            self.resource_pool_manager, self.ray_worker_group_cls,
                                            self.total_training_steps)
         self.rollouts = build_rollouts(self.config, self.workers, self._prepare, self._gen_inputs)
+        self.checkpoint_manager = WeightSync(self.rollouts)  # verl's name: update_weights() after an update
         self.validator = Validator(self.config, self.tokenizer, self.rollouts, self.val_reward_fn,
                                    self.val_dataloader)
         self.checkpointer = TrainerCheckpointer(self.config, self.workers, self.train_dataloader, self.rollouts,
@@ -378,6 +374,14 @@ class RayPPOTrainer:
         batch = batch.union(out)
         batch.meta_info.update({k: v for k, v in timing_out.items() if not k.startswith("timing_s/")})
         return batch
+
+    def _get_gen_batch(self, batch: DataProto) -> DataProto:
+        """verl's recipe helper: pop the generation inputs (prompt tensors, the fields agent loops read) off a
+        batch of prompts; the rollout output then unions back into `batch` (reward fields stay there)."""
+        gen = self._gen_inputs(batch)
+        batch.pop(batch_keys=list(gen.batch.keys()),
+                  non_tensor_batch_keys=[k for k in gen.non_tensor_batch if k != K.UID])
+        return gen
 
     def _gen_inputs(self, batch: DataProto, step: int | None = None) -> DataProto:
         return generation_inputs(batch, self.tokenizer, validate=False,
