@@ -243,8 +243,10 @@ class RayPPOTrainer:
         return self.checkpointer.save(self.global_steps, self.epoch)
 
     def _load_checkpoint(self) -> int:
-        """Resume per `trainer.resume_mode`; returns the checkpoint's step (0 when starting fresh)."""
-        return self.checkpointer.maybe_resume()
+        """Resume per `trainer.resume_mode`; sets `global_steps` to the checkpoint's step (0 when starting fresh,
+        as verl's recipes expect) and returns it."""
+        self.global_steps = self.checkpointer.maybe_resume()
+        return self.global_steps
 
     # ------------------------------------------------------------------------------------------------
     def train_step(self, batch: DataProto, more_batches: Iterator[dict] | None = None) -> dict[str, Any]:
