@@ -11,6 +11,7 @@ on CPU (2 worker processes, real Ray, the vLLM CPU engine, a tiny model):
 from __future__ import annotations
 
 import math
+import sys
 import uuid
 from collections import defaultdict
 
@@ -228,6 +229,7 @@ def test_recipe_role_with_its_own_worker_class_and_dispatch_mode(workspace):  # 
     tokenizer = load_tokenizer(config)
     role_worker_mapping, mapping = _roles(config)
     pools = ResourcePoolManager(resource_pool_spec={"global_pool": [2], "group_reward_pool": [2]}, mapping=mapping)
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import test modules
     init_ray(config.ray_init)
     try:
         trainer = GroupRewardTrainer(config=config, tokenizer=tokenizer, role_worker_mapping=role_worker_mapping,
