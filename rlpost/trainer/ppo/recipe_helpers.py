@@ -8,7 +8,8 @@ maths are the tensor functions of `rlpost.algos` (`core_algos.compute_advantage`
 `WeightSync` is the trainer's `checkpoint_manager`: verl's loop calls `checkpoint_manager.update_weights()` after
 each actor update and `sleep_replicas()` around checkpoints. The hybrid engine is also brought up to date by
 the worker itself: an actor step that was never synced is synced on entering the next generation, as verl's
-hybrid engine does (`ActorRolloutRefWorker.generate_sequences`).
+hybrid engine does (`ActorRolloutRefWorker.generate_sequences`); with split placement the driver sends an update
+never sent before the next generation (`SplitRollouts`).
 """
 
 from __future__ import annotations
