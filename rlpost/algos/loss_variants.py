@@ -15,7 +15,8 @@ from typing import Any
 
 import torch
 
-from rlpost.algos.losses import _clip_params, agg_loss, apply_is_weights, cfg_value, register_policy_loss, row_mean
+from rlpost.algos.losses import (_clip_params, cfg_value, policy_loss_tuple,
+                                 register_policy_loss, row_mean)
 from rlpost.utils.masked import masked_mean
 
 LossTuple = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
@@ -73,11 +74,8 @@ def compute_policy_loss_clip_cov(
     keep = torch.ones(advantages.numel(), dtype=advantages.dtype, device=advantages.device)
     keep[idx] = 0.0
     keep = keep.reshape(advantages.shape)
-    pg_losses = apply_is_weights(torch.maximum(unclipped, clipped) * keep, rollout_is_weights)
-    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
-    pg_clipfrac = masked_mean((keep == 0).to(pg_loss.dtype), response_mask)
-    ppo_kl = masked_mean(-log_ratio, response_mask).detach()
-    return pg_loss, pg_clipfrac, ppo_kl, torch.zeros_like(pg_clipfrac)
+    return policy_loss_tuple(torch.maximum(unclipped, clipped) * keep, log_ratio, response_mask, loss_agg_mode,
+                             rollout_is_weights, clipped=keep == 0)
 
 
 @register_policy_loss("kl_cov")
@@ -117,9 +115,8 @@ def compute_policy_loss_kl_cov(
         penalised = torch.zeros_like(valid)
         penalised[top] = True
         pg_losses = torch.where(penalised.reshape(pg_losses.shape), pg_losses + coef * abs_kl, pg_losses)
-    pg_loss = agg_loss(apply_is_weights(pg_losses, rollout_is_weights), response_mask, loss_agg_mode)
-    zero = torch.zeros_like(pg_loss).detach()
-    return pg_loss, zero, masked_mean(abs_kl, response_mask).detach(), zero
+    return policy_loss_tuple(pg_losses, log_ratio, response_mask, loss_agg_mode, rollout_is_weights,
+                             kl_values=abs_kl)
 
 
 @register_policy_loss("geo_mean")
@@ -185,11 +182,8 @@ def compute_policy_loss_cispo(
     log_ratio = (log_prob - old_log_prob).clamp(-20.0, 20.0)
     ratio = torch.exp(log_ratio)
     weight = ratio.clamp(1.0 - low, 1.0 + high).detach()
-    pg_losses = apply_is_weights(-weight * advantages * log_prob, rollout_is_weights)
-    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
-    pg_clipfrac = masked_mean((ratio != weight).to(pg_loss.dtype), response_mask)
-    ppo_kl = masked_mean(-log_ratio, response_mask).detach()
-    return pg_loss, pg_clipfrac, ppo_kl, torch.zeros_like(pg_clipfrac)
+    return policy_loss_tuple(-weight * advantages * log_prob, log_ratio, response_mask, loss_agg_mode,
+                             rollout_is_weights, clipped=ratio != weight)
 
 
 @register_policy_loss("sapo")
@@ -222,10 +216,7 @@ def compute_policy_loss_sapo(
     ratio = torch.exp(log_ratio)
     tau = torch.where(advantages > 0, tau_pos, tau_neg).to(ratio.dtype)
     gate = torch.sigmoid(tau * (ratio - 1.0)) * 4.0 / tau
-    pg_losses = apply_is_weights(-gate * advantages, rollout_is_weights)
-    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
-    zero = torch.zeros_like(pg_loss).detach()
-    return pg_loss, zero, masked_mean(-log_ratio, response_mask).detach(), zero
+    return policy_loss_tuple(-gate * advantages, log_ratio, response_mask, loss_agg_mode, rollout_is_weights)
 
 
 @register_policy_loss("topr")
@@ -261,11 +252,9 @@ def compute_policy_loss_topr(
     seq_ratio = torch.exp(seq_log_ratio.clamp(-20.0, 20.0)).detach().unsqueeze(-1).expand_as(log_prob)
     negative = advantages < 0
     weight = torch.where(negative, seq_ratio.clamp(lower, upper), torch.ones_like(seq_ratio))
-    pg_losses = apply_is_weights(-weight * advantages * log_prob, rollout_is_weights)
-    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
     tapered = negative & ((seq_ratio < lower) | (seq_ratio > upper))
-    pg_clipfrac = masked_mean(tapered.to(pg_loss.dtype), response_mask)
-    return pg_loss, pg_clipfrac, masked_mean(-log_ratio, response_mask).detach(), torch.zeros_like(pg_clipfrac)
+    return policy_loss_tuple(-weight * advantages * log_prob, log_ratio, response_mask, loss_agg_mode,
+                             rollout_is_weights, clipped=tapered)
 
 
 @register_policy_loss("dro")
@@ -295,6 +284,4 @@ def compute_policy_loss_dro(
                          "e.g. actor_rollout_ref.actor.policy_loss.dro_beta=0.05")
     log_ratio = log_prob - old_log_prob
     pg_losses = -(advantages * log_prob - 0.5 * float(beta) * log_ratio.pow(2))
-    pg_loss = agg_loss(apply_is_weights(pg_losses, rollout_is_weights), response_mask, loss_agg_mode)
-    zero = torch.zeros_like(pg_loss).detach()
-    return pg_loss, zero, masked_mean(-log_ratio, response_mask).detach(), zero
+    return policy_loss_tuple(pg_losses, log_ratio, response_mask, loss_agg_mode, rollout_is_weights)

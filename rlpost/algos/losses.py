@@ -180,6 +180,30 @@ def apply_is_weights(pg_losses: torch.Tensor, rollout_is_weights: torch.Tensor |
     return pg_losses if rollout_is_weights is None else pg_losses * rollout_is_weights.detach()
 
 
+def policy_loss_tuple(pg_losses: torch.Tensor, log_ratio: torch.Tensor, response_mask: torch.Tensor,
+                      loss_agg_mode: str, rollout_is_weights: torch.Tensor | None = None,
+                      clipped: torch.Tensor | None = None, kl_values: torch.Tensor | None = None,
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """verl's loss tuple from per-token losses; the tail every unclipped or single-clip loss shares.
+
+    Args:
+        pg_losses: (B, R) per-token loss, before the rollout-correction weights. log_ratio: (B, R)
+            log_prob - old_log_prob. response_mask: (B, R). loss_agg_mode: see `agg_loss`.
+        rollout_is_weights: (B, R) or None. clipped: (B, R) bool, the tokens the loss counts as clipped, or
+            None (the loss does not clip). kl_values: (B, R) what ppo_kl averages instead of -log_ratio.
+
+    Returns:
+        pg_loss, pg_clipfrac (share of valid tokens in `clipped`, else 0), ppo_kl (detached), 0.
+    """
+    pg_loss = agg_loss(apply_is_weights(pg_losses, rollout_is_weights), response_mask, loss_agg_mode)
+    if clipped is None:
+        pg_clipfrac = torch.zeros_like(pg_loss).detach()
+    else:
+        pg_clipfrac = masked_mean(clipped.to(pg_loss.dtype), response_mask)
+    ppo_kl = masked_mean(-log_ratio if kl_values is None else kl_values, response_mask).detach()
+    return pg_loss, pg_clipfrac, ppo_kl, torch.zeros_like(pg_clipfrac)
+
+
 def _clip_params(config: Any, **given: float | None) -> dict[str, float]:
     """Clip settings from the actor config, or from keywords; low/high default to clip_ratio."""
     explicit = {k: v for k, v in given.items() if v is not None}
@@ -307,11 +331,8 @@ def compute_policy_loss_gpg(
 
     Clip settings in `config` do not apply. Returns pg_loss, 0, ppo_kl, 0 (verl's tuple order).
     """
-    pg_losses = apply_is_weights(-advantages * log_prob, rollout_is_weights)
-    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
-    ppo_kl = masked_mean(old_log_prob - log_prob, response_mask).detach()
-    zero = torch.zeros_like(pg_loss).detach()
-    return pg_loss, zero, ppo_kl, zero
+    return policy_loss_tuple(-advantages * log_prob, log_prob - old_log_prob, response_mask, loss_agg_mode,
+                             rollout_is_weights)
 
 
 def compute_value_loss(

@@ -123,3 +123,35 @@ def check_ground_truth(dataset: Any, files_key: str, required: bool = True) -> N
     if required:
         raise ValueError(message)
     logger.warning("%s (custom_reward_function.path is set: continuing)", message)
+
+
+def check_code_tests(dataset: Any, files_key: str, reward_fn_key: str = keys.DATA_SOURCE) -> None:
+    """Every row of a code data source (`CODE_DATA_SOURCES`) holds test cases the sandbox scorer can run.
+
+    A row the scorer cannot read would score 0 (`bad_tests`) at every step; the first such row stops the run
+    here instead. Reads `dataset.rows` (all rows of an `RLHFDataset`), else the first 16 items.
+
+    Raises:
+        ValueError: naming the key, the file and row, what is wrong, how many rows are affected, and a shape
+            that works.
+    """
+    from rlpost.data.rl_dataset import row_origin
+    from rlpost.reward.score import CODE_DATA_SOURCES
+    from rlpost.reward.score.code import problem_with_tests
+
+    rows = getattr(dataset, "rows", None)
+    if rows is None:
+        rows = [dataset[i] for i in range(min(len(dataset), 16))]
+    bad = [(i, problem) for i, row in enumerate(rows) if row.get(reward_fn_key) in CODE_DATA_SOURCES
+           and (problem := problem_with_tests(_ground_truth(row))) is not None]
+    if not bad:
+        return
+    first, problem = bad[0]
+    file_rows = getattr(dataset, "file_rows", None)
+    where = "{} row {}".format(*row_origin(file_rows, first)) if file_rows else f"row {first}"
+    raise ValueError(
+        f"{files_key}: {where} ({reward_fn_key}={rows[first].get(reward_fn_key)!r}): "
+        f"{keys.REWARD_MODEL}.ground_truth {problem} ({len(bad)} of {len(rows)} rows have unusable test cases); "
+        f"the sandbox scorer runs the response on them, so every response would score 0. Use e.g. "
+        f"'{{\"inputs\": [\"1 2\\n\"], \"outputs\": [\"3\\n\"]}}' (add \"fn_name\" for call-based tests) or "
+        f"'{{\"assert_case\": [\"assert f(1) == 2\"]}}' (docs/sandbox.md, Scorers)")

@@ -39,7 +39,7 @@ from rlpost.workers.actor import DataParallelPPOActor
 from rlpost.workers.batching import group_rows, own_rows, rows_per_rank, sp_parts
 from rlpost.workers.critic import DataParallelPPOCritic
 from rlpost.checkpoint.fsdp import load_fsdp_checkpoint, save_fsdp_checkpoint
-from rlpost.workers.parts import EngineSync, ModelPart, engine_sync
+from rlpost.workers.parts import EngineSync, ModelPart, StepWatch, engine_sync
 from rlpost.workers.profiling import ProfiledWorker
 
 ROLES = ("actor", "rollout", "ref", "actor_rollout", "actor_rollout_ref")
@@ -192,6 +192,7 @@ class ActorRolloutRefWorker(_FSDPRole):
         self.actor_part: ModelPart | None = None
         self.ref_part: ModelPart | None = None
         self.engine_sync: EngineSync | None = None  # how a colocated engine gets the actor's weights
+        self.actor_steps: StepWatch | None = None  # actor steps the colocated engine has not received yet
         self.actor = self.ref_policy = self.rollout = None  # verl's names: the parts' runners and the engine
         self.agent_rollout = None  # multi-turn rollouts (rollout.multi_turn.enable), set in init_model
         self._tp_group, self._tp_rank = None, 0  # rollout tensor-parallel peers, set in init_model
@@ -312,6 +313,8 @@ class ActorRolloutRefWorker(_FSDPRole):
         if self.world_size > 1:
             self._tp_group, self._tp_rank = consecutive_groups(self.config.rollout.tensor_model_parallel_size)
         self.engine_sync = engine_sync(self.actor_part, self.config)
+        if self.engine_sync is not None:
+            self.actor_steps = StepWatch(self.actor_optimizer)
         self.rollout = build_rollout(self.config.rollout, model_path, self.tokenizer, self.device,
                                      module=self.actor_module,
                                      lora_rank=self.engine_sync.engine_lora_rank if self.engine_sync else 0)
@@ -337,6 +340,7 @@ class ActorRolloutRefWorker(_FSDPRole):
         self._onload(self.actor_module, None, fsdp_cfg)
         _free_cached_blocks(self.device)
         self.engine_sync.sync(self.rollout, to_dtype(self.config.rollout.dtype))
+        self.actor_steps.synced()
         self._offload(self.actor_module, None, fsdp_cfg)
         return time.perf_counter() - start
 
@@ -352,7 +356,9 @@ class ActorRolloutRefWorker(_FSDPRole):
         start = time.perf_counter()
         prompts.meta_info.setdefault(keys.META_EOS_TOKEN_ID, self.tokenizer.eos_token_id)
         prompts.meta_info.setdefault(keys.META_PAD_TOKEN_ID, self.tokenizer.pad_token_id)
-        if self.rollout.needs_sync:  # a level-2 sleep dropped the weights (e.g. validation before training)
+        # A level-2 sleep dropped the weights (e.g. validation before training), or the actor stepped outside
+        # update_actor (a recipe's own method; verl's hybrid engine syncs on entering generation too).
+        if self.rollout.needs_sync or (self.actor_steps is not None and self.actor_steps.unsynced_steps):
             self._sync_weights()
         _free_cached_blocks(self.device)
         self.rollout.wake_up()

@@ -81,3 +81,23 @@ def engine_sync(actor: ModelPart | None, config: Any) -> EngineSync | None:
 
         return LoraSync(actor.module, actor.peft, config.model.lora.merge)
     return InPlaceSync(actor.module, config.rollout.update_weights_bucket_megabytes * 2**20)
+
+
+class StepWatch:
+    """Tells whether the actor's optimizer stepped since the colocated engine last got its weights.
+
+    Any step counts (`update_actor`, or a recipe's own worker method that trains the actor), so the worker
+    can sync on entering the next generation instead of sampling from stale weights, as verl's hybrid
+    engine does. A change to the weights that is not an optimizer step (loading a state dict by hand) is
+    not seen; `load_checkpoint` syncs itself.
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+        self.unsynced_steps = 0
+        optimizer.register_step_post_hook(self._stepped)
+
+    def _stepped(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        self.unsynced_steps += 1
+
+    def synced(self) -> None:
+        self.unsynced_steps = 0

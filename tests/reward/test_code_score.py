@@ -6,7 +6,8 @@ import json
 import pytest
 
 from rlpost.reward.score import default_compute_score
-from rlpost.reward.score.code import compute_score, extract_code, parse_tests, same_output, same_value, sandbox_metrics
+from rlpost.reward.score.code import (compute_score, extract_code, format_slowest, parse_tests, same_output, same_value,
+                                      sandbox_metrics, slowest_samples, problem_with_tests)
 
 STDIO = json.dumps({"inputs": ["1 2\n", "10 5\n", "-3 3\n", "7 0\n"], "outputs": ["3\n", "15\n", "0\n", "7\n"]})
 
@@ -90,6 +91,56 @@ def test_sandbox_metrics_from_the_batch_extras():
     assert (metrics["reward/sandbox/memory_count"], metrics["reward/sandbox/wall_time_count"],
             metrics["reward/sandbox/compile_error_count"], metrics["reward/sandbox/max_seconds"]) == (1, 1, 0, 2.0)
     assert sandbox_metrics({"score": [1.0]}) == {}
+
+
+def test_problem_with_tests_names_what_is_wrong():
+    assert problem_with_tests({"inputs": ["1\n"], "outputs": ["1\n"]}) is None
+    assert problem_with_tests('{"inputs": ["[1]"], "outputs": [2], "fn_name": "f"}') is None
+    assert problem_with_tests({"assert_case": ["assert f(1) == 2"]}) is None
+    assert problem_with_tests('{"inputs": [1') .startswith("is not valid JSON (")
+    assert problem_with_tests("[1, 2]") == ("is a JSON list, not an object with 'inputs' and 'outputs' (or "
+                                       "'assert_case')")
+    assert problem_with_tests({"input": ["1"], "outputs": ["1"]}) == "has no 'inputs' (keys: ['input', 'outputs'])"
+    assert problem_with_tests({"inputs": "1", "outputs": ["1"]}) == "has 'inputs' of type str, not a list"
+    assert problem_with_tests({"inputs": [], "outputs": []}) == "has empty 'inputs' (no test case)"
+    assert problem_with_tests({"inputs": ["1", "2"], "outputs": ["1"]}) == "has 2 'inputs' but 1 'outputs'"
+    assert problem_with_tests({"inputs": ["1"], "outputs": ["1"], "fn_name": 3}) == "has 'fn_name' of type int, not a string"
+    assert problem_with_tests({"assert_case": []}).startswith("has 'assert_case' that is not a non-empty list")
+    assert parse_tests({"assert_case": [1]}) is None  # what the scorer rejects is what start-up refuses
+
+
+def test_slowest_samples_by_name_in_the_metrics_and_the_log_line():
+    extra = {"sandbox_status": ["passed", None, "wall_time", "wrong_answer", "passed"],
+             "sandbox_seconds": [0.5, None, 3.0, 0.25, 1.5], "sandbox_pass_rate": [1.0, None, 0.0, 0.5, 1.0],
+             "data_source": ["apps", "openai/gsm8k", "taco", "apps", "apps"], "index": [7, 8, 9, 10, 11]}
+    slowest = slowest_samples(extra, top=3)
+    assert slowest == [("taco row 9", 3.0, "wall_time"), ("apps row 11", 1.5, "passed"), ("apps row 7", 0.5, "passed")]
+    assert format_slowest(slowest[:2]) == "taco row 9: 3.00 s (wall_time), apps row 11: 1.50 s (passed)"
+    metrics = sandbox_metrics(extra)
+    assert [metrics[f"reward/sandbox/slowest_{k}_seconds"] for k in (1, 2, 3)] == [3.0, 1.5, 0.5]
+    del extra["index"]  # without the data file's row index the batch row names the sample
+    assert slowest_samples(extra, top=1) == [("taco batch row 2", 3.0, "wall_time")]
+    assert slowest_samples({"score": [1.0]}) == []
+
+
+def test_bad_test_cases_stop_start_up_naming_file_and_row():
+    from rlpost.reward.preflight import check_code_tests
+
+    class Rows:  # what RLHFDataset exposes: every row and the rows of each file
+        rows = [{"data_source": "apps", "reward_model": {"ground_truth": STDIO}},
+                {"data_source": "openai/gsm8k", "reward_model": {"ground_truth": "7"}},  # not code: not read
+                {"data_source": "apps", "reward_model": {"ground_truth": '{"inputs": ["1"], "outputs": []}'}},
+                {"data_source": "taco", "reward_model": {"ground_truth": "not json"}}]
+        file_rows = [("a.parquet", 2), ("b.parquet", 2)]
+
+    with pytest.raises(ValueError) as err:
+        check_code_tests(Rows(), "data.train_files")
+    message = str(err.value)
+    assert message.startswith("data.train_files: b.parquet row 0 (data_source='apps'): reward_model.ground_truth "
+                              "has 1 'inputs' but 0 'outputs' (2 of 4 rows have unusable test cases)"), message
+    assert '{"inputs": ["1 2\\n"], "outputs": ["3\\n"]}' in message
+    Rows.rows = Rows.rows[:2]
+    assert check_code_tests(Rows(), "data.train_files") is None  # every code row usable
 
 
 def compose(*overrides: str):

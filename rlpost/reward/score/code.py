@@ -21,6 +21,7 @@ import logging
 import re
 from typing import Any
 
+from rlpost import keys
 from rlpost.sandbox.client import run_code
 
 logger = logging.getLogger(__name__)
@@ -60,23 +61,46 @@ def extract_code(completion: str) -> tuple[str | None, str]:
     return code, LANGUAGE_NAMES.get(tag.lower(), "python")
 
 
-def parse_tests(ground_truth: Any) -> dict[str, Any] | None:
-    """The test-case dict, or None when it has no usable cases."""
+def problem_with_tests(ground_truth: Any) -> str | None:
+    """What makes `ground_truth` unusable as test cases (one phrase naming the field), or None when it is usable."""
     tests = ground_truth
     if isinstance(tests, (str, bytes)):
         try:
             tests = json.loads(tests)
-        except ValueError:
-            return None
+        except ValueError as err:
+            return f"is not valid JSON ({err})"
     if not isinstance(tests, dict):
+        return f"is a JSON {type(tests).__name__}, not an object with 'inputs' and 'outputs' (or 'assert_case')"
+    if "assert_case" in tests:
+        cases = tests["assert_case"]
+        if not isinstance(cases, list) or not cases or not all(isinstance(c, str) for c in cases):
+            return "has 'assert_case' that is not a non-empty list of strings (Python assert statements)"
         return None
-    if isinstance(tests.get("assert_case"), list):
+    inputs, outputs = tests.get("inputs"), tests.get("outputs")
+    missing = [k for k, v in (("inputs", inputs), ("outputs", outputs)) if v is None]
+    if missing:
+        return f"has no {' or '.join(repr(k) for k in missing)} (keys: {sorted(tests)})"
+    for name, value in (("inputs", inputs), ("outputs", outputs)):
+        if not isinstance(value, list):
+            return f"has {name!r} of type {type(value).__name__}, not a list"
+    if not inputs:
+        return "has empty 'inputs' (no test case)"
+    if len(inputs) != len(outputs):
+        return f"has {len(inputs)} 'inputs' but {len(outputs)} 'outputs'"
+    if tests.get("fn_name") is not None and not isinstance(tests["fn_name"], str):
+        return f"has 'fn_name' of type {type(tests['fn_name']).__name__}, not a string"
+    return None
+
+
+def parse_tests(ground_truth: Any) -> dict[str, Any] | None:
+    """The test-case dict, or None when it has no usable cases (`problem_with_tests` says why)."""
+    if problem_with_tests(ground_truth) is not None:
+        return None
+    tests = json.loads(ground_truth) if isinstance(ground_truth, (str, bytes)) else ground_truth
+    if "assert_case" in tests:
         n = len(tests["assert_case"])
         return {"inputs": [""] * n, "outputs": [None] * n, "assert_case": tests["assert_case"]}
-    inputs, outputs = tests.get("inputs"), tests.get("outputs")
-    if not isinstance(inputs, list) or not isinstance(outputs, list) or len(inputs) != len(outputs) or not inputs:
-        return None
-    return {"inputs": inputs, "outputs": outputs, "fn_name": tests.get("fn_name")}
+    return {"inputs": tests["inputs"], "outputs": tests["outputs"], "fn_name": tests.get("fn_name")}
 
 
 def same_output(actual: str, expected: Any) -> bool:
@@ -176,10 +200,10 @@ def compute_score(sandbox_fusion_url: str, completion: str, test_cases: Any, *, 
     return _result(score, rate, failed, seconds)
 
 
-def sandbox_metrics(extra: dict[str, Any]) -> dict[str, float]:
+def sandbox_metrics(extra: dict[str, Any], top: int = 3) -> dict[str, float]:
     """`reward/sandbox/*` of a batch from its per-sample extras (rows without a code sample are None):
     pass_rate (mean over samples), solved (fraction of samples passing every case), <failure>_count for each of
-    `FAILURES`, max_seconds (slowest case)."""
+    `FAILURES`, max_seconds (slowest case), slowest_<k>_seconds for the `top` slowest samples (k = 1 first)."""
     statuses = extra.get("sandbox_status")
     if statuses is None:
         return {}
@@ -191,7 +215,31 @@ def sandbox_metrics(extra: dict[str, Any]) -> dict[str, float]:
                "reward/sandbox/max_seconds": max(float(extra["sandbox_seconds"][i]) for i in rows)}
     for failure in FAILURES:
         metrics[f"reward/sandbox/{failure}_count"] = float(sum(statuses[i] == failure for i in rows))
+    for k, (_, seconds, _) in enumerate(slowest_samples(extra, top), start=1):
+        metrics[f"reward/sandbox/slowest_{k}_seconds"] = seconds
     return metrics
+
+
+def slowest_samples(extra: dict[str, Any], top: int = 3) -> list[tuple[str, float, str]]:
+    """The `top` slowest code samples of a batch, slowest first: (name, seconds, status). The name is the
+    sample's data source and its prompt's row in the data file (`index`), else its row in the batch."""
+    statuses = extra.get("sandbox_status")
+    if statuses is None:
+        return []
+    rows = sorted((i for i, s in enumerate(statuses) if s is not None),
+                  key=lambda i: -float(extra["sandbox_seconds"][i]))[:top]
+    sources, index = extra.get(keys.DATA_SOURCE), extra.get(keys.INDEX)
+    out = []
+    for i in rows:
+        source = sources[i] if sources is not None else "code"
+        where = f"row {index[i]}" if index is not None else f"batch row {i}"
+        out.append((f"{source} {where}", float(extra["sandbox_seconds"][i]), str(statuses[i])))
+    return out
+
+
+def format_slowest(samples: list[tuple[str, float, str]]) -> str:
+    """One log line's worth: `apps row 12: 3.20 s (wall_time), ...`."""
+    return ", ".join(f"{name}: {seconds:.2f} s ({status})" for name, seconds, status in samples)
 
 
 def _result(score: float, rate: float, status: str, seconds: float) -> dict[str, Any]:

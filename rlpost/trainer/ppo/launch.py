@@ -217,7 +217,7 @@ def build_reward_fns(config: PPOTrainerConfig, tokenizer, train_dataset=None, va
     """Reward managers for training and validation. A rule-based reward is first checked on a few training
     and validation rows, and every row must carry the ground truth it scores against."""
     from rlpost.reward import RewardFunctionError, check_reward_fn, load_reward_manager, reward_fn_spec
-    from rlpost.reward.preflight import check_ground_truth
+    from rlpost.reward.preflight import check_code_tests, check_ground_truth
 
     kwargs = dict(config.reward_model.reward_kwargs)
     reward_fn = load_reward_manager(config, tokenizer, num_examine=0, **kwargs)
@@ -228,6 +228,8 @@ def build_reward_fns(config: PPOTrainerConfig, tokenizer, train_dataset=None, va
     for key, dataset in (("data.train_files", train_dataset), ("data.val_files", val_dataset)):
         if dataset is not None:
             check_ground_truth(dataset, key, required=builtin)
+            if builtin:  # the built-in code scorer's test cases; a custom function may read its own format
+                check_code_tests(dataset, key, config.data.reward_fn_key)
             try:
                 check_reward_fn(reward_fn_spec(config).resolve(), dataset, n=8, reward_fn_key=config.data.reward_fn_key)
             except RewardFunctionError as err:  # the sample index is a row of this key's data

@@ -33,16 +33,17 @@ import torch
 from rlpost import keys as K
 from rlpost.algos.rollout_correction import compute_rollout_correction
 from rlpost.protocol import DataProto
-from rlpost.reward.score.code import sandbox_metrics
+from rlpost.reward.score.code import format_slowest, sandbox_metrics, slowest_samples
 from rlpost.single_controller.ray import RayWorkerGroup, ResourcePoolManager, Role
 from rlpost.trainer.ppo import core_algos
 from rlpost.trainer.ppo.checkpointing import TrainerCheckpointer, already_complete
 from rlpost.utils.profiler import simple_timer as _timer
-from rlpost.trainer.ppo.core_algos import AdvantageEstimator, apply_kl_penalty, compute_advantage
+from rlpost.trainer.ppo.core_algos import AdvantageEstimator
 from rlpost.trainer.ppo.dynamic_sampling import DataExhausted
 from rlpost.trainer.ppo.features import active_features
 from rlpost.trainer.ppo.preflight import estimate_metrics
 from rlpost.trainer.ppo.profiling import ProfileSchedule
+from rlpost.trainer.ppo.recipe_helpers import WeightSync, apply_kl_penalty, compute_advantage, compute_response_mask
 from rlpost.trainer.ppo.reward_job import RewardJob
 from rlpost.trainer.ppo.metric_utils import (
     add_gen_parts,
@@ -59,12 +60,6 @@ __all__ = ["AdvantageEstimator", "RayPPOTrainer", "ResourcePoolManager", "Role",
            "compute_advantage", "compute_response_mask"]
 
 logger = logging.getLogger(__name__)
-
-
-def compute_response_mask(data: DataProto) -> torch.Tensor:
-    """(B, R) attention mask of the response tokens (verl's helper for recipes)."""
-    response_length = data.batch[K.RESPONSES].shape[1]
-    return data.batch[K.ATTENTION_MASK][:, -response_length:]
 
 
 class RayPPOTrainer:
@@ -131,6 +126,7 @@ class RayPPOTrainer:
                                            self.resource_pool_manager, self.ray_worker_group_cls,
                                            self.total_training_steps)
         self.rollouts = build_rollouts(self.config, self.workers, self._prepare, self._gen_inputs)
+        self.checkpoint_manager = WeightSync(self.rollouts)  # verl's name: update_weights() after an update
         self.validator = Validator(self.config, self.tokenizer, self.rollouts, self.val_reward_fn,
                                    self.val_dataloader)
         self.checkpointer = TrainerCheckpointer(self.config, self.workers, self.train_dataloader, self.rollouts,
@@ -246,8 +242,10 @@ class RayPPOTrainer:
         return self.checkpointer.save(self.global_steps, self.epoch)
 
     def _load_checkpoint(self) -> int:
-        """Resume per `trainer.resume_mode`; returns the checkpoint's step (0 when starting fresh)."""
-        return self.checkpointer.maybe_resume()
+        """Resume per `trainer.resume_mode`; sets `global_steps` to the checkpoint's step (0 when starting fresh,
+        as verl's recipes expect) and returns it."""
+        self.global_steps = self.checkpointer.maybe_resume()
+        return self.global_steps
 
     # ------------------------------------------------------------------------------------------------
     def train_step(self, batch: DataProto, more_batches: Iterator[dict] | None = None) -> dict[str, Any]:
@@ -279,7 +277,7 @@ class RayPPOTrainer:
             if reward is not None:
                 with _timer("reward_wait", timing):
                     reward_keys = self._store_reward(batch, reward)
-            metrics.update(_reward_metrics(batch))
+            metrics.update(_reward_metrics(batch, self.global_steps))
             with _timer("adv", timing):
                 self._compute_advantage(batch, metrics)
             if self.use_critic:
@@ -343,6 +341,14 @@ class RayPPOTrainer:
         batch = batch.union(out)
         batch.meta_info.update({k: v for k, v in timing_out.items() if not k.startswith("timing_s/")})
         return batch
+
+    def _get_gen_batch(self, batch: DataProto) -> DataProto:
+        """verl's recipe helper: pop the generation inputs (prompt tensors, the fields agent loops read) off a
+        batch of prompts; the rollout output then unions back into `batch` (reward fields stay there)."""
+        gen = self._gen_inputs(batch)
+        batch.pop(batch_keys=list(gen.batch.keys()),
+                  non_tensor_batch_keys=[k for k in gen.non_tensor_batch if k != K.UID])
+        return gen
 
     def _gen_inputs(self, batch: DataProto, step: int | None = None) -> DataProto:
         return generation_inputs(batch, self.tokenizer, validate=False,
@@ -451,12 +457,15 @@ class RayPPOTrainer:
             dump_generations(self.tokenizer, batch, out_dir, self.global_steps, extra)
 
 
-def _reward_metrics(batch: DataProto) -> dict[str, Any]:
+def _reward_metrics(batch: DataProto, step: int) -> dict[str, Any]:
     """Counts of the reward's special outcomes: samples the prime manager scored 0.0 by time-out, and code
-    samples scored in the sandbox (`rlpost.reward.score.code.sandbox_metrics`)."""
+    samples scored in the sandbox (`rlpost.reward.score.code.sandbox_metrics`); the step's slowest sandbox
+    samples also get a console line."""
     out = sandbox_metrics(batch.non_tensor_batch)
     if "reward_timeout" in batch.non_tensor_batch:
         out["reward/timeout_count"] = int(np.sum(batch.non_tensor_batch["reward_timeout"]))
+    if slowest := slowest_samples(batch.non_tensor_batch):
+        print(f"[rlpost] step {step} slowest sandbox samples: {format_slowest(slowest)}")
     return out
 
 

@@ -112,6 +112,26 @@ class SplitRollouts(HybridRollouts):
         self._next_ticket = 0
         self._submitted = 0  # training step of the last batch submitted
         self._sync_metrics: dict[str, float] = {}
+        self._actor_updates = self._updates_sent = 0  # update_actor calls, and how many of them were sent
+        self._count_actor_updates()
+
+    def _count_actor_updates(self) -> None:
+        """Count the actor group's `update_actor` calls (its bound method wrapped on this driver), so that a
+        generation after an update whose weights were never sent (a recipe's own fit() that does not call
+        `checkpoint_manager.update_weights()`) sends them first, as a hybrid engine syncs on entering
+        generation."""
+        update = self.actor_group.update_actor
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            out = update(*args, **kwargs)
+            self._actor_updates += 1
+            return out
+
+        self.actor_group.update_actor = counted
+
+    def _send_if_behind(self) -> None:
+        if self._actor_updates > self._updates_sent:
+            self._push()  # queued on the engines ahead of the generation that follows
 
     def connect(self) -> None:
         """Form the transfer group (trainer rank 0 + every rollout rank) and send the initial weights."""
@@ -135,6 +155,7 @@ class SplitRollouts(HybridRollouts):
             yield self._queue.popleft()
 
     def _submit(self, batch: DataProto) -> None:
+        self._send_if_behind()
         ticket, self._next_ticket = self._next_ticket, self._next_ticket + 1
         self._submitted += 1
         batch.meta_info[TICKET] = ticket
@@ -148,6 +169,7 @@ class SplitRollouts(HybridRollouts):
 
     def generate(self, batch: DataProto) -> DataProto:
         """The output submitted for `batch` (waiting for it), else generated now with the current weights."""
+        self._send_if_behind()
         ticket = batch.meta_info.pop(TICKET, None)
         if ticket in self._pending:
             result, version = self._pending.pop(ticket)
@@ -162,6 +184,7 @@ class SplitRollouts(HybridRollouts):
 
     def generate_sequences(self, gen_batch: DataProto) -> DataProto:
         """Generate now (validation, ReMax's greedy pass): queued behind any transfer, whose failure is named."""
+        self._send_if_behind()
         try:
             return self.group.generate_sequences(gen_batch).get()
         except Exception:
@@ -189,6 +212,7 @@ class SplitRollouts(HybridRollouts):
 
     def _push(self) -> None:
         self._sync = [self.actor_group.send_weights(), self.group.receive_weights()]
+        self._updates_sent = self._actor_updates
         self._sync_ticket = self._next_ticket  # generations with a smaller ticket run before this transfer
         self.version += 1
 

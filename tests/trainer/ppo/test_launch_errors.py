@@ -171,3 +171,23 @@ def test_a_second_run_on_a_folder_in_use_stops_before_ray(capsys, tiny_model_dir
     assert out.err.startswith(f"error: trainer.default_local_dir={str(run_dir)!r} is in use by another run (pid "
                               f"{first.pid} on "), out.err
     assert "engine and Ray logs" not in out.out  # stopped before Ray
+
+
+def test_unusable_code_test_cases_stop_start_up_naming_file_and_row(capsys, tiny_model_dir, tmp_path):
+    import json
+
+    import pandas as pd
+
+    good = json.dumps({"inputs": ["1\n"], "outputs": ["1\n"]})
+    rows = [{"data_source": "codecontests", "prompt": [{"role": "user", "content": f"Write program {i}"}],
+             "reward_model": {"style": "rule", "ground_truth": good if i != 5 else '{"inputs": ["1\\n"]}'},
+             "extra_info": {"index": i}} for i in range(8)]
+    pd.DataFrame(rows).to_parquet(tmp_path / "code.parquet")
+    status = _run([f"actor_rollout_ref.model.path={tiny_model_dir}", f"data.train_files={tmp_path / 'code.parquet'}",
+                   "data.val_files=null", "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+                   "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "algorithm.adv_estimator=grpo",
+                   "actor_rollout_ref.rollout.n=2"])
+    err = capsys.readouterr().err
+    assert status == 2
+    assert (f"data.train_files: {tmp_path / 'code.parquet'} row 5 (data_source='codecontests'): "
+            "reward_model.ground_truth has no 'outputs'") in err, err

@@ -45,6 +45,9 @@ class ActorGroup:
     def send_weights(self):
         return Future([{"timing_s/send_weights": 0.1, "perf/weight_sync_bytes": 8.0}])
 
+    def update_actor(self, batch):
+        return batch
+
 
 def _prepare(batch):
     batch.meta_info[PREPARED] = True
@@ -85,6 +88,25 @@ def test_one_step_off_generates_batch_k_plus_1_with_the_weights_of_step_k_minus_
 def test_on_policy_split_generates_each_batch_after_the_last_update():
     seen = _train(_driver(0, []), 3)
     assert seen == [(0, 0), (1, 1), (2, 2)]
+
+
+def test_an_update_never_sent_is_sent_before_the_next_generation():
+    """A recipe's own loop that updates the actor without `checkpoint_manager.update_weights()`: the next
+    generation (and validation's) still gets the new weights, once."""
+    log = []
+    driver = _driver(0, log)
+    batches = driver.batches({K.INPUT_IDS: torch.full((2, 3), i)} for i in range(3))
+    prompts = next(batches)
+    first = driver.generate(prompts)
+    driver.actor_group.update_actor(first)  # no sync_weights
+    second = driver.generate(next(batches))
+    assert int(second.batch[K.RESPONSES][0, 0]) == 1 and log[-2:] == [("receive", 1), ("gen", 2, 1)]
+    driver.generate_sequences(_gen_inputs(prompts, step=2))  # nothing new to send
+    assert [e for e in log if e[0] == "receive"] == [("receive", 1)]
+    driver.actor_group.update_actor(second)
+    driver.sync_weights({})  # the trainer's own loop: sent once, not again at the next generation
+    driver.generate(next(batches))
+    assert [e for e in log if e[0] == "receive"] == [("receive", 1), ("receive", 2)]
 
 
 def test_checkpoint_keeps_the_batch_generated_ahead_and_resume_continues_it(tmp_path):
