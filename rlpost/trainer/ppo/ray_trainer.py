@@ -34,11 +34,13 @@ from rlpost import keys as K
 from rlpost.algos.filter_groups import group_metric, kept_group_rows
 from rlpost.algos.rollout_correction import compute_rollout_correction
 from rlpost.protocol import DataProto
+from rlpost.reward.judge import judge_metrics
 from rlpost.reward.score.code import sandbox_metrics
 from rlpost.single_controller.ray import RayWorkerGroup, ResourcePoolManager, Role
 from rlpost.trainer.ppo import core_algos
 from rlpost.trainer.ppo.checkpointing import TrainerCheckpointer, already_complete
 from rlpost.utils.profiler import simple_timer as _timer
+from rlpost.workers.judge_server import start_judge
 from rlpost.trainer.ppo.core_algos import AdvantageEstimator, apply_kl_penalty, compute_advantage
 from rlpost.trainer.ppo.dynamic_sampling import DataExhausted, first_groups, next_batch
 from rlpost.trainer.ppo.features import active_features
@@ -128,6 +130,7 @@ class RayPPOTrainer:
         """Create the resource pools and worker groups and initialise every role's models."""
         if self.resource_pool_manager.use_gpu is None:
             self.resource_pool_manager.use_gpu = self.device_name == "cuda"
+        self.judge_pool = start_judge(self.config, self.reward_fn, self.val_reward_fn)  # a generative RM's pool
         self.workers = build_worker_groups(self.config, self.plan, self.role_worker_mapping,
                                            self.resource_pool_manager, self.ray_worker_group_cls,
                                            self.total_training_steps)
@@ -286,6 +289,7 @@ class RayPPOTrainer:
             if "reward_timeout" in batch.non_tensor_batch:  # prime manager: samples that scored 0.0 by time-out
                 metrics["reward/timeout_count"] = int(np.sum(batch.non_tensor_batch["reward_timeout"]))
             metrics.update(sandbox_metrics(batch.non_tensor_batch))  # code samples scored in the sandbox
+            metrics.update(judge_metrics(batch.non_tensor_batch))  # samples scored by a generative judge
             with _timer("adv", timing):
                 self._compute_advantage(batch, metrics)
             if self.use_critic:
