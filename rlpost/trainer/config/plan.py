@@ -115,7 +115,8 @@ def _roles(c: PPOTrainerConfig) -> list[str]:
     if need_reward_model(c):
         reward = f"reward model {c.reward_model.model.path} (its scores replace the rule scorer's)"
     if generative_judge(c):
-        reward = f"generative judge {c.reward_model.judge.url or c.reward_model.model.path} (its verdicts are the scores)"
+        judge = c.reward_model.judge.url or c.reward_model.model.path
+        reward = f"generative judge {judge} (its verdicts are the scores)"
     return [f"roles: {', '.join(roles)} (adv_estimator={c.algorithm.adv_estimator})",
             f"reward: {reward} via reward_manager={c.reward_model.reward_manager}", *_lora(c)]
 
