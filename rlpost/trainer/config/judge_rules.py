@@ -9,6 +9,7 @@ from typing import Any
 from rlpost.config.schema import PPOTrainerConfig
 from rlpost.reward.judge import APIS, PARSERS
 from rlpost.trainer.config.distillation_rules import _weights
+from rlpost.trainer.config.errors import warn
 from rlpost.trainer.config.roles import generative_judge
 from rlpost.trainer.config.rules import fail
 
@@ -30,6 +31,7 @@ def check_judge(c: PPOTrainerConfig) -> None:
     if judge.enable and not rm.enable:
         fail(f"{J}.enable=true, reward_model.enable=false", "the judge is the run's reward model",
              "reward_model.enable=true")
+    _warn_unread(c)
     if not generative_judge(c):
         if rm.enable_resource_pool:
             fail("not supported yet: reward_model.enable_resource_pool=true without a generative reward model",
@@ -53,6 +55,32 @@ def check_judge(c: PPOTrainerConfig) -> None:
         _check_served(c)
     else:
         _check_url(c)
+
+
+# The built-in scorer's keys: a custom reward function writes its own requests and reads its own verdicts.
+SCORER_KEYS = ("api", "prompt_template", "system_prompt", "parser", "pattern", "json_key", "max_score",
+               "failure_score", "max_tokens", "temperature", "top_p", "timeout_s")
+
+
+def _warn_unread(c: PPOTrainerConfig) -> None:
+    """One notice when `reward_model.judge.*` keys are set that this run does not read."""
+    import dataclasses
+
+    from rlpost.trainer.config.defaults import default_of
+
+    judge = c.reward_model.judge
+    changed = [f.name for f in dataclasses.fields(judge) if getattr(judge, f.name) != default_of(f"{J}.{f.name}")]
+    if not generative_judge(c):
+        unread = [k for k in changed if k != "enable"]
+        why = "no generative reward model is used (reward_model.enable=true with reward_model.judge.enable=true)"
+    elif not judge.enable:
+        unread = [k for k in changed if k in SCORER_KEYS]
+        why = (f"custom_reward_function {c.custom_reward_function.path} writes its own judge requests (the built-in "
+               f"scorer, {J}.enable=true, reads them)")
+    else:
+        return
+    if unread:
+        warn(f"{', '.join(f'{J}.{k}' for k in unread)} set but not read: {why}")
 
 
 def _check_served(c: PPOTrainerConfig) -> None:
