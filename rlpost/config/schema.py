@@ -18,6 +18,7 @@ from rlpost.config.constraints import (
     STEPS_OR_NEVER,
 )
 from rlpost.config.schema_distillation import DistillationConfig
+from rlpost.config.schema_judge import JudgeConfig
 
 from rlpost.config.schema_workers import (
     ActorRolloutRefConfig,
@@ -288,6 +289,7 @@ class RewardModelConfig(BaseConfig):
     rollout: RewardRolloutConfig
     model_path: str | None
     inference: RewardEngineConfig
+    judge: JudgeConfig
 
 
 @dataclass(frozen=True)

@@ -231,7 +231,12 @@ def load_reward_manager(config: Any, tokenizer: Any, num_examine: int = 0, **kwa
         **kwargs: extra manager arguments (added to `reward_model.reward_kwargs`).
     """
     from rlpost.reward.custom import reward_fn_spec, to_plain
+    from rlpost.reward.judge import generative_judge
 
+    if generative_judge(config):  # a generative reward model: its own manager, the judge's address set later
+        from rlpost.reward.judge_manager import judge_reward_manager
+
+        return judge_reward_manager(config, tokenizer, num_examine)
     rm_cfg, data_cfg = config.reward_model, config.data
     name = rm_cfg.reward_manager if config.reward.reward_manager.source == "register" else "importlib"
     manager_kwargs = {**to_plain(rm_cfg.reward_kwargs), **kwargs, "reward_fn_key": data_cfg.reward_fn_key}

@@ -1,9 +1,9 @@
 """vLLM rollout: an in-process `vllm.LLM` engine inside the actor/rollout worker (hybrid engine).
 
-The ONLY module of rlpost that imports vllm. `VLLM_ENABLE_V1_MULTIPROCESSING=0` is set (setdefault) before
-the import: otherwise vLLM spawns its engine core as a child process and the actor's weights could not
-be handed over in place. On CPU, `VLLM_CPU_KVCACHE_SPACE` (GiB) sizes the KV cache; `gpu_memory_utilization`
-only matters on GPU.
+The rollout's only module that imports vllm (the judge's server, rlpost/workers/judge_server.py, has its own).
+`VLLM_ENABLE_V1_MULTIPROCESSING=0` is set (setdefault) before the import: otherwise vLLM spawns its engine core
+as a child process and the actor's weights could not be handed over in place. On CPU, `VLLM_CPU_KVCACHE_SPACE`
+(GiB) sizes the KV cache; `gpu_memory_utilization` only matters on GPU.
 
 Log-probs: the engine runs with `logprobs_mode="processed_logprobs"`, so `rollout_log_probs` are the
 log-probs of the sampled token after temperature scaling (and top-k/top-p, when enabled) - the same

@@ -8,8 +8,9 @@ from rlpost.trainer.config.batch_rules import n_devices
 from rlpost.trainer.config.memory import memory_lines
 from rlpost.utils.memory_estimate import GIB
 from rlpost.trainer.config.distillation_rules import distillation_plan
+from rlpost.trainer.config.judge_rules import judge_plan
 from rlpost.trainer.config.placement_rules import split_plan
-from rlpost.trainer.config.roles import need_critic, need_reference_policy, need_reward_model
+from rlpost.trainer.config.roles import generative_judge, need_critic, need_reference_policy, need_reward_model
 from rlpost.trainer.config.rules import sequence_parallel_roles
 from rlpost.config.schema import PPOTrainerConfig
 from rlpost.utils.lora_config import lora_enabled, lora_rank_of
@@ -43,6 +44,7 @@ def dry_run_plan(c: PPOTrainerConfig) -> str:
                               critic.use_dynamic_bsz, critic.ppo_epochs, c, critic.ulysses_sequence_parallel_size)
     lines += _algorithm(c)
     lines += distillation_plan(c)
+    lines += judge_plan(c)
     lines += _steps(c)
     lines += memory_lines(c, None if c.trainer.device_memory_gb is None else int(c.trainer.device_memory_gb * GIB))
     return "\n".join(lines)
@@ -108,8 +110,11 @@ def _roles(c: PPOTrainerConfig) -> list[str]:
         roles.append("teacher")
     fn = c.custom_reward_function
     reward = f"{fn.path}:{fn.name}" if fn.path else "built-in scorer per data_source"
-    if c.reward_model.enable:
+    if need_reward_model(c):
         reward = f"reward model {c.reward_model.model.path} (its scores replace the rule scorer's)"
+    if generative_judge(c):
+        judge = c.reward_model.judge.url or c.reward_model.model.path
+        reward = f"generative judge {judge} (its verdicts are the scores)"
     return [f"roles: {', '.join(roles)} (adv_estimator={c.algorithm.adv_estimator})",
             f"reward: {reward} via reward_manager={c.reward_model.reward_manager}", *_lora(c)]
 

@@ -2,7 +2,10 @@
 
 from typing import Any
 
+from rlpost.reward.judge import generative_judge
 from rlpost.trainer.config.errors import ConfigError
+
+__all__ = ["generative_judge", "need_critic", "need_reference_policy", "need_reward_model"]
 
 
 def need_critic(cfg: Any) -> bool:
@@ -30,5 +33,8 @@ def need_reference_policy(cfg: Any) -> bool:
 
 
 def need_reward_model(cfg: Any) -> bool:
-    """True when a reward-model worker is created (`reward_model.enable`)."""
-    return bool(cfg.reward_model.enable)
+    """True when a (discriminative) reward-model worker is created: `reward_model.enable` without a judge."""
+    return bool(cfg.reward_model.enable) and not generative_judge(cfg)
+
+
+

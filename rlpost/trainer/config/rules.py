@@ -148,12 +148,6 @@ def check_combinations(c: PPOTrainerConfig) -> None:
         fail("reward_model.launch_reward_fn_async=true, algorithm.filter_groups.enable=true",
              "dynamic sampling keeps or drops groups by their scores, so the reward cannot wait until later",
              "reward_model.launch_reward_fn_async=false")
-    rm = c.reward_model
-    if rm.use_reward_loop and rm.enable and c.custom_reward_function.path:
-        fail("not supported yet: reward_model.use_reward_loop=true with reward_model.enable=true and "
-             f"custom_reward_function.path={c.custom_reward_function.path}",
-             "a reward function that queries a (generative) reward model served by the reward loop is not built",
-             "reward_model.use_reward_loop=false")
     if rollout.seed is not None and rollout.name == "hf":
         fail(f"not supported yet: {ARR}.rollout.seed={rollout.seed} with {ARR}.rollout.name=hf",
              "the HF engine samples with torch's generator as the trainer seeds it", f"{ARR}.rollout.seed=null")

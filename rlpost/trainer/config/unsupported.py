@@ -45,7 +45,6 @@ AREAS: tuple[tuple[str, str], ...] = (
     (f"{ARR}.rollout.multi_turn.completion_callback", "the multi-turn completion callback"),
     (f"{ARR}.rollout.agent.custom_async_server", "the custom async server"),
     (f"{ARR}.rollout.over_sample_rate", "async rollout"),
-    ("reward_model.enable_resource_pool", "separate rollout devices"),
     ("reward.reward_manager", "a reward-manager class of your own"),
     ("lora", "LoRA"),
     ("rollout_correction", "this rollout-correction option"),
@@ -165,7 +164,6 @@ NOT_SUPPORTED_YET: dict[str, Refusal] = {
     f"{ARR}.actor.router_replay.mode": never("R3"),  # R3 needs the engine to report the experts it routed to
     f"{ARR}.actor.router_replay.record_file": only(None),
     f"{ARR}.actor.router_replay.replay_file": only(None),
-    "reward_model.enable_resource_pool": only(False),
     "trainer.logger": never("vemlp_wandb"),
     "trainer.default_hdfs_dir": only(None),
     "trainer.esi_redundant_time": only(0),
@@ -236,9 +234,10 @@ NOTICES: dict[str, str] = {
     "reward_model.rollout": "verl's reward-loop engine serves the reward model; rlpost's reward model is an FSDP "
                             "forward on the trainer's devices (the same scores), so these engine settings are not "
                             "used",
-    "reward.reward_model.rollout": "verl's reward-loop engine serves the reward model; rlpost's reward model is "
-                                   "an FSDP forward on the trainer's devices (the same scores), so these engine "
-                                   "settings are not used",
+    "reward.reward_model.rollout": "a discriminative reward model is an FSDP forward on the trainer's devices "
+                                   "(the same scores) and uses none of these engine settings; a generative judge "
+                                   "reads those that follow reward_model.rollout.* and samples with "
+                                   "reward_model.judge.* (temperature, top_p, max_tokens), not the others",
     "reward_model.inference": "verl's reward-loop engine serves the reward model; rlpost's reward model is an "
                               "FSDP forward on the trainer's devices (the same scores), so these engine settings "
                               "are not used",
@@ -271,12 +270,20 @@ def check_not_supported(cfg: DictConfig, spelled: Mapping[str, str] | None = Non
             raise ConfigError(f"not supported yet: {key}={_show(value)} ({area} is not built); {fix}.")
 
 
+# Keys a generative judge reads (rlpost.reward.judge): their notice holds for other reward models only.
+JUDGE_READS = ("reward_model.use_reward_loop", "reward_model.rollout", "reward_model.inference")
+
+
 def notices(cfg: DictConfig) -> list[str]:
     """One line per accepted key set away from its default whose value has no effect in rlpost."""
     from rlpost.trainer.config.defaults import default_of, package_defaults
+    from rlpost.trainer.config.roles import generative_judge
 
     out = []
+    judge = generative_judge(cfg)
     for key, meaning in NOTICES.items():
+        if judge and key in JUDGE_READS:
+            continue
         value, default = _plain(OmegaConf.select(cfg, key, default=None)), default_of(key)
         if value != default:
             if isinstance(value, dict) and isinstance(default, dict):

@@ -14,6 +14,7 @@ from rlpost.trainer.config.aliases import apply_aliases
 from rlpost.trainer.config.batch_rules import check_batch_sizes
 from rlpost.trainer.config.convert import to_typed
 from rlpost.trainer.config.distillation_rules import check_distillation, fill_teacher_entries
+from rlpost.trainer.config.judge_rules import check_judge
 from rlpost.trainer.config.errors import ConfigError, warn
 from rlpost.trainer.config.profiling_rules import check_profiling
 from rlpost.trainer.config.placement_rules import check_placement
@@ -79,6 +80,7 @@ def _check(cfg: DictConfig) -> PPOTrainerConfig:
     check_liger(typed)
     check_placement(typed)
     check_distillation(typed)
+    check_judge(typed)
     need_critic(typed)
     check_sequence_parallel(typed)
     check_batch_sizes(typed)

@@ -33,12 +33,14 @@ def run_ppo(config: Any) -> dict[str, float]:
 
     from rlpost.trainer.ppo.checkpointing import already_complete, check_resume_inputs, finished_run
     from rlpost.trainer.ppo.interrupt import interrupted, sigterm_as_interrupt
+    from rlpost.trainer.config.judge_rules import check_judge_devices
     from rlpost.trainer.ppo.preflight import check_devices, check_memory
     from rlpost.trainer.ppo.profiling import check_profiler_tools
 
     config = as_typed(config)
     try:
         check_devices(config)  # before Ray: it would wait for devices that do not exist, then time out
+        check_judge_devices(config)
         check_memory(config)  # before Ray: a phase that cannot fit would die mid-run
         check_profiler_tools(config)
     except ValueError as err:

@@ -11,7 +11,7 @@ import importlib.util
 import os
 from typing import Any
 
-from rlpost.trainer.config.roles import need_critic
+from rlpost.trainer.config.roles import generative_judge, need_critic
 from rlpost.utils.model_files import check_model_folder
 
 
@@ -26,7 +26,7 @@ def model_folders(config: Any) -> dict[str, str]:
     folders = {"actor_rollout_ref.model.path": config.actor_rollout_ref.model.path}
     if need_critic(config):
         folders["critic.model.path"] = config.critic.model.path
-    if config.reward_model.enable:
+    if config.reward_model.enable and not (generative_judge(config) and config.reward_model.judge.url):
         folders["reward_model.model.path"] = config.reward_model.model.path
     if config.distillation.enabled:
         folders.update({f"distillation.teacher_models.{name}.model_path": t.model_path

@@ -33,11 +33,13 @@ import torch
 from rlpost import keys as K
 from rlpost.algos.rollout_correction import compute_rollout_correction
 from rlpost.protocol import DataProto
+from rlpost.reward.judge import judge_metrics
 from rlpost.reward.score.code import format_slowest, sandbox_metrics, slowest_samples
 from rlpost.single_controller.ray import RayWorkerGroup, ResourcePoolManager, Role
 from rlpost.trainer.ppo import core_algos
 from rlpost.trainer.ppo.checkpointing import TrainerCheckpointer, already_complete
 from rlpost.utils.profiler import simple_timer as _timer
+from rlpost.workers.judge_server import start_judge
 from rlpost.trainer.ppo.core_algos import AdvantageEstimator
 from rlpost.trainer.ppo.dynamic_sampling import DataExhausted
 from rlpost.trainer.ppo.features import active_features
@@ -122,6 +124,7 @@ class RayPPOTrainer:
         """Create the resource pools and worker groups and initialise every role's models."""
         if self.resource_pool_manager.use_gpu is None:
             self.resource_pool_manager.use_gpu = self.device_name == "cuda"
+        self.judge_pool = start_judge(self.config, self.reward_fn, self.val_reward_fn)  # a generative RM's pool
         self.workers = build_worker_groups(self.config, self.plan, self.role_worker_mapping,
                                            self.resource_pool_manager, self.ray_worker_group_cls,
                                            self.total_training_steps)
@@ -458,10 +461,10 @@ class RayPPOTrainer:
 
 
 def _reward_metrics(batch: DataProto, step: int) -> dict[str, Any]:
-    """Counts of the reward's special outcomes: samples the prime manager scored 0.0 by time-out, and code
-    samples scored in the sandbox (`rlpost.reward.score.code.sandbox_metrics`); the step's slowest sandbox
-    samples also get a console line."""
-    out = sandbox_metrics(batch.non_tensor_batch)
+    """Counts of the reward's special outcomes: samples the prime manager scored 0.0 by time-out, code samples
+    scored in the sandbox (`rlpost.reward.score.code.sandbox_metrics`; the step's slowest also get a console
+    line) and samples scored by a generative judge (`rlpost.reward.judge.judge_metrics`)."""
+    out = {**sandbox_metrics(batch.non_tensor_batch), **judge_metrics(batch.non_tensor_batch)}
     if "reward_timeout" in batch.non_tensor_batch:
         out["reward/timeout_count"] = int(np.sum(batch.non_tensor_batch["reward_timeout"]))
     if slowest := slowest_samples(batch.non_tensor_batch):

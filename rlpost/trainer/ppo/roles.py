@@ -17,7 +17,7 @@ from rlpost.config import PPOTrainerConfig
 
 from rlpost.single_controller.ray import RayClassWithInitArgs, ResourcePoolManager, Role
 from rlpost.single_controller.ray.base import unwrap_actor_class
-from rlpost.trainer.config.roles import need_critic, need_reference_policy
+from rlpost.trainer.config.roles import need_critic, need_reference_policy, need_reward_model
 
 
 ROLLOUT_POOL = "rollout_pool"
@@ -85,7 +85,7 @@ def default_role_worker_mapping(config: PPOTrainerConfig) -> tuple[dict[Role, ty
         workers[Role.RefPolicy] = ActorRolloutRefWorker
     if need_critic(config):
         workers[Role.Critic] = CriticWorker
-    if config.reward_model.enable:
+    if need_reward_model(config):
         from rlpost.workers.reward_model import RewardModelWorker
 
         workers[Role.RewardModel] = RewardModelWorker
@@ -122,10 +122,10 @@ def plan_roles(config: PPOTrainerConfig, role_worker_mapping: dict[Role, Any], p
     if use_critic and Role.Critic not in role_worker_mapping:
         raise ValueError(f"algorithm.adv_estimator={config.algorithm.adv_estimator} / critic.enable="
                          f"{config.critic.enable} need a critic; role_worker_mapping has roles {have}: add Role.Critic")
-    use_rm = bool(config.reward_model.enable)
+    use_rm = need_reward_model(config)
     if use_rm != (Role.RewardModel in role_worker_mapping):
         raise ValueError(f"reward_model.enable={config.reward_model.enable} but role_worker_mapping has roles {have}: "
-                         f"Role.RewardModel must be mapped exactly when reward_model.enable=true")
+                         f"Role.RewardModel must be mapped exactly when a discriminative reward model is used")
     use_teacher = bool(config.distillation.enabled)
     if use_teacher != (Role.Teacher in role_worker_mapping):
         raise ValueError(f"distillation.enabled={config.distillation.enabled} but role_worker_mapping has roles "

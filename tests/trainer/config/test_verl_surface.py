@@ -147,14 +147,23 @@ def test_notice_for_accepted_no_effect_keys(small_cfg):
 
 def test_reward_loop_is_accepted_with_a_notice_unless_a_function_queries_the_model(small_cfg):
     """verl's reward loop computes the same scores as rlpost's reward path for rule-based rewards and for a
-    discriminative reward model; a reward function querying a served (generative) model is not built."""
+    discriminative reward model (a notice); with a custom function beside an enabled reward model, the model is a
+    generative judge the function queries (tests/reward/test_judge.py), served by vLLM on its own pool."""
     with pytest.warns(ConfigWarning, match="use_reward_loop=true accepted: rule-based scores come from"):
         typed_config(small_cfg({"reward_model.use_reward_loop": True}))
-    with pytest.warns(ConfigWarning, match="use_reward_loop"), pytest.raises(ConfigError) as err:
-        typed_config(small_cfg({"reward_model.use_reward_loop": True, "reward_model.enable": True,
-                                "reward_model.model.path": "/m", "custom_reward_function.path": "/r.py"}))
-    assert str(err.value).startswith("not supported yet: reward_model.use_reward_loop=true with reward_model.enable")
-    assert "reward_model.use_reward_loop=false" in str(err.value)
+    genrm = {"reward_model.use_reward_loop": True, "reward_model.enable": True, "reward_model.model.path": "/m",
+             "custom_reward_function.path": "/r.py"}
+    with pytest.raises(ConfigError, match="^reward_model.rollout.name=null with a generative reward model: .*use "
+                                          "reward_model.rollout.name=vllm"):
+        typed_config(small_cfg(genrm))
+    served = {**genrm, "reward_model.rollout.name": "vllm", "reward_model.enable_resource_pool": True,
+              "reward_model.nnodes": 1, "reward_model.n_gpus_per_node": 1}
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConfigWarning)  # the judge reads these keys: no "not used" notice
+        typed = typed_config(small_cfg(served))
+    assert typed.reward_model.rollout.name == "vllm"
 
 
 def test_hydra_target_markers_are_accepted(small_cfg):
@@ -188,15 +197,15 @@ def test_reward_loop_engine_keys_are_noticed_and_scorer_kwargs_refused(small_cfg
 
 
 def test_a_refusal_names_the_spelling_the_user_set(small_cfg):
-    """`reward.reward_model.enable_resource_pool` is verl's newest spelling of `reward_model.enable_resource_pool`
+    """`critic.fsdp.use_torch_compile` is verl's newer spelling of `critic.model.fsdp_config.use_torch_compile`
     (not built): the message and its fix name the key the user wrote, not the one it was copied onto."""
     with pytest.raises(ConfigError) as err:
+        typed_config(small_cfg({"critic.fsdp.use_torch_compile": True}))
+    assert str(err.value).startswith("not supported yet: critic.fsdp.use_torch_compile=true (")
+    assert str(err.value).endswith("use critic.fsdp.use_torch_compile=false.")
+    with pytest.raises(ConfigError, match="^not supported yet: reward_model.enable_resource_pool=true without a "
+                                          "generative reward model: .*use reward_model.enable_resource_pool=false"):
         typed_config(small_cfg({"reward.reward_model.enable_resource_pool": True}))
-    assert str(err.value).startswith("not supported yet: reward.reward_model.enable_resource_pool=true (")
-    assert str(err.value).endswith("use reward.reward_model.enable_resource_pool=false.")
-    with pytest.raises(ConfigError, match="^not supported yet: reward_model.enable_resource_pool=true .*"
-                                          "use reward_model.enable_resource_pool=false"):
-        typed_config(small_cfg({"reward_model.enable_resource_pool": True}))
 
 
 def test_sandbox_url_is_a_run_code_url_or_local(small_cfg):

@@ -17,7 +17,9 @@ def _config(estimator="grpo", use_kl_loss=False, rm=False):
     return OmegaConf.create({
         "actor_rollout_ref": {"hybrid_engine": True, "actor": {"use_kl_loss": use_kl_loss}},
         "algorithm": {"adv_estimator": estimator, "use_kl_in_reward": False},
-        "critic": {"enable": None}, "reward_model": {"enable": rm}, "distillation": {"enabled": False, "nnodes": 0},
+        "critic": {"enable": None}, "distillation": {"enabled": False, "nnodes": 0},
+        "reward_model": {"enable": rm, "use_reward_loop": False, "judge": {"enable": False}},
+        "custom_reward_function": {"path": None},
     })
 
 
