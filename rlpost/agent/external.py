@@ -48,7 +48,10 @@ def _import_callable(path: str) -> Any:
     module, _, name = path.partition(":")
     if not module or not name:
         raise ValueError(f"callable={path!r}: write it as 'package.module:function'")
-    fn = getattr(importlib.import_module(module), name, None)
+    try:
+        fn = getattr(importlib.import_module(module), name, None)
+    except ImportError as err:
+        raise ValueError(f"callable={path!r}: cannot import {module}: {err}") from err
     if not callable(fn):
         raise ValueError(f"callable={path!r}: {module} has no function {name!r}")
     return fn

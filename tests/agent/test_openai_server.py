@@ -6,10 +6,8 @@ model never writes one) come from a scripted engine."""
 import asyncio
 
 import pytest
-import torch
 
 from _agent_doubles import ScriptedEngine, call, schema
-from _compose import SMALL, compose_config
 from rlpost.agent.openai_server import OpenAIServer
 from rlpost.agent.trajectory import TrajectoryBuilder, decode, encode
 from rlpost.rollout.async_engine import sampling_kwargs
@@ -20,27 +18,6 @@ pytestmark = pytest.mark.timeout(300)
 GREEDY = SamplingSpec(greedy=True, temperature=0.0, top_k=-1, top_p=1.0, max_tokens=40, ignore_eos=False,
                       logprobs=True)
 R = 40  # response budget of a trajectory
-
-
-@pytest.fixture(scope="module")
-def vllm_engine(tiny_model_dir):
-    """(agent front of a vLLM CPU rollout whose weights are perturbed so greedy text varies, tokenizer)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from rlpost.rollout import build_rollout
-
-    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    cfg = compose_config(*SMALL, "actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.dtype=float32",
-                         "data.max_prompt_length=64", "data.max_response_length=40",
-                         "actor_rollout_ref.rollout.calculate_log_probs=true").actor_rollout_ref.rollout
-    rollout = build_rollout(cfg, tiny_model_dir, tok, "cpu")
-    actor = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
-    gen = torch.Generator().manual_seed(3)
-    with torch.no_grad():
-        for p in actor.parameters():
-            p.add_(torch.randn(p.shape, generator=gen) * 0.5)
-    rollout.update_weights(actor.named_parameters())
-    return rollout.agent_engine({tok.eos_token_id}), tok
 
 
 def serve(generate, tok, body):
