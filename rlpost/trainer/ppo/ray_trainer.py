@@ -42,6 +42,7 @@ from rlpost.utils.profiler import simple_timer as _timer
 from rlpost.trainer.ppo.core_algos import AdvantageEstimator, apply_kl_penalty, compute_advantage
 from rlpost.trainer.ppo.dynamic_sampling import DataExhausted, first_groups, next_batch
 from rlpost.trainer.ppo.features import active_features
+from rlpost.trainer.ppo.over_sample import keep_finished_groups
 from rlpost.trainer.ppo.preflight import estimate_metrics
 from rlpost.trainer.ppo.profiling import ProfileSchedule
 from rlpost.trainer.ppo.reward_job import RewardJob
@@ -264,6 +265,8 @@ class RayPPOTrainer:
                 batch, reward_keys = self._generate_filtered(batch, more_batches, timing, metrics)
             else:
                 batch = self._generate(batch, timing)
+            if self.config.actor_rollout_ref.rollout.over_sample_rate > 0:  # the slowest groups were cut
+                batch = keep_finished_groups(batch, self.config.data.train_batch_size, metrics)
             if self.config.trainer.balance_batch:
                 self._balance_batch(batch, metrics)
             if not self.algo.filter_groups.enable:
