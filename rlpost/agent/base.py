@@ -73,6 +73,8 @@ class AgentLoopContext:
     tools: dict[str, BaseTool] = field(default_factory=dict)
     interactions: dict[str, BaseInteraction] = field(default_factory=dict)
     trainer_config: Any = None  # read-only `actor_rollout_ref` + `data` view, for loops written against verl
+    # what the loops of one call share (e.g. external_agent's HTTP endpoint); each `aclose()`d after the last loop
+    services: dict[str, Any] = field(default_factory=dict)
 
 
 class AgentLoopBase(abc.ABC):

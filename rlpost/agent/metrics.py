@@ -67,6 +67,7 @@ def summarize(num_turns: Sequence[float], per_trajectory: Sequence[Mapping[str, 
         `multi_turn/tool_errors` and `multi_turn/bad_tool_calls` (totals of the batch),
         `multi_turn/truncated_frac` and `multi_turn/tokenization_mismatch_frac`; {} for no trajectories.
         Loops written against verl report seconds instead of counters: `multi_turn/{generate_s,tool_calls_s}/mean`.
+        `external_agent` rows add `multi_turn/program/<outcome>` (rows of each outcome).
     """
     if not len(num_turns):
         return {}
@@ -78,8 +79,12 @@ def summarize(num_turns: Sequence[float], per_trajectory: Sequence[Mapping[str, 
     turns = [float(t) for t in num_turns]
     timings = {f"multi_turn/{key}/mean": sum(values(key)) / n for key in TIMINGS
                if any(key in m for m in per_trajectory)}
+    # external_agent's per-row outcomes (ok, crashed, timeout, ...): rows of each in the batch
+    outcomes = sorted({k for m in per_trajectory for k in m if k.startswith("program_")})
+    programs = {f"multi_turn/program/{k.removeprefix('program_')}": sum(values(k)) for k in outcomes}
     return {
         **timings,
+        **programs,
         "multi_turn/num_turns/mean": sum(turns) / n,
         "multi_turn/num_turns/max": max(turns),
         "multi_turn/tool_calls/mean": sum(values("tool_calls")) / n,

@@ -43,6 +43,12 @@ def load_agent_loops(agent_loop_config_path: str | Path) -> list[str]:
             raise entry_error(agent_loop_config_path, "file", index,
                               "the class must subclass rlpost.agent.base.AgentLoopBase", label)
         extra = {k: v for k, v in entry.items() if k not in ("name", "_target_")}
+        check = getattr(cls, "check_options", None)  # loops that validate their options before anything starts
+        if check is not None:
+            try:
+                check(**extra)
+            except (TypeError, ValueError) as e:
+                raise entry_error(agent_loop_config_path, "file", index, str(e), label) from e
         factory = functools.partial(cls, **extra) if extra else cls
         if name in AGENT_LOOPS and _same_factory(AGENT_LOOPS.get(name), factory):
             names.append(name)

@@ -10,7 +10,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from rlpost.agent import single_turn, tool_agent  # noqa: F401  (registers the built-in loops)
+from rlpost.agent import external, single_turn, tool_agent  # noqa: F401  (registers the built-in loops)
 from rlpost.agent.base import AGENT_LOOPS, AgentLoopContext, AgentLoopOutput, GenerateFn
 from rlpost.agent.config import AgentLoopConfig
 from rlpost.agent.registry import check_agent_names, load_agent_loops
@@ -95,3 +95,6 @@ async def run_agent_loops(
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         raise
+    finally:
+        for service in context.services.values():
+            await service.aclose()

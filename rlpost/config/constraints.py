@@ -38,6 +38,7 @@ NON_NEGATIVE = Constraint("must be >= 0", lambda v: v >= 0, lambda v: "0")
 POSITIVE_FLOAT = Constraint("must be > 0", lambda v: v > 0, lambda v: "1.0")
 OPEN_UNIT = Constraint("must be in (0, 1]", lambda v: 0 < v <= 1, _unit(0.1))
 CLOSED_UNIT = Constraint("must be in [0, 1]", lambda v: 0 <= v <= 1, _unit(0.0), allow_none=True)
+BELOW_ONE = Constraint("must be in [0, 1)", lambda v: 0 <= v < 1, lambda v: "0.0" if v < 0 else "0.5")
 STEPS_OR_NEVER = Constraint("must be a number of steps >= 1, or -1 for never", lambda v: v == -1 or v >= 1,
                             lambda v: "-1")
 TOP_K = Constraint("must be -1 (off) or >= 0", lambda v: v >= -1, lambda v: "-1")

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 from rlpost.config.base import BaseConfig
 from rlpost.config.constraints import (
     ABOVE_ONE,
+    BELOW_ONE,
     BETAS,
     CLOSED_UNIT,
     NON_NEGATIVE,
@@ -456,7 +457,7 @@ class RolloutConfig(BaseConfig):
     moe_load_balance_metrics_interval: int
     engine_kwargs: EngineKwargsConfig
     val_kwargs: ValKwargsConfig
-    over_sample_rate: float
+    over_sample_rate: Annotated[float, BELOW_ONE]
     multi_stage_wake_up: bool
     update_weights_bucket_megabytes: Annotated[int, POSITIVE]
     checkpoint_engine: CheckpointEngineConfig

@@ -111,6 +111,14 @@ class SteppedEngine(AgentEngine):
         that got their completion in the last step may queue their next request into this one."""
         while self._waiting:
             await asyncio.sleep(0)
+            # requests whose trajectory was cancelled meanwhile leave before the step, not one step later
+            gone = [rid for rid, future in self._waiting.items() if future.cancelled()]
+            if gone:
+                for rid in gone:
+                    del self._waiting[rid]
+                self._abort(gone)
+                if not self._waiting:
+                    return
             try:
                 finished = self._step()
             except Exception as err:  # the engine failed: every waiting trajectory gets the error

@@ -33,3 +33,27 @@ def trimming_tokenizer(tiny_model_dir):
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     tok.chat_template = TRIMMING_CHAT_TEMPLATE
     return tok
+
+
+@pytest.fixture(scope="session")
+def vllm_engine(tiny_model_dir):
+    """(agent front of a vLLM CPU rollout whose weights are perturbed so greedy text varies, tokenizer)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from _compose import SMALL, compose_config
+
+    from rlpost.rollout import build_rollout
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    cfg = compose_config(*SMALL, "actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.dtype=float32",
+                         "data.max_prompt_length=64", "data.max_response_length=80",
+                         "actor_rollout_ref.rollout.calculate_log_probs=true").actor_rollout_ref.rollout
+    rollout = build_rollout(cfg, tiny_model_dir, tok, "cpu")
+    actor = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    gen = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for p in actor.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * 0.5)
+    rollout.update_weights(actor.named_parameters())
+    return rollout.agent_engine({tok.eos_token_id}), tok

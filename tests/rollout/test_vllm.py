@@ -256,3 +256,37 @@ def test_engine_kwargs_reserve_one_lora_slot_of_a_valid_rank():
     assert engine_kwargs(_rollout_cfg(), "/m", "cpu", lora_rank=64)["max_lora_rank"] == 64
     with pytest.raises(ValueError, match="lora_rank=1024: vLLM serves adapters up to rank 512; .*lora.merge=true"):
         engine_kwargs(_rollout_cfg(), "/m", "cpu", lora_rank=1024)
+
+
+def test_over_sample_rate_aborts_the_slowest_groups_in_the_engine(setup):
+    """rollout.over_sample_rate=0.75 on 4 groups of 2 greedy rows: ceil(0.25 x 4) = 1 group, the one whose responses
+    end first, is kept with the tokens of a plain generation; the other 3 come back empty and flagged (their
+    requests aborted mid-generation), and nothing is left running in the engine.
+    The finishing order is derived from the plain generation: row 0's 2nd greedy token is used as EOS, so each
+    prompt's response ends at its first occurrence of that token (or runs to R)."""
+    from rlpost.rollout.async_mode import generate_concurrently
+
+    rollout, _, tok, _ = setup
+    full = rollout.generate_sequences(_batch(tok, PROMPTS, do_sample=False)).batch[keys.RESPONSES].tolist()
+    eos = full[0][1]
+    ends = [row.index(eos) + 1 if eos in row else R for row in full]
+    order = sorted(range(4), key=lambda g: ends[g])
+    assert ends[order[0]] < ends[order[1]], ends  # one group ends first: the cut is unambiguous
+    data = _batch(tok, PROMPTS, do_sample=False, eos_token_id=eos).repeat(2, interleave=True)
+    typed = rollout.config
+    rollout.config = typed.replace(over_sample_rate=0.75)
+    try:
+        out = generate_concurrently(rollout, data)
+    finally:
+        rollout.config = typed
+    kept = {order[0]}
+    assert out.non_tensor_batch[keys.OVER_SAMPLE_CUT].tolist() == [g not in kept for g in range(4) for _ in range(2)]
+    assert out.non_tensor_batch[keys.OVER_SAMPLE_ABORTED].tolist() == [g not in kept for g in range(4) for _ in range(2)]
+    lengths = out.batch[keys.RESPONSE_MASK].sum(-1).tolist()
+    for row in range(8):
+        g = row // 2
+        if g in kept:
+            assert lengths[row] == ends[g] and out.batch[keys.RESPONSES][row, :ends[g]].tolist() == full[g][:ends[g]]
+        else:
+            assert lengths[row] == 0
+    assert not rollout.llm.llm_engine.has_unfinished_requests()

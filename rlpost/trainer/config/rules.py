@@ -119,9 +119,11 @@ def check_combinations(c: PPOTrainerConfig) -> None:
         fail(f"algorithm.filter_groups.enable=true, algorithm.adv_estimator={algo.adv_estimator}",
              "dynamic sampling filters groups of responses to one prompt; it needs a group estimator",
              "algorithm.adv_estimator=grpo (with rollout.n > 1)")
-    if c.data.gen_batch_size != c.data.train_batch_size and not algo.filter_groups.enable:
+    if (c.data.gen_batch_size != c.data.train_batch_size and not algo.filter_groups.enable
+            and not rollout.over_sample_rate):
         fail(f"data.gen_batch_size={c.data.gen_batch_size}, algorithm.filter_groups.enable=false",
-             "generation batches differ from training batches only with dynamic sampling",
+             "generation batches differ from training batches only with dynamic sampling or "
+             f"{ARR}.rollout.over_sample_rate > 0",
              "algorithm.filter_groups.enable=true (or remove data.gen_batch_size)")
     try:  # thresholds may be strings ('lower_upper' bands, one per rejection criterion): the algorithm parses them
         from rlpost.algos.rollout_correction import parse_is_threshold, parse_rejection

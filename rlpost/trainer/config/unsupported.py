@@ -44,7 +44,6 @@ def never(*values: Any) -> Refusal:
 AREAS: tuple[tuple[str, str], ...] = (
     (f"{ARR}.rollout.multi_turn.completion_callback", "the multi-turn completion callback"),
     (f"{ARR}.rollout.agent.custom_async_server", "the custom async server"),
-    (f"{ARR}.rollout.over_sample_rate", "async rollout"),
     ("reward.reward_manager", "a reward-manager class of your own"),
     ("lora", "LoRA"),
     ("rollout_correction", "this rollout-correction option"),
@@ -139,7 +138,6 @@ NOT_SUPPORTED_YET: dict[str, Refusal] = {
     f"{ARR}.rollout.expert_parallel_size": only(1),
     f"{ARR}.rollout.quantization": only(None),
     f"{ARR}.rollout.quantization_config_file": only(None),
-    f"{ARR}.rollout.over_sample_rate": only(0, 0.0),
     f"{ARR}.rollout.checkpoint_engine.backend": only("naive"),
     f"{ARR}.rollout.trace.backend": only(None),
     f"{ARR}.rollout.skip_rollout": only(False),

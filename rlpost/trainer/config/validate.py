@@ -19,6 +19,7 @@ from rlpost.trainer.config.errors import ConfigError, warn
 from rlpost.trainer.config.profiling_rules import check_profiling
 from rlpost.trainer.config.placement_rules import check_placement
 from rlpost.trainer.config.roles import need_critic
+from rlpost.trainer.config.over_sample import check_over_sample
 from rlpost.trainer.config.rules import (check_combinations, check_enums, check_liger, check_lora,
                                          check_multi_turn, check_ranges, check_sequence_parallel)
 from rlpost.config.schema import PPOTrainerConfig
@@ -74,6 +75,7 @@ def _check(cfg: DictConfig) -> PPOTrainerConfig:
         warn(line)
     check_enums(typed, spelled)
     check_ranges(typed)
+    check_over_sample(typed)
     check_combinations(typed)
     check_multi_turn(typed)
     check_lora(typed)

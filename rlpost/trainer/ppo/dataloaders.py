@@ -15,7 +15,8 @@ def create_dataloaders(config: PPOTrainerConfig, tokenizer: Any, processor: Any 
     """(train loader, validation loader or None), building from `data.*` whatever is not given.
 
     The train loader yields `data.gen_batch_size` prompts per batch with `algorithm.filter_groups.enable`
-    (dynamic sampling draws several per step), else `data.train_batch_size`. There is no validation
+    (dynamic sampling draws several per step) or `rollout.over_sample_rate` > 0 (the slowest groups are cut),
+    else `data.train_batch_size`. There is no validation
     loader when neither `val_dataset` nor `data.val_files` is given.
 
     Raises:
@@ -31,7 +32,8 @@ def create_dataloaders(config: PPOTrainerConfig, tokenizer: Any, processor: Any 
         train_dataset = create_rl_dataset(data_cfg.train_files, data_cfg, tokenizer, processor)
     if val_dataset is None and data_cfg.val_files:
         val_dataset = create_rl_dataset(data_cfg.val_files, data_cfg, tokenizer, processor, is_train=False)
-    key = "gen_batch_size" if config.algorithm.filter_groups.enable else "train_batch_size"
+    over_sample = config.actor_rollout_ref.rollout.over_sample_rate > 0
+    key = "gen_batch_size" if config.algorithm.filter_groups.enable or over_sample else "train_batch_size"
     batch_size = int(data_cfg[key])
     train_loader = ResumableLoader(
         train_dataset, batch_size, train_sampler or create_rl_sampler(data_cfg, train_dataset), collate_fn,

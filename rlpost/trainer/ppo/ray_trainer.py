@@ -310,7 +310,10 @@ class RayPPOTrainer:
         for feature in self.features:
             if feature.generates_scored:
                 return feature.generate_scored(batch, more_batches, timing, metrics)
-        return self._generate(batch, timing), None
+        batch = self._generate(batch, timing)
+        for feature in self.features:  # e.g. over-sampling's cut of the groups that did not finish
+            batch = feature.after_rollout(batch, metrics)
+        return batch, None
 
     def _generate_and_score(self, batch: DataProto, timing: dict[str, float]) -> tuple[DataProto, list[str]]:
         """gen + reward: the scored rollouts and the names of the reward's extra per-row fields."""

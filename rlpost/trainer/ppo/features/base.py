@@ -11,6 +11,8 @@ one module each, registered by name. An estimator declares the features it runs
                              place of the step's own gen (a feature with `generates_scored`, e.g. DAPO's
                              dynamic sampling)
     after_prepare(prompts)   the batch's prompts with their uids, before they are repeated rollout.n times
+    after_rollout(batch, metrics) -> batch: the generated batch (responses joined), before balancing and the
+                             reward; a feature may drop rows (e.g. over-sampling's unfinished groups)
     after_generate(batch, timing)   the sampled responses are in the batch (before the reward)
     after_advantage(batch, metrics) advantages and returns are in the batch (before the updates)
     save(folder) / load(folder)     state kept across a checkpoint
@@ -56,6 +58,10 @@ class StepFeature:
 
     def after_prepare(self, prompts: DataProto) -> None:
         """The batch's prompts with their uids, before they are repeated `rollout.n` times."""
+
+    def after_rollout(self, batch: DataProto, metrics: dict[str, Any]) -> DataProto:
+        """The generated batch (responses joined), before balancing and the reward; returns the rows to keep."""
+        return batch
 
     def after_generate(self, prompts: DataProto, timing: dict[str, float]) -> None:
         """The responses are generated; `prompts` is the prepared batch they will join (add fields to it)."""
