@@ -116,10 +116,14 @@ def test_ranks_on_another_host_are_dumped_by_a_task_on_their_node(group):
     # as a multi-node run's driver sees them: another host's processes, whose pids mean nothing here
     elsewhere = [dataclasses.replace(w, host="another-host") for w in wg.workers]
     assert all(w.node_id for w in elsewhere)
-    pending = wg.nap_or_die(-1, 4.0)  # both ranks busy in a nap, not answering calls
+    pending = wg.nap_or_die(-1, 10.0)  # both ranks busy in a nap, not answering calls
     try:
-        time.sleep(1.0)
+        # The call reaches the ranks after a moment that grows with the host's load: dump until both are in it.
+        deadline = time.monotonic() + 8.0
         stacks = collect_stacks(elsewhere)
+        while not all("in nap_or_die" in s for s in stacks.values()) and time.monotonic() < deadline:
+            time.sleep(0.5)
+            stacks = collect_stacks(elsewhere)
     finally:
         assert pending.get() == [0, 1]
     assert set(stacks) == {0, 1} and all("in nap_or_die" in s for s in stacks.values()), stacks
