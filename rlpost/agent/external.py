@@ -16,10 +16,11 @@ A callable is called as `fn(row=..., base_url=..., api_key=...)` (a plain functi
 coroutine function on the loop). With `reward: program` the reward is the JSON number or `{"reward": x}` written
 to `RLPOST_REWARD_FILE`, else the last stdout line `{"reward": x}`, else what the callable returned.
 
-Every row ends with one outcome, counted in `multi_turn/program/<outcome>`: `ok`, `crashed` (non-zero exit or an
-exception), `timeout` (killed after `timeout_s`), `no_model_call` (never called the endpoint; its row trains on
-nothing: one masked EOS token) or `no_reward` (`reward: program` but none reported). A failed row scores
-`failure_reward` with `reward: program`.
+Every row ends with one outcome, counted in `multi_turn/program/<outcome>` (beside the batch's totals
+`multi_turn/program/history_resets` and `request_errors`): `ok`, `crashed` (non-zero exit or an exception),
+`timeout` (killed after `timeout_s`), `no_model_call` (never called the endpoint; its row trains on nothing: one
+masked EOS token) or `no_reward` (`reward: program` but none reported). A failed row scores `failure_reward` with
+`reward: program`.
 """
 
 from __future__ import annotations
@@ -177,6 +178,8 @@ class ExternalAgentLoop(AgentLoopBase):
         if self.reward == "program":
             output.reward_score = reward if outcome == "ok" else self.failure_reward
         output.metrics.update({f"program_{o}": float(o == outcome) for o in OUTCOMES})
+        for key in ("history_resets", "request_errors"):  # summed per step as multi_turn/program/<key>
+            output.metrics[f"program_{key}"] = output.metrics.pop(key, 0.0)
         output.extra_fields["program_outcome"] = outcome
         return output
 

@@ -54,8 +54,9 @@ def test_programs_per_row_give_trajectories_outcomes_and_counters(vllm_engine, t
 - {{name: ext_silent, _target_: rlpost.agent.external.ExternalAgentLoop, command: [{py}, -c, "print('hello')"],
    reward: program}}
 - {{name: ext_fn, _target_: rlpost.agent.external.ExternalAgentLoop, callable: "test_external:solve", reward: program}}
+- {{name: ext_rf, _target_: rlpost.agent.external.ExternalAgentLoop, command: [{py}, {AGENT}]}}
 """))
-    names = ["ext_ok", "ext_crash", "ext_hang", "ext_silent", "ext_fn"]
+    names = ["ext_ok", "ext_crash", "ext_hang", "ext_silent", "ext_fn", "ext_rf"]
     rows = [{"raw_prompt": [{"role": "user", "content": "What is 2 + 3?"}], "agent_name": name,
              "reward_model": {"ground_truth": "5"}} for name in names]
     config = AgentLoopConfig(response_length=80)
@@ -65,7 +66,7 @@ def test_programs_per_row_give_trajectories_outcomes_and_counters(vllm_engine, t
     by_name = dict(zip(names, outputs))
     outcome = {n: o.extra_fields["program_outcome"] for n, o in by_name.items()}
     assert outcome == {"ext_ok": "ok", "ext_crash": "crashed", "ext_hang": "timeout", "ext_silent": "no_model_call",
-                       "ext_fn": "ok"}
+                       "ext_fn": "ok", "ext_rf": "ok"}
     assert elapsed < 60  # the hanging program was killed at 4 s; nothing waited for it
     ok = by_name["ext_ok"]
     assert ok.reward_score in (0.0, 1.0) and ok.metrics["assistant_turns"] == 2.0
@@ -80,9 +81,11 @@ def test_programs_per_row_give_trajectories_outcomes_and_counters(vllm_engine, t
     silent = by_name["ext_silent"]
     assert silent.response_ids == [tok.eos_token_id] and silent.response_mask == [0]
     assert by_name["ext_fn"].reward_score == 0.5 and len(by_name["ext_fn"].response_ids) <= 3
+    assert by_name["ext_rf"].reward_score is None  # reward: reward_fn leaves the score to the trainer's function
     metrics = aggregate_metrics(outputs)
     assert {k: metrics[f"multi_turn/program/{k}"] for k in ("ok", "crashed", "timeout", "no_model_call", "no_reward")
-            } == {"ok": 2.0, "crashed": 1.0, "timeout": 1.0, "no_model_call": 1.0, "no_reward": 0.0}
+            } == {"ok": 3.0, "crashed": 1.0, "timeout": 1.0, "no_model_call": 1.0, "no_reward": 0.0}
+    assert metrics["multi_turn/program/history_resets"] == 0.0 and metrics["multi_turn/program/request_errors"] == 0.0
 
 
 @pytest.mark.parametrize("entry, message", [
