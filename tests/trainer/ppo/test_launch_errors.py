@@ -117,7 +117,7 @@ def test_unregistered_agent_name_lists_the_registered_ones(capsys, tiny_model_di
     err = capsys.readouterr().err
     assert status == 2 and err.count("\n") == 1, err
     assert err.startswith(f"error: data.train_files={tmp_path / 'train.parquet'}: agent_name values ['my_agent'] "
-                          "are not registered agent loops; registered: ['single_turn_agent', 'tool_agent']"), err
+                          "are not registered agent loops; registered: ['external_agent', 'single_turn_agent', 'tool_agent']"), err
 
 
 def test_unknown_tool_class_and_bad_schema_name_the_yaml_entry(capsys, tiny_model_dir, tmp_path):
