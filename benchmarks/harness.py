@@ -11,6 +11,8 @@ Every script under `benchmarks/` times, captures and writes through this module:
     res = harness.Result("gen_alternate", command=harness.command_line(), reps=12, env=env)
     res.metric("gen_ratio", **ratio, unit="bare/rlpost")
     res.goal("A3", ratio, target=">= 0.95, ci_low >= 0.90")
+    res.timing("step_s", step_seconds)                 # median, quartiles, min, max and every value
+    res.extra["rounds"] = rounds                       # the script's own data, beside the schema keys
     path = res.write()                                 # benchmarks/results/<date>_<gpu|cpu>/gen_alternate.json
     harness.write_summary(path.parent, GOALS)          # summary.json: every goal id, unmeasured ones named
     harness.write_index()                              # benchmarks/results/INDEX.md from the files
@@ -24,8 +26,11 @@ Statistics:
 
 A result file holds `{schema, benchmark, commit, dirty, date, host, gpu, command, reps, env, metrics, goals}`;
 each metric `{value, ci_low, ci_high, unit, values}`, each goal `{value, ci_low, ci_high, target, met, command,
-reps}` (a goal not measured has value None, met None and a `reason`). In a copied tree without git metadata the
-commit and dirty flag come from `RLPOST_COMMIT` / `RLPOST_DIRTY`.
+reps}` (a goal not measured has value None, met None and a `reason`). A metric of repeated timings
+(`Result.timing`) has the median as its value and its `spread`; what else a script measured (`Result.extra`) sits
+beside the schema keys. `validate` checks the schema, on every `write`; `write(path=...)` honours a script's
+`--json-out`. In a copied tree without git metadata the commit and dirty flag come from `RLPOST_COMMIT` /
+`RLPOST_DIRTY`.
 """
 
 from __future__ import annotations
@@ -354,7 +359,7 @@ def params(args: Any) -> dict[str, Any]:
 # Top-level keys of a result file and the types each must have (None allowed where git or a GPU can be absent).
 _REQUIRED: dict[str, tuple[type, ...]] = {
     "schema": (str,), "benchmark": (str,), "commit": (str, type(None)), "dirty": (bool, type(None)),
-    "date": (str,), "host": (str,), "gpu": (str,), "command": (str,), "reps": (int,), "env": (dict,),
+    "date": (str,), "host": (str, type(None)), "gpu": (str,), "command": (str,), "reps": (int,), "env": (dict,),
     "metrics": (dict,), "goals": (dict,)}
 _METRIC_KEYS = ("value", "ci_low", "ci_high", "unit", "values")
 _GOAL_KEYS = ("value", "ci_low", "ci_high", "target", "met", "command", "reps")
