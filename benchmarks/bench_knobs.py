@@ -3,7 +3,8 @@ bucketed.
 
     python benchmarks/bench_knobs.py --world 2 --reps 5                                  # GPU host, 2 GPUs
     python benchmarks/bench_knobs.py --world 1 --reps 5                                  # GPU host, 1 GPU (no sync)
-    python benchmarks/bench_knobs.py --device cpu --tiny --world 2 --reps 2 --rows 2 --prompt-len 8 --response-len 8
+    python benchmarks/bench_knobs.py --device cpu --tiny --world 2 --reps 2 --rows 2 --micro 2 \
+        --prompt-len 8 --response-len 8
 
 `--world` processes (torch.multiprocessing spawn; nccl on CUDA, gloo on CPU) each build one rlpost
 `ActorRolloutRefWorker` (role "actor") per setting on a random-weight Qwen2.5-0.5B-architecture model (`--tiny`:
