@@ -14,14 +14,15 @@ forward, rlpost's update_actor and the bare training loop, in that order; median
 written. Then one torch.profiler pass of each of the four splits its wall time into device-busy time (the union of
 kernel intervals) and idle time, and counts kernels and host synchronisations: rlpost's gap to bare is then
 extra device work (busy minus bare busy) plus idle device (wall minus busy).
-Writes `benchmarks/results/actor_gap_<device>[_<tag>].json`.
+Writes one `benchmarks.harness` result, `benchmarks/results/<date>_<gpu|cpu>/actor_gap[_toy][_<tag>].json`
+(`--out-dir` for another folder), first after the timings, again after each profile: a `<phase>_s` timing metric
+each (median, spread, every repetition), the ratios as metrics, the per-phase summaries and profiles beside them.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
 import time
@@ -39,6 +40,7 @@ import bench_kernels  # noqa: E402
 import bench_limits  # noqa: E402
 from trace_summary import union_length  # noqa: E402
 
+from benchmarks import harness  # noqa: E402
 from rlpost import keys  # noqa: E402
 
 PHASES = ("rlpost_old_log_prob", "bare_forward", "rlpost_update", "bare_train")
@@ -116,11 +118,27 @@ def measure(fns: dict[str, Any], reps: int) -> dict[str, Any]:
     times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(reps):
         for name, fn in fns.items():
-            times[name].append(bench_limits.timed(fn))
-    out = {name: {"median_s": statistics.median(v), "min_s": min(v), "max_s": max(v), "all_s": v}
-           for name, v in times.items()}
+            times[name].append(harness.timed(fn, bench_limits.sync)[0])
+    out: dict[str, Any] = {}
+    for name, v in times.items():
+        sp = harness.spread(v)
+        out[name] = {"median_s": sp["median"], "q1_s": sp["q1"], "q3_s": sp["q3"], "min_s": sp["min"],
+                     "max_s": sp["max"], "all_s": v}
     out["ratios"] = {"old_log_prob": out["bare_forward"]["median_s"] / out["rlpost_old_log_prob"]["median_s"],
                      "update": out["bare_train"]["median_s"] / out["rlpost_update"]["median_s"]}
+    return out
+
+
+def build_result(args: argparse.Namespace, res: dict[str, Any], env: dict[str, Any] | None = None
+                 ) -> harness.Result:
+    """The harness result of the timings in `res` (from `measure`, with tokens and profiles beside them)."""
+    name = f"actor_gap{'_toy' if args.toy else ''}{'_' + args.tag if args.tag else ''}"
+    out = harness.Result(name, harness.command_line(), args.reps, env=env or harness.environment())
+    for phase in PHASES:
+        out.timing(f"{phase}_s", res[phase]["all_s"])
+    for phase, ratio in res["ratios"].items():
+        out.metric(f"{phase}_bare_over_rlpost", ratio, unit="bare/rlpost (medians)")
+    out.extra.update(args=harness.params(args), **res)
     return out
 
 
@@ -140,7 +158,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--toy", action="store_true", help="CPU smoke test: tiny model, 2 x 4 rows, 16 + 16 tokens")
     ap.add_argument("--override", nargs="*", default=[], help="extra ppo_trainer overrides for the rlpost worker")
     ap.add_argument("--tag", default="", help="suffix of the JSON's name")
-    ap.add_argument("--out-dir", type=Path, default=REPO / "benchmarks" / "results")
+    ap.add_argument("--out-dir", type=Path, default=None,
+                    help="folder of the result (default benchmarks/results/<date>_<gpu|cpu>)")
     args = ap.parse_args(argv)
     if args.toy:
         args.prompts, args.n, args.prompt_len, args.prompt_real, args.response_len, args.micro = 2, 4, 16, 6, 16, 4
@@ -173,24 +192,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if cuda:
             model, dense = model.cuda(), dense.pin_memory()
         fns = phase_fns(worker, batch, model, dense, args)
-        res: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}, "env": bench_limits.env_info(),
-                               "tokens": {"real": int(dense.numel()),
+        res: dict[str, Any] = {"tokens": {"real": int(dense.numel()),
                                           "padded": int(batch.batch[keys.ATTENTION_MASK].numel())}}
         res.update(measure(fns, args.reps))
         for name in PHASES:
             print(f"[gap] {name}: {res[name]['median_s']:.3f} s [{res[name]['min_s']:.3f}, {res[name]['max_s']:.3f}]",
                   flush=True)
         print(f"[gap] bare / rlpost: {json.dumps({k: round(v, 3) for k, v in res['ratios'].items()})}", flush=True)
-        slug = "cpu_toy" if args.toy else bench_limits.device_slug()
-        args.out_dir.mkdir(parents=True, exist_ok=True)
-        path = args.out_dir / f"actor_gap_{slug}{'_' + args.tag if args.tag else ''}.json"
-        path.write_text(json.dumps(res, indent=1, default=str))  # the timings, even if the profile runs out of time
+        env = harness.environment()
+        def write() -> Path:
+            return build_result(args, res, env).write(session=args.out_dir)
+
+        path = write()  # the timings, even if the profile runs out of time
         res["profile"] = {}
         for name in args.profile:
             res["profile"][name] = prof = profiled(fns[name], cuda)
             summary = {k: prof[k] for k in ("wall_s", "device_busy_s", "device_idle_s", "kernels", "aten_ops", "syncs")}
             print(f"[gap] profile {name}: " + json.dumps(summary), flush=True)
-            path.write_text(json.dumps(res, indent=1, default=str))
+            write()
     print(f"wrote {path}")
     return res
 

@@ -10,7 +10,10 @@ seconds per step (median of the steps after the first), the same seen from outsi
 steps' metrics lines: a wait outside the step's timer would show there), generated tokens per second, and the
 fraction of `nvidia-smi` samples (every 0.5 s, both GPUs, between the first and the last step) at 0 % utilisation.
 `--prompts` sets the batch, `--gen-heavy` drops the reference model and takes the rollout's log-probs as the old
-log-probs (bypass mode) in every configuration. Writes `benchmarks/results/async_<gpu>_<prompts>x<n>[_gen_heavy].json`.
+log-probs (bypass mode) in every configuration. Writes one `benchmarks.harness` result,
+`benchmarks/results/<date>_<gpu>/async_<prompts>x<n>[_gen_heavy].json` (or `--json-out`): a
+`<config>_<response_len>_step_s` timing metric per run (median, spread, each step after the first), the runs
+under `results`.
 """
 
 from __future__ import annotations
@@ -23,7 +26,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from main_ppo_runs import REPO, gpu_name, launch
+from main_ppo_runs import REPO, launch
+
+sys.path.append(str(REPO))
+
+from benchmarks import harness  # noqa: E402
 
 MODEL, DATA = Path("/tmp/m"), Path("/tmp/d")
 
@@ -66,10 +73,12 @@ def run_one(name: str, response_len: int, args: argparse.Namespace) -> dict[str,
     if run.rc or len(rows) < 2:
         return {"config": name, "response_len": response_len, "error": f"rc={run.rc}, see {log}"}
     steady = rows[1:]
-    s_per_step = statistics.median(r["timing_s/step"] for r in steady)
+    step_s = [r["timing_s/step"] for r in steady]
+    s_per_step = statistics.median(step_s)
     tokens = args.prompts * args.n * response_len
     return {
         "config": name, "response_len": response_len, "trainer_gpus": gpus, "s_per_step": s_per_step,
+        "step_s": step_s,
         "gen_tokens_per_s": tokens / s_per_step,
         "wall_s_per_step": run.wall_s_per_step(),  # the same seen from outside the step's own timer
         "gpu_idle_fraction": run.sampler.idle_fraction(run.arrivals[0], run.arrivals[-1])
@@ -80,7 +89,21 @@ def run_one(name: str, response_len: int, args: argparse.Namespace) -> dict[str,
     }
 
 
-def main() -> None:
+def build_result(args: argparse.Namespace, results: list[dict[str, Any]], env: dict[str, Any] | None = None
+                 ) -> harness.Result:
+    """The harness result of every run (from `run_one`): a step-time metric per configuration and length."""
+    res = harness.Result(f"async_{batch_tag(args)}", harness.command_line(), args.steps,
+                         env=env or harness.environment())
+    for run in results:
+        if "step_s" in run:
+            res.timing(f"{run['config']}_{run['response_len']}_step_s", run["step_s"],
+                       gen_tokens_per_s=run["gen_tokens_per_s"])
+    res.extra.update(args=harness.params(args), prompts=args.prompts, n=args.n, gen_heavy=args.gen_heavy,
+                     results=results)
+    return res
+
+
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--response-lens", type=int, nargs="+", default=[512, 2048])
     ap.add_argument("--prompts", type=int, default=64)
@@ -92,14 +115,13 @@ def main() -> None:
     ap.add_argument("--json-out", type=Path, default=None)
     ap.add_argument("--log-dir", type=Path, default=REPO / "benchmarks" / "results",
                     help="where each run's main_ppo log goes")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     args.log_dir.mkdir(parents=True, exist_ok=True)
     if not MODEL.is_dir():
         subprocess.run([sys.executable, "benchmarks/bench_limits.py", "--save-model", str(MODEL)], cwd=REPO, check=True)
     if not DATA.is_dir():
         subprocess.run([sys.executable, "examples/data_preprocess/times_ten.py", "--local_dir", str(DATA)],
                        cwd=REPO, check=True)
-    gpu = gpu_name()
     results = []
     for response_len in args.response_lens:
         by_name = {}
@@ -113,11 +135,7 @@ def main() -> None:
             print(f"{response_len}: one-step-off / hybrid step time = {off['s_per_step'] / hybrid['s_per_step']:.2f}"
                   f" (wall clock between steps: {wall})")
         results.extend(by_name.values())
-    default = REPO / "benchmarks" / "results" / f"async_{gpu.replace(' ', '_').lower()}_{batch_tag(args)}.json"
-    out = args.json_out or default
-    out.write_text(json.dumps({"gpu": gpu, "prompts": args.prompts, "n": args.n, "gen_heavy": args.gen_heavy,
-                               "command": " ".join(sys.argv), "results": results}, indent=1))
-    print(f"wrote {out}")
+    print(f"wrote {build_result(args, results).write(path=args.json_out)}")
 
 
 if __name__ == "__main__":

@@ -5,25 +5,28 @@ softmax formula it replaced, alternated, on one (rows x vocab) float32 chunk.
 
 Variants: `softmax_formula` (lse - sum(softmax(z) * z), before 2026-11-27), `chunk_stats` (with entropy, now),
 `no_entropy` (logsumexp + gather only: what ref pays). Each repetition runs every variant once, in turn; medians,
-ranges and the largest entropy difference go to `benchmarks/results/chunk_stats_<device>.json` (or `--json-out`).
+ranges and the largest entropy difference go to one `benchmarks.harness` result,
+`benchmarks/results/<date>_<gpu|cpu>/chunk_stats.json` (or `--json-out`): a `<variant>_s` timing metric each
+(median, spread, every repetition), the per-variant summaries under `variants`.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
-import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks import harness  # noqa: E402
 from rlpost.engine.fused_logprob import chunk_stats  # noqa: E402
+
+VARIANTS = ("softmax_formula", "chunk_stats", "no_entropy")
 
 
 def softmax_formula(z: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -31,16 +34,6 @@ def softmax_formula(z: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor
     lse = torch.logsumexp(z, dim=-1)
     logp = z.gather(-1, labels[:, None]).squeeze(-1) - lse
     return lse, logp, lse - (torch.softmax(z, dim=-1) * z).sum(-1)
-
-
-def timed(fn: Callable[[], Any], device: torch.device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter() - start
 
 
 def measure(rows: int, vocab: int, reps: int, device: torch.device) -> dict[str, Any]:
@@ -54,13 +47,24 @@ def measure(rows: int, vocab: int, reps: int, device: torch.device) -> dict[str,
     }
     for fn in variants.values():  # warm-up
         fn()
+    sync = torch.cuda.synchronize if device.type == "cuda" else None
     times: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(reps):
         for name, fn in variants.items():
-            times[name].append(timed(fn, device))
+            times[name].append(harness.timed(fn, sync)[0])
     diff = (softmax_formula(z, labels)[2] - chunk_stats(z, labels, True)[2]).abs().max().item()
     return {name: {"median_s": statistics.median(t), "min_s": min(t), "max_s": max(t), "all_s": t}
             for name, t in times.items()} | {"max_entropy_diff": diff}
+
+
+def build_result(args: Any, measured: dict[str, Any], env: dict[str, Any] | None = None) -> harness.Result:
+    """The harness result of `measure`'s output: one timing metric per variant, the summaries kept."""
+    res = harness.Result("chunk_stats", harness.command_line(), args.reps, env=env or harness.environment())
+    for name in VARIANTS:
+        res.timing(f"{name}_s", measured[name]["all_s"])
+    res.metric("max_entropy_diff", measured["max_entropy_diff"], unit="nats")
+    res.extra.update(args=harness.params(args), variants=measured)
+    return res
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -72,18 +76,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--json-out", type=Path, default=None)
     args = ap.parse_args(argv)
     device = torch.device(args.device)
-    res = {"args": {k: str(v) for k, v in vars(args).items()},
-           "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-           "torch": torch.__version__, **measure(args.rows, args.vocab, args.reps, device)}
-    for name in ("softmax_formula", "chunk_stats", "no_entropy"):
-        r = res[name]
+    measured = measure(args.rows, args.vocab, args.reps, device)
+    for name in VARIANTS:
+        r = measured[name]
         print(f"{name:16s} {r['median_s'] * 1e3:8.2f} ms [{r['min_s'] * 1e3:.2f}, {r['max_s'] * 1e3:.2f}]")
-    slug = "".join(c if c.isalnum() else "_" for c in res["device"].replace("NVIDIA ", "")).strip("_").lower()
-    out = args.json_out or REPO / "benchmarks" / "results" / f"chunk_stats_{slug}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(res, indent=1))
-    print(f"wrote {out}")
-    return res
+    print(f"wrote {build_result(args, measured).write(path=args.json_out)}")
+    return measured
 
 
 if __name__ == "__main__":

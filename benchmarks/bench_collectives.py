@@ -7,7 +7,9 @@ Sizes: the whole model as one FSDP unit (`--params`, default Qwen2.5-0.5B's 494M
 parameter, the fp32 reduce-scatter of every gradient) and one decoder layer of it (`--layer-params`, default 14.9M).
 Each call is timed `--reps` times after two warm-ups, all ranks starting behind a barrier; a repetition's time is
 the slowest rank's. Medians and ranges in ms, and the bus bandwidth size x (world - 1) / world / time.
-`--backend gloo --device cpu` runs the same on CPU (tests).
+`--backend gloo --device cpu` runs the same on CPU (tests). Writes one `benchmarks.harness` result,
+`benchmarks/results/<date>_<gpu|cpu>/collectives.json` (or `--json-out`): a `<name>_x<world>_ms` timing metric per
+collective and world size (median, spread, every repetition), the rows under `results`.
 """
 
 from __future__ import annotations
@@ -17,13 +19,17 @@ import json
 import os
 import statistics
 import sys
-import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import harness  # noqa: E402
 
 
 def _sizes(params: int, layer_params: int) -> list[tuple[str, str, int, torch.dtype]]:
@@ -37,18 +43,18 @@ def _sizes(params: int, layer_params: int) -> list[tuple[str, str, int, torch.dt
 def _timed_calls(op: str, full: torch.Tensor, shard: torch.Tensor, reps: int, cuda: bool) -> list[float]:
     """Milliseconds of `reps` calls of `op` after two warm-ups, each started together behind a barrier; each
     repetition's time is the slowest rank's."""
-    times = []
-    for i in range(reps + 2):
-        dist.barrier()
-        start = time.perf_counter()
+    def call() -> None:
         if op == "all_gather":
             dist.all_gather_into_tensor(full, shard)
         else:
             dist.reduce_scatter_tensor(shard, full)
-        if cuda:
-            torch.cuda.synchronize()
+
+    times = []
+    for i in range(reps + 2):
+        dist.barrier()
+        s, _ = harness.timed(call, torch.cuda.synchronize if cuda else None)
         if i >= 2:
-            times.append((time.perf_counter() - start) * 1e3)
+            times.append(s * 1e3)
     slowest = torch.tensor(times, dtype=torch.float64, device=full.device)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
     return slowest.tolist()
@@ -69,7 +75,7 @@ def _worker(rank: int, world: int, args: argparse.Namespace, port: int, out: str
         times = _timed_calls(op, full, shard, args.reps, cuda)
         nbytes = numel * full.element_size()
         med = statistics.median(times)
-        rows.append({"name": name, "bytes": nbytes, "ms": med, "ms_range": [min(times), max(times)],
+        rows.append({"name": name, "bytes": nbytes, "ms": med, "ms_range": [min(times), max(times)], "ms_all": times,
                      "bus_gb_per_s": nbytes * (world - 1) / world / (med / 1e3) / 1e9})
         del full, shard
     if rank == 0:
@@ -77,7 +83,18 @@ def _worker(rank: int, world: int, args: argparse.Namespace, port: int, out: str
     dist.destroy_process_group()
 
 
-def main() -> None:
+def build_result(args: argparse.Namespace, results: list[dict[str, Any]], env: dict[str, Any] | None = None
+                 ) -> harness.Result:
+    """The harness result of the rows of every world size: one timing metric (ms) per collective and world."""
+    res = harness.Result("collectives", harness.command_line(), args.reps, env=env or harness.environment())
+    for row in results:
+        res.timing(f"{row['name'].replace(' ', '_').replace('-', '_')}_x{row['world']}_ms", row["ms_all"], unit="ms",
+                   bytes=row["bytes"], bus_gb_per_s=row["bus_gb_per_s"])
+    res.extra.update(args=harness.params(args), results=results)
+    return res
+
+
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--world-sizes", type=int, nargs="+", default=[2, 4])
     ap.add_argument("--params", type=int, default=494_032_768)
@@ -86,12 +103,9 @@ def main() -> None:
     ap.add_argument("--backend", default="nccl")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--json-out", type=Path, default=None)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.reps < 1:
         ap.error("--reps must be at least 1")
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from bench_limits import env_info
-
     from rlpost.utils.distributed import free_port
 
     results = []
@@ -104,10 +118,7 @@ def main() -> None:
             print(f"[collectives] {world} ranks {row['name']}: {row['ms']:.2f} ms "
                   f"[{row['ms_range'][0]:.2f}, {row['ms_range'][1]:.2f}], {row['bus_gb_per_s']:.1f} GB/s", flush=True)
         os.unlink(out)
-    if args.json_out:
-        args.json_out.write_text(json.dumps({"env": env_info(), "command": " ".join(sys.argv), "results": results},
-                                            indent=1))
-        print(f"wrote {args.json_out}")
+    print(f"wrote {build_result(args, results).write(path=args.json_out)}")
 
 
 if __name__ == "__main__":

@@ -10,19 +10,18 @@ weak-scaling run apart from the GPUs' own work. Three sides, alternated repetiti
   numpy  - DataProto's wire format (CPU tensors pickled as numpy arrays, buffers out of band);
   torch  - the format before it (tensors pickled by torch's storage reducer, views compacted), both ways;
   empty  - the same call with a DataProto of no input tensors (Ray's cost of a call per rank, plus the answer).
-Writes `benchmarks/results/dispatch_<host>.json` (or --json-out). CPU only: Ray with a worker process per rank.
+Writes one `benchmarks.harness` result, `benchmarks/results/<date>_cpu/dispatch.json` (or --json-out): a
+`<side>_x<ranks>_s` timing metric per side and rank count (median, spread, every repetition), the rows under
+`results`. CPU only: Ray with a worker process per rank.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
-import statistics
 import sys
-import time
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -30,8 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.append(str(REPO))  # after PYTHONPATH: a snapshot of rlpost put there wins
 sys.path.append(str(REPO / "benchmarks"))
 
-import bench_limits  # noqa: E402
-
+from benchmarks import harness  # noqa: E402
 from rlpost import protocol, protocol_utils  # noqa: E402
 from rlpost.protocol import DataProto  # noqa: E402
 from rlpost.single_controller.base import Dispatch, Worker, register  # noqa: E402
@@ -74,7 +72,26 @@ def log_prob_input(rows: int, prompt: int, response: int) -> DataProto:
     return DataProto.from_dict(tensors=tensors, meta_info={"response": response})
 
 
-def main() -> None:
+def side_summary(ts: list[float]) -> dict[str, Any]:
+    """One side's repetitions: median, quartiles, range (harness.spread) and every time, in seconds."""
+    sp = harness.spread(ts)
+    return {"median_s": sp["median"], "q1_s": sp["q1"], "q3_s": sp["q3"], "min_s": sp["min"], "max_s": sp["max"],
+            "all_s": ts}
+
+
+def build_result(args: argparse.Namespace, results: list[dict[str, Any]], env: dict[str, Any] | None = None
+                 ) -> harness.Result:
+    """The harness result of the rows of every rank count: one timing metric per side and rank count."""
+    res = harness.Result("dispatch", harness.command_line(), args.reps, env=env or harness.environment())
+    for row in results:
+        for side in SIDES:
+            res.timing(f"{side}_x{row['ranks']}_s", row[side]["all_s"], rows=row["rows"],
+                       input_bytes=row["input_bytes"])
+    res.extra.update(args=harness.params(args), results=results)
+    return res
+
+
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", type=int, nargs="+", default=[1, 2, 4])
     ap.add_argument("--rows-per-rank", type=int, default=512)
@@ -82,7 +99,7 @@ def main() -> None:
     ap.add_argument("--response-len", type=int, default=512)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--json-out", type=Path, default=None)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     init_ray({"num_cpus": sum(args.ranks)}, verbose=False)  # each group keeps its placement group
     results = []
     try:
@@ -96,16 +113,14 @@ def main() -> None:
                 for side in SIDES:
                     set_wire(side)
                     wg.set_wire(side)
-                    start = time.perf_counter()
-                    out = wg.compute_log_prob(empty if side == "empty" else full)
-                    elapsed = time.perf_counter() - start
+                    elapsed, out = harness.timed(partial(wg.compute_log_prob, empty if side == "empty" else full))
                     assert tuple(out.batch["old_log_probs"].shape) == (rows, args.response_len), side
                     if rep:
                         times[side].append(elapsed)
             set_wire("numpy")
             row = {"ranks": ranks, "rows": rows, "input_bytes": full.nbytes()[0]}
             for side, ts in times.items():
-                row[side] = {"median_s": statistics.median(ts), "min_s": min(ts), "max_s": max(ts), "all_s": ts}
+                row[side] = side_summary(ts)
             results.append(row)
             print(f"[dispatch] {ranks} rank(s), {rows} rows ({row['input_bytes'] / 2**20:.1f} MiB in): " + ", ".join(
                 f"{side} {row[side]['median_s'] * 1e3:.0f} ms [{row[side]['min_s'] * 1e3:.0f}, "
@@ -113,12 +128,7 @@ def main() -> None:
             wg.shutdown()  # its CPUs go back to the pool for the next rank count
     finally:
         finish_ray()
-    out_path = args.json_out or REPO / "benchmarks" / "results" / f"dispatch_{platform.node() or 'host'}.json"
-    env = {**bench_limits.env_info(), "cpus": os.cpu_count(), "python": platform.python_version()}
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(json.dumps({"env": env, "args": {k: str(v) for k, v in vars(args).items()},
-                                    "results": results}, indent=1))
-    print(f"[dispatch] wrote {out_path}", flush=True)
+    print(f"[dispatch] wrote {build_result(args, results).write(path=args.json_out)}", flush=True)
 
 
 if __name__ == "__main__":

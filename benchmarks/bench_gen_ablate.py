@@ -13,8 +13,9 @@ Within an engine the request shapes alternate round-robin, `--reps` rounds, each
   - rows_tqdm: the same with the progress bar rlpost shows on rank 0;
   - rows_after_sleep (engines with sleep mode): a level-2 sleep, weights wake-up + `load_weights`, KV wake-up
     (rlpost's cycle around each update), then rows.
-Writes `benchmarks/results/gen_ablate_<device>.json` (or `--json-out`): per engine and shape the median, the range
-and every repetition.
+Writes one `benchmarks.harness` result, `benchmarks/results/<date>_<gpu>/gen_ablate.json` (or `--json-out`): a
+`<engine>_<shape>_s` timing metric per engine and shape (median, spread, every repetition), each engine's start-up
+time, kwargs and summaries under `engines`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -31,6 +31,9 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
+sys.path.append(str(REPO))
+
+from benchmarks import harness  # noqa: E402
 
 EXAMPLE_ROLLOUT = [  # the GPU example's rollout keys (examples/common.sh) with gpu_grpo_e2e.sh's 512 + 512 lengths
     "actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.gpu_memory_utilization=0.6",
@@ -117,17 +120,31 @@ def run_engine(args: argparse.Namespace) -> dict[str, Any]:
         for name, (prepare, generate) in runs.items():
             if prepare is not None:
                 prepare()
-            bench_limits.sync()
-            start = time.perf_counter()
-            tokens = generate()
-            bench_limits.sync()
-            seconds = time.perf_counter() - start
+            seconds, tokens = harness.timed(generate, bench_limits.sync)
             assert tokens == expected, (name, tokens, expected)
             times[name].append(seconds)
             print(f"[gen_ablate] {args.engine} {name}: {seconds:.2f} s", flush=True)
     return {"engine_start_s": start_s, "kwargs": {k: v for k, v in kwargs.items() if k != "model"},
-            "shapes": {name: {"median_s": statistics.median(t), "min_s": min(t), "max_s": max(t), "all_s": t}
-                       for name, t in times.items()}}
+            "shapes": {name: shape_summary(t) for name, t in times.items()}}
+
+
+def shape_summary(t: list[float]) -> dict[str, Any]:
+    """One shape's repetitions: median, quartiles, range (harness.spread) and every time, in seconds."""
+    sp = harness.spread(t)
+    return {"median_s": sp["median"], "q1_s": sp["q1"], "q3_s": sp["q3"], "min_s": sp["min"], "max_s": sp["max"],
+            "all_s": t}
+
+
+def build_result(args: argparse.Namespace, engines: dict[str, Any], env: dict[str, Any] | None = None
+                 ) -> harness.Result:
+    """The harness result of each engine's `run_engine` output: one timing metric per engine and shape."""
+    res = harness.Result("gen_ablate", harness.command_line(), args.reps, env=env or harness.environment())
+    for engine, out in engines.items():
+        res.metric(f"{engine}_engine_start_s", out["engine_start_s"], unit="s")
+        for name, shape in out["shapes"].items():
+            res.timing(f"{engine}_{name}_s", shape["all_s"])
+    res.extra.update(args=harness.params(args), engines=engines)
+    return res
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -146,28 +163,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
-def main() -> None:
-    args = parse_args()
-    if args.engine:  # subprocess: one engine, its result on the last line
-        print("RESULT " + json.dumps(run_engine(args)), flush=True)
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.engine:  # subprocess: one engine, its result as the harness's reply line
+        harness.reply(run_engine(args))
         return
-    import bench_limits
-
-    res: dict[str, Any] = {"env": bench_limits.env_info(), "args": {k: str(v) for k, v in vars(args).items()},
-                           "engines": {}}
+    engines: dict[str, Any] = {}
     for engine in args.engines:
         cmd = [sys.executable, __file__, *sys.argv[1:], "--engine", engine]
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
-        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(harness.TAG)]
         if proc.returncode != 0 or not lines:
             sys.exit(f"{engine} engine failed (rc {proc.returncode}):\n{proc.stderr[-3000:]}")
-        res["engines"][engine] = json.loads(lines[-1][len("RESULT "):])
-        for name, s in res["engines"][engine]["shapes"].items():
+        engines[engine] = json.loads(lines[-1][len(harness.TAG):])
+        for name, s in engines[engine]["shapes"].items():
             print(f"{engine:7s} {name:17s} {s['median_s']:.2f} s [{s['min_s']:.2f}, {s['max_s']:.2f}]", flush=True)
-    out = args.json_out or REPO / "benchmarks" / "results" / f"gen_ablate_{bench_limits.device_slug()}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(res, indent=1))
-    print(f"[gen_ablate] wrote {out}")
+    print(f"[gen_ablate] wrote {build_result(args, engines).write(path=args.json_out)}")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,11 @@ GPUs) and "all" (every rank at once; the time is the slowest rank's). Nothing is
 the host: its cores, memory bandwidth and PCIe. `solo / all` is these bare engines' weak-scaling efficiency on this
 host, to read beside `bench_scale.py`'s efficiency through `main_ppo`: both the ratio of the medians and the median
 of the per-repetition ratios (the pairs the alternating order makes). Builds the random-weight model of `--arch`
-into `--model-dir` when it is not there. Writes a JSON with every time.
+into `--model-dir` when it is not there. Writes one `benchmarks.harness` result,
+`benchmarks/results/<date>_<gpu|cpu>/gen_concurrent_x<gpus>.json` (or `--json-out`): `<phase>_solo_s` and
+`<phase>_all_s` timing metrics (median, spread, every repetition), `<phase>_efficiency` (ratio of the medians) and
+`<phase>_paired_efficiency` (geometric mean of the per-repetition ratios with its 95 % interval); every time, each
+rank's record and the summary beside them.
 """
 
 from __future__ import annotations
@@ -29,13 +33,11 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
+sys.path.append(str(REPO))
+
+from benchmarks import harness  # noqa: E402
 
 MODES = ("solo", "all")
-
-
-def order(rep: int) -> tuple[str, str]:
-    """The two modes of repetition `rep`, alternating which goes first."""
-    return MODES if rep % 2 == 0 else MODES[::-1]
 
 
 def solo_rank(rep: int, world: int) -> int:
@@ -90,10 +92,10 @@ def _worker(rank: int, args: argparse.Namespace, barrier: Any, results: Any) -> 
         work()  # warm-up at full size, every rank at once
         times[phase] = {m: [] for m in MODES}
         for rep in range(args.reps):
-            for mode in order(rep):
+            for mode in harness.order(rep, MODES):
                 barrier.wait()
                 works = mode == "all" or rank == solo_rank(rep, args.gpus)
-                times[phase][mode].append(bl.timed(work) if works else None)
+                times[phase][mode].append(harness.timed(work, bl.sync)[0] if works else None)
                 barrier.wait()
 
     llm = None
@@ -123,7 +125,7 @@ def _worker(rank: int, args: argparse.Namespace, barrier: Any, results: Any) -> 
         adv = torch.randn(rows, device=model.device)
         run_phase("train", lambda: bl.train_pass(model, opt, adv, ids, args.prompt_len, args.micro, rows))
     record = {"cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "threads": torch.get_num_threads(),
-              "device": torch.cuda.get_device_name() if cuda else "cpu", "times": times}
+              "device": (harness.gpu_name() if cuda else None) or "cpu", "times": times}
     results.put((rank, record))
 
 
@@ -210,8 +212,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
-def main() -> None:
-    args = parse_args()
+def build_result(args: argparse.Namespace, out: dict[str, Any], env: dict[str, Any] | None = None
+                 ) -> harness.Result:
+    """The harness result of `run`'s output: per phase the solo and all-at-once times (all: the slowest rank)
+    and the efficiencies."""
+    res = harness.Result(f"gen_concurrent_x{args.gpus}", harness.command_line(), args.reps,
+                         env=env or harness.environment())
+    for phase, by_mode in out["times"].items():
+        solo, slowest = [max(r) for r in by_mode["solo"]], [max(r) for r in by_mode["all"]]
+        res.timing(f"{phase}_solo_s", solo)
+        res.timing(f"{phase}_all_s", slowest, note="slowest rank of each repetition")
+        res.metric(f"{phase}_efficiency", out["summary"][phase]["efficiency"], unit="solo/all (medians)")
+        paired = harness.paired_ratio(solo, slowest)
+        res.metric(f"{phase}_paired_efficiency", paired["value"], paired["ci_low"], paired["ci_high"],
+                   unit="solo/all", values=paired["values"], method=paired["method"])
+    res.extra.update(args=harness.params(args), **out)
+    return res
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     import bench_limits as bl
 
     if args.device is None:
@@ -220,15 +240,11 @@ def main() -> None:
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     bl.ensure_model(args.model_dir, args.arch)  # in a child: this process never touches a GPU
     out = run(args)
-    res = {"env": bl.env_info(), "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-           **out}
-    for phase, s in res["summary"].items():
+    for phase, s in out["summary"].items():
         print(f"[concurrent] {phase}: solo {s['solo_s']:.3f} s {s['solo_range']}, all {args.gpus} at once "
               f"{s['all_s']:.3f} s {s['all_range']} (median rank {s['all_rank_median_s']:.3f} s): "
               f"efficiency {s['efficiency']:.3f}, paired {s['paired_efficiency']:.3f}", flush=True)
-    if args.json_out:
-        args.json_out.parent.mkdir(parents=True, exist_ok=True)
-        args.json_out.write_text(json.dumps(res, indent=1))
+    print(f"[concurrent] wrote {build_result(args, out).write(path=args.json_out)}", flush=True)
 
 
 if __name__ == "__main__":

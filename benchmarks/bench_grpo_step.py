@@ -8,7 +8,11 @@ then builds `ActorRolloutRefWorker(role="actor_rollout_ref")` from the package's
 `RayPPOTrainer.train_step` on it, each timed under the trainer's name: gen, reward (synthetic),
 old_log_prob, ref, adv, update_actor (which includes update_weights, reported apart). The worker is
 called directly, without Ray: on one GPU the trainer's Ray hop only moves the batch between processes.
-Writes `benchmarks/results/grpo_step_<device>.json` with the phase times, tokens/s and the target ratios.
+Writes one `benchmarks.harness` result, `benchmarks/results/<date>_<gpu|cpu>/grpo_step.json` (`--out-dir` for
+another folder, `--json-out` for a file), after every batch size: a `<prompts>x<n>_<phase>_s` timing metric per
+batch and phase (median, spread, every measured step), the limit / rlpost ratios as `<prompts>x<n>_ratio_<phase>`
+metrics with their targets, the per-batch entries under `per_batch`. `--sweep` writes `micro_sweep.json` the same
+way, one `sweep_<spec>_<phase>_s` metric per setting and phase.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ sys.path.append(str(REPO / "benchmarks"))
 
 import bench_limits  # noqa: E402
 
+from benchmarks import harness  # noqa: E402
 from rlpost import keys  # noqa: E402
 from rlpost.protocol import DataProto  # noqa: E402
 from rlpost.utils.distributed import free_port  # noqa: E402
@@ -250,8 +255,19 @@ def bare_limits_by_micro(model_dir: Path, args: argparse.Namespace, micros: list
     return res
 
 
+def sweep_result(args: argparse.Namespace, res: dict[str, Any], env: dict[str, Any] | None = None
+                 ) -> harness.Result:
+    """The harness result of a `--sweep` run so far: one metric per setting and phase (each timed once)."""
+    out = harness.Result("micro_sweep", harness.command_line(), 1, env=env or harness.environment())
+    for row in res.get("sweep", []):
+        for phase, seconds in row["step_s"].items():
+            out.timing(f"sweep_{row['spec']}_{phase}_s", [seconds])
+    out.extra.update(res)
+    return out
+
+
 def run_sweep(worker: Any, args: argparse.Namespace, model_dir: Path, vocab: int, res: dict[str, Any],
-              out: Path) -> None:
+              out: Path, env: dict[str, Any]) -> None:
     """One generation, then each --sweep setting on it; bare loops last (the engine is asleep)."""
     n_prompts = args.prompts[0]
     gen_in = prompt_batch(bench_limits.random_prompts(n_prompts, args.prompt_len, seed=n_prompts, high=vocab),
@@ -270,18 +286,17 @@ def run_sweep(worker: Any, args: argparse.Namespace, model_dir: Path, vocab: int
         res["sweep"].append({"spec": spec, "setting": s, "step_s": step,
                              "update_tokens_per_s": tokens / step["update_actor_only"]})
         print(f"[sweep] {spec}: " + " ".join(f"{k}={v:.2f}s" for k, v in step.items()), flush=True)
-        out.write_text(json.dumps(res, indent=1))
+        sweep_result(args, res, env).write(path=out)
     micros = sorted({parse_setting(spec)["tm"] for spec in args.sweep} | set(args.bare_micros))
     res["bare"] = bare_limits_by_micro(model_dir, args, micros)
     train8 = res["bare"]["train"][str(min(micros))]["s"]
     for row in res["sweep"]:
         row["update_ratio_vs_bare_micro_%d" % min(micros)] = train8 / row["step_s"]["update_actor_only"]
     res["peak_mem_GB"] = lifetime_peaks()[0] / 1e9  # across the workers' per-phase counter resets
-    out.write_text(json.dumps(res, indent=1))
-    print(f"[sweep] wrote {out}", flush=True)
+    print(f"[sweep] wrote {sweep_result(args, res, env).write(path=out)}", flush=True)
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prompts", type=int, nargs="+", default=[64, 128])
     ap.add_argument("--n", type=int, default=8)
@@ -302,7 +317,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--skip-limits", action="store_true", help="rlpost step only (e.g. on CPU)")
     ap.add_argument("--tiny", action="store_true", help="tiny model instead of Qwen2.5-0.5B (smoke test)")
     ap.add_argument("--override", nargs="*", default=[], help="extra Hydra overrides")
-    ap.add_argument("--out-dir", type=Path, default=None, help="default benchmarks/results")
+    ap.add_argument("--out-dir", type=Path, default=None, help="default benchmarks/results/<date>_<gpu|cpu>")
     ap.add_argument("--json-out", type=Path, default=None)
     ap.add_argument("--sweep", nargs="+", default=None, metavar="SPEC",
                     help="instead of full steps: one generation of --prompts[0] x n, then per SPEC "
@@ -311,11 +326,11 @@ def parse_args() -> argparse.Namespace:
                          "fwd/train loops at each micro size (no bench_limits subprocess)")
     ap.add_argument("--bare-micros", type=int, nargs="*", default=[],
                     help="extra micro sizes for the bare loops of --sweep")
-    return ap.parse_args()
+    return ap.parse_args(argv)
 
 
-def main() -> None:
-    args = parse_args()
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     with tempfile.TemporaryDirectory() as tmp:
         if args.tiny:
@@ -324,9 +339,10 @@ def main() -> None:
             model_dir = build_tiny_model(Path(tmp) / "tiny")
         else:
             model_dir = bench_limits.build_model(Path(tmp) / "qwen05_random")
-        out_dir = args.out_dir or REPO / "benchmarks" / "results"
+        env = harness.environment()
+        out_dir = args.out_dir or harness.session_dir(harness.RESULTS, env)
         out_dir.mkdir(parents=True, exist_ok=True)
-        lim_path = out_dir / f"limits_{bench_limits.device_slug()}.json"
+        lim_path = out_dir / "limits.json"  # bench_limits' own file, beside this result
         if args.sweep:
             limits = None
         elif args.limits_json is not None:  # measured earlier on this same machine and GPU
@@ -335,14 +351,14 @@ def main() -> None:
             limits = None if args.skip_limits else run_limits(args, model_dir, lim_path)
         start = time.perf_counter()
         worker = start_worker(grpo_config(model_dir, args), device)
-        res: dict[str, Any] = {"env": bench_limits.env_info(), "args": {k: str(v) for k, v in vars(args).items()},
-                               "worker_init_s": time.perf_counter() - start, "targets": TARGETS, "per_batch": {}}
+        res: dict[str, Any] = {"args": harness.params(args), "worker_init_s": time.perf_counter() - start,
+                               "targets": TARGETS, "per_batch": {}}
         from transformers import AutoConfig
 
         vocab = min(150000, AutoConfig.from_pretrained(model_dir).vocab_size)
         if args.sweep:
-            out = args.json_out or out_dir / f"micro_sweep_{bench_limits.device_slug()}.json"
-            return run_sweep(worker, args, model_dir, vocab, res, out)
+            out = args.json_out or out_dir / "micro_sweep.json"
+            return run_sweep(worker, args, model_dir, vocab, res, out, env)
         warm = args.warmup_prompts or args.mini_prompts
         grpo_step(worker, bench_limits.random_prompts(warm, args.prompt_len, 1, high=vocab), args.n)
         for n_prompts in args.prompts:
@@ -366,18 +382,36 @@ def main() -> None:
             print(f"[grpo] {n_prompts}x{args.n}: " + " ".join(f"{k}={v:.2f}s" for k, v in step.items()), flush=True)
             if "ratios" in entry:
                 print("[grpo] ratios: " + " ".join(f"{k}={v:.2f}" for k, v in entry["ratios"].items()), flush=True)
-            _write(res, limits, args, out_dir)
+            _write(res, limits, args, out_dir, env)
 
 
+def build_result(args: argparse.Namespace, res: dict[str, Any], env: dict[str, Any] | None = None
+                 ) -> harness.Result:
+    """The harness result of the batch sizes measured so far: per batch a timing metric per phase over the
+    measured steps, and each limit / rlpost ratio with its target."""
+    out = harness.Result("grpo_step", harness.command_line(), args.reps, env=env or harness.environment())
+    for n_prompts, entry in res["per_batch"].items():
+        tag = f"{n_prompts}x{args.n}"
+        phases = dict.fromkeys(k for s in entry["all_step_s"] for k in s if k != "tokens")
+        for phase in phases:  # gen's own split (wake, engine, sleep) only where the worker reported it
+            out.timing(f"{tag}_{phase}_s", [s[phase] for s in entry["all_step_s"] if phase in s])
+        for phase, ratio in entry.get("ratios", {}).items():
+            target = TARGETS.get(phase, TARGETS["step_over_sum_limits_max"] if phase == "step_over_sum_limits"
+                                 else None)
+            out.metric(f"{tag}_ratio_{phase}", ratio, unit="limit/rlpost" if phase != "step_over_sum_limits"
+                       else "step/sum of limits", target=target)
+    out.extra.update(res)
+    return out
 
-def _write(res: dict[str, Any], limits: dict[str, Any] | None, args: argparse.Namespace, out_dir: Path) -> None:
+
+def _write(res: dict[str, Any], limits: dict[str, Any] | None, args: argparse.Namespace, out_dir: Path,
+           env: dict[str, Any]) -> None:
     """Write the results so far (after every batch size: a run cut short keeps what it measured)."""
     if limits is not None:
         res["limits"] = {k: v for k, v in limits.items() if k != "per_batch"}
     res["peak_mem_GB"] = lifetime_peaks()[0] / 1e9 if torch.cuda.is_available() else None  # across phase resets
-    out = args.json_out or out_dir / f"grpo_step_{bench_limits.device_slug()}.json"
-    out.write_text(json.dumps(res, indent=1))
-    print(f"[grpo] wrote {out}", flush=True)
+    path = build_result(args, res, env).write(session=out_dir, path=args.json_out)
+    print(f"[grpo] wrote {path}", flush=True)
 
 
 if __name__ == "__main__":

@@ -13,19 +13,19 @@ uniformly in [--min-response, --response-len] ("uniform"). `--prompt-real N` lef
 `--prompt-len` around N real tokens, as a dataset of short prompts gives (GSM8K-like: ~28-token prompts padded to
 512 in `main_ppo`). The update starts from the same weights each
 round only in distribution (each round trains), which is what a run sees.
-Writes `benchmarks/results/kernels_<device>_<batches>[_prompt<N>].json` (run `--batches fixed` and `--batches uniform`
-apart to stay under a 10-minute command).
+Writes one `benchmarks.harness` result, `benchmarks/results/<date>_<gpu|cpu>/kernels_<batches>[_prompt<N>][_toy].json`
+(`--out-dir` for another folder; run `--batches fixed` and `--batches uniform` apart to stay under a 10-minute
+command): a `<batch>_<variant>_<phase>_s` timing metric each (median, spread, every round), the per-batch
+summaries under the batch names.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ sys.path.append(str(REPO / "benchmarks"))
 
 import bench_limits  # noqa: E402
 
+from benchmarks import harness  # noqa: E402
 from rlpost import keys  # noqa: E402
 from rlpost.protocol import DataProto  # noqa: E402
 from rlpost.utils.distributed import free_port  # noqa: E402
@@ -95,11 +96,7 @@ def timed_phase(fn: Any, cuda: bool) -> tuple[float, float]:
     if cuda:
         torch.cuda.synchronize()
     with block_peak() as peak:  # the worker's own phases reset the allocator's peak counters
-        start = time.perf_counter()
-        fn()
-        if cuda:
-            torch.cuda.synchronize()
-        seconds = time.perf_counter() - start
+        seconds, _ = harness.timed(fn, torch.cuda.synchronize if cuda else None)
     return seconds, peak["gib"]
 
 
@@ -133,7 +130,21 @@ def measure(worker: Any, batch: DataProto, args: argparse.Namespace, cuda: bool)
     return res
 
 
-def parse_args() -> argparse.Namespace:
+def build_result(args: argparse.Namespace, res: dict[str, Any], env: dict[str, Any] | None = None
+                 ) -> harness.Result:
+    """The harness result of each batch's `measure` output: one timing metric per batch, variant and phase."""
+    name = f"kernels_{'_'.join(args.batches)}{f'_prompt{args.prompt_real}' if args.prompt_real else ''}"
+    out = harness.Result(name + ("_toy" if args.toy else ""), harness.command_line(), args.reps,
+                         env=env or harness.environment())
+    for kind in args.batches:
+        for variant in args.variants:
+            for phase in ("old_log_prob_s", "update_s"):
+                out.timing(f"{kind}_{variant}_{phase}", res[kind][variant]["reps"][phase])
+    out.extra.update(args=harness.params(args), **res)
+    return out
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--prompts", type=int, default=64)
     ap.add_argument("--n", type=int, default=8)
@@ -149,8 +160,9 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--model-dir", type=Path, default=None, help="default: a random Qwen2.5-0.5B architecture")
     ap.add_argument("--toy", action="store_true", help="CPU smoke test: tiny model, 2 x 4 rows, 16 + 16 tokens")
     ap.add_argument("--override", nargs="*", default=[], help="extra ppo_trainer overrides")
-    ap.add_argument("--out-dir", type=Path, default=REPO / "benchmarks" / "results")
-    args = ap.parse_args()
+    ap.add_argument("--out-dir", type=Path, default=None,
+                    help="folder of the result (default benchmarks/results/<date>_<gpu|cpu>)")
+    args = ap.parse_args(argv)
     if args.toy:
         args.prompts, args.n, args.prompt_len, args.response_len, args.min_response, args.micro = 2, 4, 16, 16, 4, 4
     if args.prompt_real is not None and not 1 <= args.prompt_real <= args.prompt_len:
@@ -158,8 +170,8 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def main() -> None:
-    args = parse_args()
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     cuda = torch.cuda.is_available() and not args.toy
     with tempfile.TemporaryDirectory() as tmp:
         if args.model_dir is not None:
@@ -172,7 +184,7 @@ def main() -> None:
             model_dir = bench_limits.build_model(Path(tmp) / "qwen05_random")
         worker = actor_worker(Path(model_dir), args, "cuda" if cuda else "cpu")
         vocab = worker.actor_module.config.vocab_size
-        res: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}, "env": bench_limits.env_info()}
+        res: dict[str, Any] = {}
         for kind in args.batches:
             if kind == "uniform":  # lengths in [min, 2 * response_len]: 64..1024 at the default 512
                 args.response_len, fixed_len = 2 * args.response_len, args.response_len
@@ -183,12 +195,7 @@ def main() -> None:
             for name in args.variants:
                 print(kind, name, {k: round(v, 4) for k, v in res[kind][name].items() if k.startswith("median")},
                       flush=True)
-    slug = "cpu_toy" if args.toy else bench_limits.device_slug()
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    short = f"_prompt{args.prompt_real}" if args.prompt_real else ""
-    path = args.out_dir / f"kernels_{slug}_{'_'.join(args.batches)}{short}.json"
-    path.write_text(json.dumps(res, indent=1, default=str))
-    print(f"wrote {path}")
+    print(f"wrote {build_result(args, res).write(session=args.out_dir)}")
 
 
 if __name__ == "__main__":

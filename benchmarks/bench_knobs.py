@@ -3,7 +3,8 @@ bucketed.
 
     python benchmarks/bench_knobs.py --world 2 --reps 5                                  # GPU host, 2 GPUs
     python benchmarks/bench_knobs.py --world 1 --reps 5                                  # GPU host, 1 GPU (no sync)
-    python benchmarks/bench_knobs.py --device cpu --tiny --world 2 --reps 2 --rows 2 --prompt-len 8 --response-len 8
+    python benchmarks/bench_knobs.py --device cpu --tiny --world 2 --reps 2 --rows 2 --micro 2 \
+        --prompt-len 8 --response-len 8
 
 `--world` processes (torch.multiprocessing spawn; nccl on CUDA, gloo on CPU) each build one rlpost
 `ActorRolloutRefWorker` (role "actor") per setting on a random-weight Qwen2.5-0.5B-architecture model (`--tiny`:
@@ -21,17 +22,17 @@ update, one optimizer step. After a warm-up, `--reps` timed updates alternate th
 wait on the CPU, so each peak (torch.cuda.max_memory_allocated, max over ranks) is the setting's own.
 With --world 2 the weight-sync gather (all parameters, full tensors in bf16, the rollout's dtype) is timed
 per tensor (`full_tensor()` each) and bucketed (`--buckets` MB), alternating, `--reps` each, after a warm-up.
-Writes `benchmarks/results/knobs_<device>.json` (or `--json-out`) and prints a table of medians.
+Writes one `benchmarks.harness` result, `benchmarks/results/<date>_<gpu|cpu>/knobs_x<world>.json` (or
+`--json-out`): an `update_<setting>_s` and a `sync_<gather>_s` timing metric each (median, spread, every
+repetition), the per-setting summaries under `results`; prints a table of medians.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +42,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.append(str(REPO))
 sys.path.append(str(REPO / "benchmarks"))
 
-import bench_limits  # noqa: E402
 from bench_ulysses import park, reduce_max, start_rank, timed_update, update_batch  # noqa: E402
+
+from benchmarks import harness  # noqa: E402
 
 ARR = "actor_rollout_ref"
 SETTINGS: dict[str, tuple[str, ...]] = {
@@ -93,10 +95,16 @@ def measure_updates(workers: dict[str, Any], vocab: int, rank: int, args: argpar
                 runs[name].append(res)
     out = {}
     for name, rs in runs.items():
-        secs = [r["s"] for r in rs]
-        out[name] = {"s_median": statistics.median(secs), "s_min": min(secs), "s_max": max(secs), "all_s": secs,
-                     "peak_GiB": max(r["peak_GiB"] for r in rs), "grad_norm": rs[-1]["grad_norm"]}
+        out[name] = {**seconds_summary([r["s"] for r in rs]), "peak_GiB": max(r["peak_GiB"] for r in rs),
+                     "grad_norm": rs[-1]["grad_norm"]}
     return out
+
+
+def seconds_summary(secs: list[float]) -> dict[str, Any]:
+    """Median, quartiles and range (harness.spread) of `secs`, with every value."""
+    sp = harness.spread(secs)
+    return {"s_median": sp["median"], "s_q1": sp["q1"], "s_q3": sp["q3"], "s_min": sp["min"], "s_max": sp["max"],
+            "all_s": secs}
 
 
 def timed_gather(module: torch.nn.Module, bucket_mb: int, device: str) -> dict[str, float]:
@@ -110,14 +118,14 @@ def timed_gather(module: torch.nn.Module, bucket_mb: int, device: str) -> dict[s
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated() if cuda else 0
+    def gather() -> float:
+        checksum = 0.0
+        for _, tensor in iter_full_params(module, torch.bfloat16, bucket_bytes=bucket_mb * 2**20):
+            checksum += float(tensor[:1].float().sum())  # touch every tensor, as the engine's loader would
+        return checksum
+
     dist.barrier()
-    start = time.perf_counter()
-    checksum = 0.0
-    for _, tensor in iter_full_params(module, torch.bfloat16, bucket_bytes=bucket_mb * 2**20):
-        checksum += float(tensor[:1].float().sum())  # touch every tensor, as the engine's loader would
-    if cuda:
-        torch.cuda.synchronize()
-    seconds = time.perf_counter() - start
+    seconds, checksum = harness.timed(gather, torch.cuda.synchronize if cuda else None)
     extra = (torch.cuda.max_memory_allocated() - base) / 2**30 if cuda else 0.0
     seconds, extra = reduce_max([seconds, extra])
     return {"s": seconds, "extra_peak_GiB": extra, "checksum": checksum}
@@ -140,10 +148,8 @@ def measure_sync(worker: Any, args: argparse.Namespace) -> dict[str, Any]:
     entries = len(worker.actor_module.state_dict())
     out: dict[str, Any] = {"entries": entries}
     for mb, rs in runs.items():
-        secs = [r["s"] for r in rs]
         out["per_tensor" if mb == 0 else f"bucket_{mb}MB"] = {
-            "s_median": statistics.median(secs), "s_min": min(secs), "s_max": max(secs), "all_s": secs,
-            "extra_peak_GiB": max(r["extra_peak_GiB"] for r in rs)}
+            **seconds_summary([r["s"] for r in rs]), "extra_peak_GiB": max(r["extra_peak_GiB"] for r in rs)}
     return out
 
 
@@ -167,23 +173,33 @@ def run_rank(rank: int, port: int, args: argparse.Namespace, tmp: str) -> None:
     dist.destroy_process_group()
 
 
-def write_results(results: dict[str, Any], model_dir: Path, args: argparse.Namespace) -> None:
+def build_result(results: dict[str, Any], model: dict[str, Any], args: argparse.Namespace,
+                 env: dict[str, Any] | None = None) -> harness.Result:
+    """The harness result of `results` ({"update": per setting, "sync": per gather}) on the model of `model`
+    (its config.json): one timing metric per setting and gather, ratios to the baseline beside them."""
     base = results["update"].get("baseline")
     if base is not None:
         for entry in results["update"].values():
             entry["s_over_baseline"] = entry["s_median"] / base["s_median"]
             entry["peak_over_baseline"] = entry["peak_GiB"] / base["peak_GiB"] if base["peak_GiB"] else None
-    model = json.loads((model_dir / "config.json").read_text())
     arch = "tiny (random weights)" if args.tiny else "Qwen2.5-0.5B (random weights)"
-    settings = {k: v for k, v in vars(args).items() if k != "json_out"}
-    res = {"env": bench_limits.env_info(), "settings": settings, "command": " ".join(sys.argv),
-           "model": {"arch": arch, **{k: model.get(k) for k in ("hidden_size", "num_hidden_layers", "vocab_size")}},
-           "knob_overrides": {name: list(SETTINGS[name]) for name in args.settings}, "results": results}
-    out = args.json_out or REPO / "benchmarks" / "results" / f"knobs_{bench_limits.device_slug()}_x{args.world}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(res, indent=1, default=str))
+    res = harness.Result(f"knobs_x{args.world}", harness.command_line(), args.reps, env=env or harness.environment())
+    for name, entry in results["update"].items():
+        res.timing(f"update_{name}_s", entry["all_s"], peak_GiB=entry["peak_GiB"],
+                   s_over_baseline=entry.get("s_over_baseline"))
+    for name, entry in results.get("sync", {}).items():
+        if name != "entries":
+            res.timing(f"sync_{name}_s", entry["all_s"], extra_peak_GiB=entry["extra_peak_GiB"])
+    res.extra.update(settings=harness.params(args), model={"arch": arch, **{
+        k: model.get(k) for k in ("hidden_size", "num_hidden_layers", "vocab_size")}},
+        knob_overrides={name: list(SETTINGS[name]) for name in args.settings}, results=results)
+    return res
+
+
+def write_results(results: dict[str, Any], model_dir: Path, args: argparse.Namespace) -> None:
+    res = build_result(results, json.loads((model_dir / "config.json").read_text()), args)
     print(table(results))
-    print(f"[knobs] wrote {out}", flush=True)
+    print(f"[knobs] wrote {res.write(path=args.json_out)}", flush=True)
 
 
 def table(results: dict[str, Any]) -> str:
@@ -218,12 +234,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     import torch.multiprocessing as mp
 
     from rlpost.utils.distributed import free_port
 
-    args = parse_args()
+    args = parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         mp.spawn(run_rank, args=(free_port(), args, tmp), nprocs=args.world, join=True)
 

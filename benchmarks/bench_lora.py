@@ -7,8 +7,10 @@ time, peak memory and weight-sync time, per mode, on random-weight Qwen2.5 archi
 Modes: `full` (all weights train), `lora_adapter` (rank-`--rank` all-linear adapters, vLLM serves the adapter,
 `model.lora.merge=false`), `lora_merged` (the adapter folded into full weights at each sync). Each mode is one
 run of `examples/grpo_trainer/run_qwen2_5_0_5b_gpu.sh` (the GPU example, 512 + 512 tokens, ignore_eos,
-KL loss, so a reference policy is computed); the first step (warm-up) is left out of the medians. The JSON goes
-to benchmarks/results/lora_<arch>_<device>.json (docs/benchmarks/lora.md).
+KL loss, so a reference policy is computed); the first step (warm-up) is left out of the medians. One
+`benchmarks.harness` result goes to `benchmarks/results/<date>_<gpu>/lora_<arch>.json` (or `--out`), rewritten
+after each mode: a `<mode>_<phase>_s` timing metric per mode and phase, the runs under `runs`
+(docs/benchmarks/lora.md).
 """
 
 from __future__ import annotations
@@ -17,14 +19,17 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.append(str(REPO))
 sys.path.append(str(REPO / "benchmarks"))
+
+from benchmarks import harness  # noqa: E402
 
 MODES = {
     "full": [],
@@ -68,14 +73,26 @@ def run_mode(mode: str, args: argparse.Namespace, model: Path, data: Path, out: 
     for key in PHASES:
         vals = [r[key] for r in steps if key in r]
         if vals:
-            result[key] = {"median": round(statistics.median(vals), 3), "min": round(min(vals), 3),
-                           "max": round(max(vals), 3)}
+            result[key] = {**harness.spread(vals), "all": vals}
     for key in ("perf/max_memory_allocated_gb", "perf/max_memory_reserved_gb"):
         result[key] = round(max(r.get(key, 0.0) for r in rows), 2)
     return result
 
 
-def main() -> None:
+def build_result(args: argparse.Namespace, runs: list[dict[str, Any]], env: dict[str, Any] | None = None
+                 ) -> harness.Result:
+    """The harness result of the finished `runs` (from `run_mode`): one timing metric per mode and phase."""
+    res = harness.Result(f"lora_{args.arch}", harness.command_line(), args.steps, env=env or harness.environment())
+    for run in runs:
+        for key in PHASES:
+            if key in run:
+                res.timing(f"{run['mode']}_{key.removeprefix('timing_s/')}_s", run[key]["all"])
+    res.extra.update(args=harness.params(args), arch=args.arch, rank=args.rank, prompts=args.prompts, n=8,
+                     prompt_len=512, response_len=512, runs=runs)
+    return res
+
+
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--arch", choices=["0.5b", "7b"], default="0.5b")
     ap.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES))
@@ -86,9 +103,9 @@ def main() -> None:
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.5)
     ap.add_argument("--timeout", type=int, default=900)
     ap.add_argument("--out", type=Path, default=None)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     import torch
-    from bench_limits import build_model, device_slug, env_info
+    from bench_limits import build_model
 
     model = Path(f"/tmp/model_{args.arch}")
     if not (model / "config.json").exists():
@@ -100,13 +117,14 @@ def main() -> None:
     if not (data / "train.parquet").exists():
         subprocess.run([sys.executable, "examples/data_preprocess/times_ten.py", "--local_dir", str(data)],
                        cwd=REPO, check=True, capture_output=True)
-    out = args.out or REPO / "benchmarks" / "results" / f"lora_{args.arch}_{device_slug()}.json"
-    res = {"env": env_info(), "arch": args.arch, "rank": args.rank, "prompts": args.prompts, "n": 8,
-           "prompt_len": 512, "response_len": 512, "runs": []}
+    env = harness.environment()
+    out = args.out or harness.session_dir(harness.RESULTS, env) / f"lora_{args.arch}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    runs: list[dict[str, Any]] = []
     for mode in args.modes:
-        res["runs"].append(run_mode(mode, args, model, data, out))
-        print(json.dumps(res["runs"][-1]), flush=True)
-        out.write_text(json.dumps(res, indent=1))
+        runs.append(run_mode(mode, args, model, data, out))
+        print(json.dumps(runs[-1]), flush=True)
+        build_result(args, runs, env).write(path=out)  # each finished mode, even if a later one runs out of time
     print(f"[lora] wrote {out}")
 
 

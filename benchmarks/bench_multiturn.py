@@ -12,19 +12,18 @@ simulated tool) and appends a fixed tool message as the chat template's delta (`
 `generate_sequences` on the same prompts with a response of turns x turn_tokens tokens, so both generate
 the same number of model tokens. Repetitions alternate which of the two runs first; the prefix cache is
 reset before each timed call (the multi-turn call still reuses its own earlier turns within the call).
-Writes `benchmarks/results/multiturn_<device>.json` (or `--json-out`) and prints a table.
+Writes one `benchmarks.harness` result, `benchmarks/results/<date>_<gpu|cpu>/multiturn.json` (or `--json-out`):
+`B<prompts>_<multi_turn|single_turn>_s` timing metrics (median, spread, every repetition) and `B<prompts>_ratio`
+(multi-turn over single-turn model tokens/s, with its target), the per-batch rows under `results`; prints a table.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
-import statistics
 import sys
 import tempfile
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,7 @@ sys.path.append(str(REPO / "benchmarks"))
 
 import bench_limits  # noqa: E402
 
+from benchmarks import harness  # noqa: E402
 from rlpost import keys  # noqa: E402
 from rlpost.agent.base import AgentLoopBase, AgentLoopOutput, register  # noqa: E402
 from rlpost.agent.metrics import TrajectoryStats  # noqa: E402
@@ -166,21 +166,12 @@ def rollout_config(args: argparse.Namespace, model_dir: Path, prompt_length: int
     return validate_config(cfg).actor_rollout_ref.rollout
 
 
-def timed(fn: Any, *args: Any) -> tuple[float, Any]:
-    """(seconds, result) of `fn(*args)`, between two device synchronisations."""
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    out = fn(*args)
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    return time.perf_counter() - start, out
-
-
 def summary(seconds: list[float], tokens: int) -> dict[str, Any]:
-    """Median / min / max seconds and model tokens/s of one path's repetitions."""
-    med = statistics.median(seconds)
-    return {"median_s": med, "min_s": min(seconds), "max_s": max(seconds), "all_s": seconds,
+    """Median, quartiles and range (harness.spread) of one path's repetitions, and the model tokens/s."""
+    sp = harness.spread(seconds)
+    med = sp["median"]
+    return {"median_s": med, "q1_s": sp["q1"], "q3_s": sp["q3"], "min_s": sp["min"], "max_s": sp["max"],
+            "all_s": seconds,
             "model_tokens": tokens, "tokens_per_s": tokens / med, "tokens_per_s_min": tokens / max(seconds),
             "tokens_per_s_max": tokens / min(seconds)}
 
@@ -231,15 +222,16 @@ def run_batch(args: argparse.Namespace, rollout: Any, agents: Any, batch: DataPr
     rollout.generate_sequences(batch[: min(b, 8)])
     times: dict[str, list[float]] = {"multi_turn": [], "single_turn": []}
     in_flight = []
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else None
     for rep in range(args.reps):
-        for path in (["multi_turn", "single_turn"] if rep % 2 == 0 else ["single_turn", "multi_turn"]):
+        for path in harness.order(rep, list(times)):
             rollout.llm.reset_prefix_cache()
             if path == "multi_turn":
-                s, out = timed(agents.generate_sequences, rollout, batch)
+                s, out = harness.timed(lambda: agents.generate_sequences(rollout, batch), sync)
                 check_multi_turn(out, b, k, t)
                 in_flight.append(engines[-1].max_in_flight)
             else:
-                s, out = timed(rollout.generate_sequences, batch)
+                s, out = harness.timed(lambda: rollout.generate_sequences(batch), sync)
                 assert out.batch[keys.RESPONSES].shape == (b, k * t), out.batch[keys.RESPONSES].shape
             times[path].append(s)
         print(f"[multiturn] B={b} rep {rep}: multi-turn {times['multi_turn'][-1]:.2f} s, "
@@ -269,7 +261,20 @@ def print_table(results: list[dict[str, Any]]) -> None:
     print(f"target: ratio >= {TARGET_RATIO}")
 
 
-def parse_args() -> argparse.Namespace:
+def build_result(args: argparse.Namespace, results: list[dict[str, Any]], env: dict[str, Any] | None = None
+                 ) -> harness.Result:
+    """The harness result of `measure`'s rows: each path's times and the tokens/s ratio per batch size."""
+    res = harness.Result("multiturn", harness.command_line(), args.reps, env=env or harness.environment())
+    for r in results:
+        for path in ("multi_turn", "single_turn"):
+            res.timing(f"B{r['prompts']}_{path}_s", r[path]["all_s"], tokens_per_s=r[path]["tokens_per_s"])
+        res.metric(f"B{r['prompts']}_ratio", r["ratio"], unit="multi-turn/single-turn tokens/s",
+                   values=r["ratio_per_rep"], target=f">= {TARGET_RATIO}", met=r["meets_target"])
+    res.extra.update(settings=harness.params(args), target_ratio=TARGET_RATIO, results=results)
+    return res
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     ap.add_argument("--tiny", action="store_true", help="tiny random model and sizes (CPU smoke test)")
@@ -284,7 +289,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--max-num-batched-tokens", type=int, default=16384)
     ap.add_argument("--json-out", type=Path, default=None)
     ap.add_argument("--override", nargs="*", default=[], help="extra Hydra overrides of ppo_trainer")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     small = {"prompts": [4], "turns": 2, "turn_tokens": 8, "prompt_tokens": 32, "reps": 2}
     full = {"prompts": [64, 256], "turns": 4, "turn_tokens": 256, "prompt_tokens": 256, "reps": 5}
     for key, val in (small if args.tiny else full).items():
@@ -296,8 +301,8 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def main() -> None:
-    args = parse_args()
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         if args.model_dir is not None:
             model_dir = args.model_dir
@@ -308,11 +313,7 @@ def main() -> None:
         else:
             model_dir = bench_limits.build_model(Path(tmp) / "qwen05_random")
         results = measure(args, model_dir)
-    out = args.json_out or REPO / "benchmarks" / "results" / f"multiturn_{bench_limits.device_slug()}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    out.write_text(json.dumps({"env": bench_limits.env_info(), "settings": settings, "target_ratio": TARGET_RATIO,
-                               "results": results}, indent=1))
+    out = build_result(args, results).write(path=args.json_out)
     print_table(results)
     print(f"[multiturn] wrote {out}")
 

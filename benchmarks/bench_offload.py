@@ -5,23 +5,29 @@ of bf16 linear layers of a 7B model's shard size on 4 GPUs (~3.8 GB).
     python3 benchmarks/bench_offload.py --gb 3.8 --reps 5 --json-out /tmp/offload_h100.json
 
 Reports the median (and range) of the offload (to host) and onload (back) seconds of each, and checks that the
-parameters come back bit-identical. Needs torch with CUDA (and omegaconf for rlpost's imports).
+parameters come back bit-identical. Needs torch with CUDA (and omegaconf for rlpost's imports). Writes one
+`benchmarks.harness` result, `benchmarks/results/<date>_<gpu>/offload.json` (or `--json-out`): a
+`<mode>_<offload|onload>_s` timing metric each, the old summary (sizes, medians, ranges) under `offload`.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import time
+import sys
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
 
-from rlpost.engine.fsdp import load_model_to, offload_model
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import harness  # noqa: E402
+from rlpost.engine.fsdp import load_model_to, offload_model  # noqa: E402
 
 
 def build(gb: float, width: int = 4096) -> torch.nn.Module:
@@ -38,14 +44,6 @@ def checksum(model: torch.nn.Module) -> float:
     return float(sum(p.to_local().float().sum().item() for p in model.parameters()))
 
 
-def timed(fn, model: torch.nn.Module, *args) -> float:
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    fn(model, *args)
-    torch.cuda.synchronize()
-    return time.perf_counter() - start
-
-
 def plain_offload(model: torch.nn.Module) -> None:
     model.to("cpu")
 
@@ -54,12 +52,26 @@ def plain_onload(model: torch.nn.Module, device: str) -> None:
     model.to(device)
 
 
-def main() -> None:
+def build_result(args: argparse.Namespace, nbytes: int, times: dict[str, dict[str, list[float]]],
+                 env: dict[str, Any] | None = None) -> harness.Result:
+    """The harness result of `times` (mode -> direction -> seconds per repetition) for `nbytes` of parameters."""
+    res = harness.Result("offload", harness.command_line(), args.reps, env=env or harness.environment())
+    for mode, directions in times.items():
+        for direction, secs in directions.items():
+            res.timing(f"{mode}_{direction}_s", secs)
+    res.extra.update(args=harness.params(args), offload={
+        "gb": nbytes / 2**30, "seconds": times,
+        "median_s": {m: {k: statistics.median(v) for k, v in t.items()} for m, t in times.items()},
+        "range_s": {m: {k: [min(v), max(v)] for k, v in t.items()} for m, t in times.items()}})
+    return res
+
+
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gb", type=float, default=3.8)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--json-out", type=Path, default=None)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29533")
     dist.init_process_group("nccl", rank=0, world_size=1)
@@ -71,22 +83,16 @@ def main() -> None:
     times: dict[str, dict[str, list[float]]] = {m: {"offload": [], "onload": []} for m in modes}
     for _ in range(args.reps):
         for name, (off, on) in modes.items():  # alternated, so drifts hit both alike
-            times[name]["offload"].append(timed(off, model))
+            times[name]["offload"].append(harness.timed(partial(off, model), torch.cuda.synchronize)[0])
             assert all(p.device.type == "cpu" for p in model.parameters())
-            times[name]["onload"].append(timed(on, model, "cuda"))
+            times[name]["onload"].append(harness.timed(partial(on, model, "cuda"), torch.cuda.synchronize)[0])
             assert checksum(model) == reference, f"{name}: parameters changed in the round trip"
-    result = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "gb": nbytes / 2**30,
-              "reps": args.reps, "command": "benchmarks/bench_offload.py " + " ".join(f"--{k.replace('_', '-')} {v}"
-                                                                             for k, v in vars(args).items()),
-              "seconds": times,
-              "median_s": {m: {k: statistics.median(v) for k, v in t.items()} for m, t in times.items()},
-              "range_s": {m: {k: [min(v), max(v)] for k, v in t.items()} for m, t in times.items()}}
-    for m, t in result["median_s"].items():
+    res = build_result(args, nbytes, times)
+    summary = res.extra["offload"]
+    for m, t in summary["median_s"].items():
         print(f"{m:7s} offload {t['offload']:.3f} s  onload {t['onload']:.3f} s  "
-              f"({nbytes / 2**30:.2f} GiB; ranges {result['range_s'][m]})")
-    if args.json_out:
-        args.json_out.parent.mkdir(parents=True, exist_ok=True)
-        args.json_out.write_text(json.dumps(result, indent=1))
+              f"({nbytes / 2**30:.2f} GiB; ranges {summary['range_s'][m]})")
+    print(f"wrote {res.write(path=args.json_out)}")
     dist.destroy_process_group()
 
 

@@ -8,7 +8,9 @@ Each repetition spawns fresh processes (one per GPU, FSDP2 over nccl) and runs o
 alternating; per rank it records the seconds from the spawned process's start (torch already imported) to the
 sharded fp32 model on the GPU, and the process's peak resident host memory (ru_maxrss, in GiB). The two modes'
 local shards are compared by checksum.
-Medians and ranges over the repetitions of each mode are printed and written as JSON.
+Medians and ranges over the repetitions of each mode are printed and written as one `benchmarks.harness` result,
+`benchmarks/results/<date>_<gpu|cpu>/rank0_load.json` (or `--json-out`): `<mode>_slowest_rank_s` and
+`<mode>_peak_rss_gib` metrics (median, spread, every repetition), the runs and summary under `runs`/`summary`.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ import torch.multiprocessing as mp
 REPO = Path(__file__).resolve().parents[1]
 sys.path.append(str(REPO))  # after PYTHONPATH: a snapshot of rlpost put there wins
 sys.path.append(str(REPO / "benchmarks"))
+
+from benchmarks import harness  # noqa: E402
 
 
 def _rank(rank: int, world: int, port: int, model_dir: str, mode: str, device: str, out: Any) -> None:
@@ -74,7 +78,39 @@ def run(model_dir: str, world: int, mode: str, device: str) -> list[dict[str, fl
         return [dict(out[r]) for r in range(world)]
 
 
-def main() -> None:
+def summarize(runs: dict[str, list[list[dict[str, float]]]], gpus: int) -> dict[str, Any]:
+    """Per mode: the slowest rank's seconds and the ranks' summed peak RSS over repetitions; whether the two
+    modes' shards match by checksum."""
+    summary: dict[str, Any] = {}
+    for mode, reps in runs.items():
+        slowest = [max(r["seconds"] for r in ranks) for ranks in reps]
+        rss_sum = [sum(r["peak_rss_gib"] for r in ranks) for ranks in reps]
+        summary[mode] = {"seconds_slowest_rank_median": statistics.median(slowest),
+                         "seconds_range": [min(slowest), max(slowest)], "seconds_slowest_rank": slowest,
+                         "peak_rss_gib_all_ranks_median": statistics.median(rss_sum), "peak_rss_gib_all_ranks": rss_sum,
+                         "peak_rss_gib_per_rank_median": [statistics.median(ranks[i]["peak_rss_gib"] for ranks in reps)
+                                                         for i in range(gpus)]}
+    summary["same_shards"] = all(
+        abs(a["checksum"] - b["checksum"]) <= 1e-9 * max(1.0, abs(a["checksum"]))
+        for pr, rr in zip(runs["plain"], runs["rank0"]) for a, b in zip(pr, rr))
+    return summary
+
+
+def build_result(args: argparse.Namespace, config: dict[str, Any], runs: dict[str, Any],
+                 env: dict[str, Any] | None = None) -> harness.Result:
+    """The harness result of `runs` (mode -> repetition -> rank records) for the model of `config`."""
+    summary = summarize(runs, args.gpus)
+    res = harness.Result("rank0_load", harness.command_line(), args.reps, env=env or harness.environment())
+    for mode in runs:
+        res.timing(f"{mode}_slowest_rank_s", summary[mode]["seconds_slowest_rank"])
+        res.timing(f"{mode}_peak_rss_gib", summary[mode]["peak_rss_gib_all_ranks"], unit="GiB")
+    res.extra.update(args=harness.params(args), model=config.get("architectures"),
+                     hidden_size=config.get("hidden_size"), num_hidden_layers=config.get("num_hidden_layers"),
+                     gpus=args.gpus, runs=runs, summary=summary)
+    return res
+
+
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpus", type=int, default=2, help="ranks (one per GPU; processes on CPU)")
     ap.add_argument("--model-dir", type=Path, default=Path("/tmp/m_7b"),
@@ -82,7 +118,7 @@ def main() -> None:
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--json-out", type=Path, default=None)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     import bench_limits
 
     model_dir = args.model_dir
@@ -99,26 +135,9 @@ def main() -> None:
             print(f"rep {rep} {mode:5s} " + "  ".join(
                 f"rank {i}: {r['seconds']:.1f} s, peak RSS {r['peak_rss_gib']:.1f} GiB" for i, r in enumerate(ranks)),
                 flush=True)
-    summary: dict[str, Any] = {}
-    for mode, reps in runs.items():
-        slowest = [max(r["seconds"] for r in ranks) for ranks in reps]
-        rss_sum = [sum(r["peak_rss_gib"] for r in ranks) for ranks in reps]
-        summary[mode] = {"seconds_slowest_rank_median": statistics.median(slowest),
-                         "seconds_range": [min(slowest), max(slowest)],
-                         "peak_rss_gib_all_ranks_median": statistics.median(rss_sum),
-                         "peak_rss_gib_per_rank_median": [statistics.median(ranks[i]["peak_rss_gib"] for ranks in reps)
-                                                         for i in range(args.gpus)]}
-    summary["same_shards"] = all(
-        abs(a["checksum"] - b["checksum"]) <= 1e-9 * max(1.0, abs(a["checksum"]))
-        for pr, rr in zip(runs["plain"], runs["rank0"]) for a, b in zip(pr, rr))
-    print(json.dumps(summary, indent=1))
-    if args.json_out:
-        args.json_out.parent.mkdir(parents=True, exist_ok=True)
-        result = {**bench_limits.env_info(), "command": " ".join(["benchmarks/bench_rank0_load.py", *sys.argv[1:]]),
-                  "model": config.get("architectures"), "hidden_size": config.get("hidden_size"),
-                  "num_hidden_layers": config.get("num_hidden_layers"), "gpus": args.gpus, "reps": args.reps,
-                  "runs": runs, "summary": summary}
-        args.json_out.write_text(json.dumps(result, indent=1))
+    res = build_result(args, config, runs)
+    print(json.dumps(res.extra["summary"], indent=1))
+    print(f"wrote {res.write(path=args.json_out)}")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ architecture, 512-token prompts, `ignore_eos`, temperature 1, CUDA graphs, vLLM'
 rlpost's engine runs), alternated within each repetition: `none` (no log-probs), `dicts` (`logprobs=0`: one
 dict and one Logprob object per token) and `flat` (`logprobs=0, flat_logprobs=True`: a few flat lists per
 request; tells whether the per-token Python objects are the cost). Medians and spreads of `--reps` repetitions.
-Writes `benchmarks/results/rollout_logprobs_<gpu>.json`.
+Writes one `benchmarks.harness` result, `benchmarks/results/<date>_<gpu>/rollout_logprobs.json` (or `--json-out`):
+a `gen_s_<variant>_seqs<N>` metric per variant and batch (median, spread, every repetition), the rows under `rows`.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ import argparse
 import json
 import statistics
 import sys
-import time
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.append(str(REPO))
@@ -26,10 +28,31 @@ sys.path.append(str(REPO / "benchmarks"))
 
 import bench_limits  # noqa: E402
 
+from benchmarks import harness  # noqa: E402
+
 VARIANTS = {"none": {}, "dicts": {"logprobs": 0}, "flat": {"logprobs": 0, "flat_logprobs": True}}
 
 
-def main() -> None:
+def summarize(seqs: int, response_len: int, times: dict[str, list[float]]) -> dict[str, Any]:
+    """One batch size's row: each variant's median seconds, every repetition, and the ratio to `none`."""
+    row = {"seqs": seqs, "response_len": response_len,
+           "median_s": {k: statistics.median(v) for k, v in times.items()}, "all_s": times}
+    row["vs_none"] = {k: row["median_s"][k] / row["median_s"]["none"] for k in times}
+    return row
+
+
+def build_result(args: argparse.Namespace, rows: list[dict[str, Any]], env: dict[str, Any] | None = None
+                 ) -> harness.Result:
+    """The harness result of `rows` (from `summarize`): one timing metric per variant and batch size."""
+    res = harness.Result("rollout_logprobs", harness.command_line(), args.reps, env=env or harness.environment())
+    for row in rows:
+        for name, times in row["all_s"].items():
+            res.timing(f"gen_s_{name}_seqs{row['seqs']}", times, vs_none=row["vs_none"][name])
+    res.extra.update(args=harness.params(args), rows=rows)
+    return res
+
+
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seqs", type=int, nargs="+", default=[64, 128])
     ap.add_argument("--response-len", type=int, default=2048)
@@ -37,7 +60,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--model", type=Path, default=Path("/tmp/m"))
     ap.add_argument("--json-out", type=Path, default=None)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
 
     import torch
     from vllm import LLM, SamplingParams
@@ -46,7 +69,7 @@ def main() -> None:
         bench_limits.build_model(args.model)
     llm = LLM(model=str(args.model), dtype="bfloat16", seed=0, gpu_memory_utilization=0.6,
               max_model_len=args.prompt_len + args.response_len, logprobs_mode="processed_logprobs")
-    gpu = torch.cuda.get_device_name()
+    sync = torch.cuda.synchronize
     rows = []
     for seqs in args.seqs:
         prompts = bench_limits.random_prompts(seqs, args.prompt_len)
@@ -59,22 +82,13 @@ def main() -> None:
             for name in order:
                 params = SamplingParams(n=1, temperature=1.0, max_tokens=args.response_len, ignore_eos=True,
                                         detokenize=False, **VARIANTS[name])
-                start = time.perf_counter()
-                outs = llm.generate(requests, params, use_tqdm=False)
-                times[name].append(time.perf_counter() - start)
+                s, outs = harness.timed(partial(llm.generate, requests, params, use_tqdm=False), sync)
+                times[name].append(s)
                 assert all(len(o.outputs[0].token_ids) == args.response_len for o in outs)
-        row = {"seqs": seqs, "response_len": args.response_len,
-               "median_s": {k: statistics.median(v) for k, v in times.items()},
-               "all_s": times}
-        row["vs_none"] = {k: row["median_s"][k] / row["median_s"]["none"] for k in VARIANTS}
+        row = summarize(seqs, args.response_len, times)
         print(json.dumps(row), flush=True)
         rows.append(row)
-    out = args.json_out or REPO / "benchmarks" / "results" / f"rollout_logprobs_{gpu.replace(' ', '_').lower()}.json"
-    import vllm
-
-    out.write_text(json.dumps({"gpu": gpu, "vllm": vllm.__version__, "command": " ".join(sys.argv), "rows": rows},
-                              indent=1))
-    print(f"wrote {out}")
+    print(f"wrote {build_result(args, rows).write(path=args.json_out)}")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,9 @@ times-ten data; one optimizer step per training step (the mini-batch is the whol
 the later steps are reported per phase, with the peak memory per phase, and, for weak scaling, the efficiency
 t(1 GPU) / t(N GPUs) of the step and of each phase (what grows with the GPU count). `--profile-step S` traces
 step S on every rank (left out of the medians) and prints `scripts/trace_summary.py`'s table of it.
-Writes `benchmarks/results/scale_<arch>_<gpu>.json`.
+Writes one `benchmarks.harness` result, `benchmarks/results/<date>_<gpu>/scale_<arch>.json` (or `--json-out`),
+rewritten after every run: a `<gpus>gpu_tp<tp>_<prompts>x<n>_step_s` timing metric per run (median, spread,
+each measured step), the rows under `results`.
 """
 
 from __future__ import annotations
@@ -27,8 +29,12 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1] / "scripts"))  # trace_summary
 
-from bench_limits import ensure_model, env_info  # noqa: E402
-from main_ppo_runs import REPO, gpu_name, launch  # noqa: E402
+from bench_limits import ensure_model  # noqa: E402
+from main_ppo_runs import REPO, launch  # noqa: E402
+
+sys.path.append(str(REPO))
+
+from benchmarks import harness  # noqa: E402
 
 DATA = Path("/tmp/d")
 
@@ -49,7 +55,7 @@ def summarize(rows: list[dict[str, Any]], profiled_step: int | None = None) -> d
     steps = [r["timing_s/step"] for r in steady]
     return {
         "steps_measured": len(steady),
-        "s_per_step": statistics.median(steps), "s_per_step_range": [min(steps), max(steps)],
+        "s_per_step": statistics.median(steps), "s_per_step_range": [min(steps), max(steps)], "step_s": steps,
         "phases_s": {k.removeprefix("timing_s/"): med(k) for k in steady[0] if k.startswith("timing_s/")},
         "tokens_per_s_per_gpu": med("perf/throughput"),
         "peak_allocated_gb": {k.removeprefix("perf/max_memory_allocated_gb").lstrip("/") or "step": max(
@@ -121,7 +127,19 @@ def efficiency(results: list[dict[str, Any]]) -> None:
                                      if base["phases_s"].get(k, 0) > 0.05 and v > 0}
 
 
-def main() -> None:
+def build_result(args: argparse.Namespace, results: list[dict[str, Any]], env: dict[str, Any] | None = None
+                 ) -> harness.Result:
+    """The harness result of the rows so far (from `run_one`): a step-time metric per measured run."""
+    res = harness.Result(f"scale_{args.arch}", harness.command_line(), args.steps, env=env or harness.environment())
+    for r in results:
+        if "step_s" in r:
+            res.timing(f"{r['gpus']}gpu_tp{r['tp']}_{r['prompts']}x{r['n']}_step_s", r["step_s"],
+                       tokens_per_s_per_gpu=r["tokens_per_s_per_gpu"], weak_efficiency=r.get("weak_efficiency"))
+    res.extra.update(args=harness.params(args), results=results)
+    return res
+
+
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--arch", choices=["0.5b", "7b"], default="0.5b")
     ap.add_argument("--gpus", type=int, nargs="+", default=[1, 2, 4])
@@ -138,14 +156,13 @@ def main() -> None:
     ap.add_argument("--override", nargs="*", default=[], help="extra Hydra overrides for every run")
     ap.add_argument("--json-out", type=Path, default=None)
     ap.add_argument("--log-dir", type=Path, default=REPO / "benchmarks" / "results")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     args.log_dir.mkdir(parents=True, exist_ok=True)
     if not DATA.is_dir():
         subprocess.run([sys.executable, "examples/data_preprocess/times_ten.py", "--local_dir", str(DATA)],
                        cwd=REPO, check=True)
-    gpu = gpu_name()
-    env = env_info()
-    out = args.json_out or REPO / "benchmarks" / "results" / f"scale_{args.arch}_{gpu.replace(' ', '_').lower()}.json"
+    env = harness.environment()
+    out = args.json_out or harness.session_dir(harness.RESULTS, env) / f"scale_{args.arch}.json"
     results = []
     for gpus in args.gpus:
         for tp in args.tps:
@@ -155,8 +172,7 @@ def main() -> None:
             results.append(run_one(args.arch, gpus, tp, prompts, args))
             print(json.dumps(results[-1]), flush=True)
             efficiency(results)  # written after every run: a later run cut short loses nothing before it
-            out.write_text(json.dumps({"gpu": gpu, "env": env, "command": " ".join(sys.argv), "results": results},
-                                      indent=1))
+            build_result(args, results, env).write(path=out)
     for r in results:
         if "error" not in r:
             eff = f", weak-scaling efficiency {r['weak_efficiency']:.2f}" if "weak_efficiency" in r else ""

@@ -11,8 +11,10 @@ process (fresh CUDA context, the GPU to itself):
 - `vllm:bare`, `vllm:loop`: the same with vLLM (`bench_limits.bare_generate`, rollout.name=vllm).
 vLLM's processes run without the SGLang bundle on PYTHONPATH. Each process measures every batch size `--reps`
 times after a warm-up and reports medians; `--rounds` > 1 repeats the four processes in alternating order.
-`--grpo-step` also times whole GRPO steps in the loop processes. Writes `benchmarks/results/sglang_<device>.json`
-(loop / bare ratios, SGLang / vLLM tokens/s).
+`--grpo-step` also times whole GRPO steps in the loop processes. Writes one `benchmarks.harness` result,
+`benchmarks/results/<date>_<gpu>/sglang.json` (`--out-dir` for another folder), after every process: a
+`<engine>_<bare|loop>_<prompts>_gen_s` timing metric per mode and batch size (every repetition of every round),
+the loop / bare and SGLang / vLLM ratios as metrics, the summary and runs beside them.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ sys.path.append(str(REPO / "benchmarks"))
 import bench_grpo_step  # noqa: E402
 import bench_limits  # noqa: E402
 
+from benchmarks import harness  # noqa: E402
 from rlpost import keys  # noqa: E402
 
 MODES = ("sglang:bare", "sglang:loop", "vllm:bare", "vllm:loop")
@@ -144,7 +147,7 @@ def child_env(mode: str) -> dict[str, str]:
     return env
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prompts", type=int, nargs="+", default=[64, 128])
     ap.add_argument("--n", type=int, default=8)
@@ -156,11 +159,12 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--grpo-step", action="store_true", help="also time whole GRPO steps in the loop modes")
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.5)
     ap.add_argument("--tiny", action="store_true", help="tiny model instead of Qwen2.5-0.5B (smoke test)")
-    ap.add_argument("--out-dir", type=Path, default=REPO / "benchmarks" / "results")
+    ap.add_argument("--out-dir", type=Path, default=None,
+                    help="folder of the result (default benchmarks/results/<date>_<gpu>)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--model-dir", type=Path, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--json-out", type=Path, default=None, help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     # the settings bench_grpo_step's config reads (its defaults: same fixture)
     defaults = {"fwd_micro": 32, "train_micro": 32, "mini_prompts": 64, "grad_ckpt": 1, "enforce_eager": False,
                 "max_num_batched_tokens": 16384, "override": []}
@@ -169,24 +173,39 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def write_results(args: argparse.Namespace, runs: dict[str, list[dict[str, Any]]]) -> tuple[dict[str, Any], Path]:
-    """Write the JSON of the runs so far (ratios of the modes measured); returns it and its path."""
-    env = bench_limits.env_info()
+def environment() -> dict[str, Any]:
+    """The harness's environment plus SGLang's version, read without importing it (that sets up CUDA here)."""
+    env = harness.environment()
     try:
-        env["sglang"] = importlib.metadata.version("sglang")  # without importing it (that sets up CUDA here)
+        env["sglang"] = importlib.metadata.version("sglang")
     except importlib.metadata.PackageNotFoundError:
         env["sglang"] = None
-    res = {"env": env, "settings": {k: getattr(args, k) for k in (
+    return env
+
+
+def build_result(args: argparse.Namespace, runs: dict[str, list[dict[str, Any]]], env: dict[str, Any] | None = None
+                 ) -> harness.Result:
+    """The harness result of the runs so far: a timing metric per mode and batch size over every round's
+    repetitions, each batch's ratios as metrics."""
+    res = harness.Result("sglang", harness.command_line(), args.reps * args.rounds, env=env or environment())
+    summary = summarize(runs, args.prompts)
+    for mode, rounds in runs.items():
+        for b in map(str, args.prompts):
+            times = [t for r in rounds if b in r for t in r[b]["all_s"]]
+            if times:
+                res.timing(f"{mode.replace(':', '_')}_{b}_gen_s", times)
+    for b, row in summary.items():
+        for key, value in row.items():
+            if key != "gen_tokens_per_s":
+                res.metric(f"{key}_{b}", value, unit="tokens/s ratio (median of rounds)")
+    res.extra.update(settings={k: getattr(args, k) for k in (
         "prompts", "n", "prompt_len", "response_len", "reps", "rounds", "gpu_memory_utilization")},
-        "summary": summarize(runs, args.prompts), "runs": runs}
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    path = args.out_dir / f"sglang_{bench_limits.device_slug()}.json"
-    path.write_text(json.dumps(res, indent=1, default=str))
-    return res, path
+        summary=summary, runs=runs)
+    return res
 
 
-def main() -> None:
-    args = parse_args()
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     if args.child:
         return run_child(args)
     tmp = Path(tempfile.mkdtemp(prefix="bench_sglang_"))
@@ -197,6 +216,7 @@ def main() -> None:
     else:
         model_dir = bench_limits.build_model(tmp / "model")
     runs: dict[str, list[dict[str, Any]]] = {m: [] for m in args.modes}
+    env = environment()
     for r in range(args.rounds):
         for mode in (args.modes if r % 2 == 0 else args.modes[::-1]):
             out = tmp / f"{mode.replace(':', '_')}_{r}.json"
@@ -210,8 +230,9 @@ def main() -> None:
             print(f"round {r}: {mode}: " + json.dumps({b: round(runs[mode][-1][b]["gen_tokens_per_s"])
                                                        for b in map(str, args.prompts) if b in runs[mode][-1]}),
                   flush=True)
-            res, path = write_results(args, runs)  # after every process: a time-out keeps what was measured
-    print(json.dumps(res["summary"], indent=1))
+            res = build_result(args, runs, env)
+            path = res.write(session=args.out_dir)  # after every process: a time-out keeps what was measured
+    print(json.dumps(res.extra["summary"], indent=1))
     print(f"wrote {path}")
 
 

@@ -17,7 +17,9 @@ The idle worker's parameters and AdamW state wait on the CPU, so a setting's pea
 (`rlpost.utils.profiler.block_peak` around the update, max over ranks) is its own. tokens/s per GPU counts
 prompt + response tokens of all rows over the slowest rank's time, divided by the 2 devices. An out-of-memory
 error (on any rank) is recorded as {"oom": true}; that worker is dropped and its longer lengths are not tried.
-Writes `benchmarks/results/ulysses_<device>.json` (or `--json-out`) and prints a table.
+Writes one `benchmarks.harness` result, `benchmarks/results/<date>_<gpu|cpu>/ulysses.json` (or `--json-out`): an
+`L<length>_sp<size>_update_s` timing metric per length and setting (median, spread, every update; slowest rank),
+the per-length summaries under `results`; prints a table.
 """
 
 from __future__ import annotations
@@ -27,10 +29,8 @@ import gc
 import json
 import math
 import os
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ sys.path.append(str(REPO / "benchmarks"))
 
 import bench_limits  # noqa: E402
 
+from benchmarks import harness  # noqa: E402
 from rlpost import keys  # noqa: E402
 from rlpost.protocol import DataProto  # noqa: E402
 from rlpost.utils.profiler import block_peak  # noqa: E402
@@ -122,19 +123,18 @@ def timed_update(worker: Any, batch: DataProto, device: str) -> dict[str, float]
     if cuda:
         torch.cuda.synchronize()
     resident = torch.cuda.memory_allocated() / 2**30 if cuda else 0.0
-    dist.barrier()
-    start = time.perf_counter()
-    oom, grad_norm = 0.0, float("nan")
-    with block_peak() as block:  # the worker's own phases reset the allocator's peak counters
+    def update() -> tuple[float, float]:
+        """(1.0 when this rank ran out of memory else 0.0, the update's last grad norm)."""
         try:
             metrics = worker.update_actor(batch).meta_info[keys.META_METRICS]
-            if cuda:
-                torch.cuda.synchronize()
-            norms = metrics["actor/grad_norm"]
-            grad_norm = float(norms[-1] if isinstance(norms, list) else norms)
         except torch.cuda.OutOfMemoryError:
-            oom = 1.0
-    seconds = time.perf_counter() - start
+            return 1.0, float("nan")
+        norms = metrics["actor/grad_norm"]
+        return 0.0, float(norms[-1] if isinstance(norms, list) else norms)
+
+    dist.barrier()
+    with block_peak() as block:  # the worker's own phases reset the allocator's peak counters
+        seconds, (oom, grad_norm) = harness.timed(update, torch.cuda.synchronize if cuda else None)
     peak = block["gib"]
     seconds, peak, resident, oom = reduce_max([seconds, peak, resident, oom])
     if oom:
@@ -143,10 +143,12 @@ def timed_update(worker: Any, batch: DataProto, device: str) -> dict[str, float]
 
 
 def summarize(runs: list[dict[str, float]], tokens_per_gpu: int) -> dict[str, Any]:
-    """Median / min / max of the timed updates and the throughput they give."""
+    """Median, quartiles and range (harness.spread) of the timed updates and the throughput they give."""
     secs = [r["s"] for r in runs]
-    med = statistics.median(secs)
-    return {"oom": False, "s_median": med, "s_min": min(secs), "s_max": max(secs), "all_s": secs,
+    sp = harness.spread(secs)
+    med = sp["median"]
+    return {"oom": False, "s_median": med, "s_q1": sp["q1"], "s_q3": sp["q3"], "s_min": sp["min"],
+            "s_max": sp["max"], "all_s": secs,
             "tokens_per_s_per_gpu": tokens_per_gpu / med, "tokens_per_s_per_gpu_min": tokens_per_gpu / max(secs),
             "tokens_per_s_per_gpu_max": tokens_per_gpu / min(secs),
             "peak_GiB": max(r["peak_GiB"] for r in runs), "resident_GiB": runs[-1]["resident_GiB"],
@@ -244,24 +246,32 @@ def run_rank(rank: int, port: int, args: argparse.Namespace, tmp: str) -> None:
     dist.destroy_process_group()
 
 
-def write_results(results: dict[str, Any], model_dir: Path, args: argparse.Namespace) -> None:
+def build_result(results: dict[str, Any], model: dict[str, Any], args: argparse.Namespace,
+                 env: dict[str, Any] | None = None) -> harness.Result:
+    """The harness result of `results` (length -> setting -> summary or {"oom": true}) on the model of `model`
+    (its config.json): one timing metric per length and measured setting."""
     for entry in results.values():
         one, two = entry.get("1", {}), entry.get("2", {})
         if not one.get("oom", True) and not two.get("oom", True):
             entry["sp2_over_sp1_tokens_per_s"] = two["tokens_per_s_per_gpu"] / one["tokens_per_s_per_gpu"]
-    model = json.loads((model_dir / "config.json").read_text())
     arch = "tiny (random weights)" if args.tiny else "Qwen2.5-0.5B (random weights)"
-    settings = {k: v for k, v in vars(args).items() if k != "json_out"}
-    res = {"env": bench_limits.env_info(), "world": WORLD, "settings": settings,
-           "model": {"arch": arch, **{k: model.get(k) for k in ("hidden_size", "num_hidden_layers",
-                                                                "num_attention_heads", "num_key_value_heads",
-                                                                "vocab_size")}},
-           "results": results}
-    out = args.json_out or REPO / "benchmarks" / "results" / f"ulysses_{bench_limits.device_slug()}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(res, indent=1, default=str))
+    res = harness.Result("ulysses", harness.command_line(), args.reps, env=env or harness.environment())
+    for length, entry in results.items():
+        for sp in map(str, SIZES):
+            r = entry.get(sp, {"oom": True})
+            if not r["oom"]:
+                res.timing(f"L{length}_sp{sp}_update_s", r["all_s"], tokens_per_s_per_gpu=r["tokens_per_s_per_gpu"],
+                           peak_GiB=r["peak_GiB"])
+    res.extra.update(world=WORLD, settings=harness.params(args), model={"arch": arch, **{
+        k: model.get(k) for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                                  "vocab_size")}}, results=results)
+    return res
+
+
+def write_results(results: dict[str, Any], model_dir: Path, args: argparse.Namespace) -> None:
+    res = build_result(results, json.loads((model_dir / "config.json").read_text()), args)
     print(table(results))
-    print(f"[ulysses] wrote {out}", flush=True)
+    print(f"[ulysses] wrote {res.write(path=args.json_out)}", flush=True)
 
 
 def table(results: dict[str, Any]) -> str:
@@ -298,12 +308,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     import torch.multiprocessing as mp
 
     from rlpost.utils.distributed import free_port
 
-    args = parse_args()
+    args = parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         mp.spawn(run_rank, args=(free_port(), args, tmp), nprocs=WORLD, join=True)
 

@@ -7,7 +7,9 @@ Times (each after a warm-up mini-batch): rlpost update as configured (fp32 maste
 reshard_after_forward=true); the same with reshard_after_forward=false; the bare bf16 loop of
 bench_limits.py (the "limit"); a bare loop with fp32 params under bf16 autocast (rlpost's precision without
 FSDP). Last (CUPTI can slow what runs after it), a torch.profiler pass over one rlpost mini-batch: the top
-ops by device time and by launch count, and the device-busy total against the wall time.
+ops by device time and by launch count, and the device-busy total against the wall time. Writes one
+`benchmarks.harness` result, `benchmarks/results/<date>_<gpu>/update_profile.json` (or `--json-out`): one metric
+per timed loop (one repetition each), the profile under `profile`.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -28,6 +31,7 @@ sys.path.append(str(REPO / "benchmarks"))
 import bench_grpo_step as grpo  # noqa: E402
 import bench_limits  # noqa: E402
 
+from benchmarks import harness  # noqa: E402
 from rlpost import keys  # noqa: E402
 from rlpost.protocol import DataProto  # noqa: E402
 
@@ -78,7 +82,22 @@ def profile_update(worker, batch: DataProto) -> dict:
             "profile_top_by_time": by_time, "profile_top_by_count": by_count}
 
 
-def main() -> None:
+TIMES = ("rlpost_update_s", "rlpost_update_no_reshard_s", "bare_bf16_s", "bare_fp32_autocast_s")
+
+
+def build_result(args: argparse.Namespace, res: dict[str, Any], env: dict[str, Any] | None = None) -> harness.Result:
+    """The harness result of `res`: one metric per timed loop (each timed once), the profile's numbers and
+    tables kept under `profile`."""
+    out = harness.Result("update_profile", harness.command_line(), 1, env=env or harness.environment())
+    for name in TIMES:
+        if name in res:
+            out.timing(name, [res[name]])
+    out.extra.update(args=harness.params(args), rows=res["rows"],
+                     profile={k: v for k, v in res.items() if k.startswith("profile_")})
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for name, default in (("prompts", 64), ("n", 8), ("prompt-len", 512), ("response-len", 512),
                           ("train-micro", 32), ("fwd-micro", 32), ("mini-prompts", 64), ("grad-ckpt", 1)):
@@ -88,9 +107,9 @@ def main() -> None:
     ap.add_argument("--enforce-eager", default=False)
     ap.add_argument("--override", nargs="*", default=[])
     ap.add_argument("--json-out", type=Path, default=None)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     rows = args.prompts * args.n
-    res: dict = {"env": bench_limits.env_info(), "rows": rows}
+    res: dict = {"rows": rows}
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = bench_limits.build_model(Path(tmp) / "qwen05_random")
         cfg = grpo.grpo_config(model_dir, args)
@@ -107,10 +126,10 @@ def main() -> None:
         warm = update_batch(args.mini_prompts * args.n, args.prompt_len, args.response_len)
         batch = update_batch(rows, args.prompt_len, args.response_len)
         w.update_actor(warm)
-        res["rlpost_update_s"] = bench_limits.timed(lambda: w.update_actor(batch))
+        res["rlpost_update_s"] = harness.timed(lambda: w.update_actor(batch), torch.cuda.synchronize)[0]
         w.actor_module.set_reshard_after_forward(False)
         w.update_actor(warm)
-        res["rlpost_update_no_reshard_s"] = bench_limits.timed(lambda: w.update_actor(batch))
+        res["rlpost_update_no_reshard_s"] = harness.timed(lambda: w.update_actor(batch), torch.cuda.synchronize)[0]
         w.actor_module.set_reshard_after_forward(True)
         ids = batch.batch[keys.INPUT_IDS].pin_memory()
         from transformers import AutoModelForCausalLM
@@ -127,8 +146,7 @@ def main() -> None:
         print("[profile] " + json.dumps({k: v for k, v in res.items() if k.endswith("_s")}), flush=True)
         res.update(profile_update(w, warm))
     print("[profile] " + json.dumps({k: v for k, v in res.items() if k.endswith("_s")}), flush=True)
-    if args.json_out:
-        args.json_out.write_text(json.dumps(res, indent=1, default=str))
+    print(f"[profile] wrote {build_result(args, res).write(path=args.json_out)}", flush=True)
 
 
 if __name__ == "__main__":

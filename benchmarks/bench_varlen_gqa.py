@@ -7,18 +7,15 @@ Both sides run `rlpost.engine.packed_attention.attend_packed` on the same (H, N,
 hands it k/v already repeated H / G times (what it did itself before it passed G-head k/v to the kernel), inside
 autograd, so its backward also sums the repeated gradients. Forward and forward + backward are timed with CUDA
 events (wall clock on the CPU), alternating the sides round by round; the outputs and gradients of the two sides
-are compared first. Writes `benchmarks/results/varlen_gqa_<device>.json` (or --json-out). Needs only torch.
+are compared first. Writes one `benchmarks.harness` result, `benchmarks/results/<date>_<gpu|cpu>/varlen_gqa.json`
+(or --json-out): a `<side>_<phase>_ms` timing metric each (median, spread, every call), the per-side summaries,
+speed-ups and differences beside them. Needs only torch.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
-import os
-import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -28,15 +25,15 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.append(str(REPO))  # after PYTHONPATH: a snapshot of rlpost put there wins
 sys.path.append(str(REPO / "benchmarks"))
 
-import bench_limits  # noqa: E402  (torch only at import, like this script)
-
+from benchmarks import harness  # noqa: E402
 from rlpost.engine.packed_attention import attend_packed, packed_sequences, varlen_available  # noqa: E402
 
 SIDES = ("repeat", "native")
 
 
 def timed(fn: Callable[[], Any], reps: int, cuda: bool, warmup: int = 3) -> list[float]:
-    """Milliseconds of each of `reps` calls of `fn` after `warmup` untimed ones (CUDA events when `cuda`)."""
+    """Milliseconds of each of `reps` calls of `fn` after `warmup` untimed ones (CUDA events when `cuda`: the
+    kernels' own time, without the host's launch overhead; `harness.timed` on the CPU)."""
     out = []
     for i in range(warmup + reps):
         if cuda:
@@ -47,16 +44,17 @@ def timed(fn: Callable[[], Any], reps: int, cuda: bool, warmup: int = 3) -> list
             torch.cuda.synchronize()
             ms = a.elapsed_time(b)
         else:
-            t = time.perf_counter()
-            fn()
-            ms = (time.perf_counter() - t) * 1e3
+            ms = harness.timed(fn)[0] * 1e3
         if i >= warmup:
             out.append(ms)
     return out
 
 
 def summary(ms: list[float]) -> dict[str, Any]:
-    return {"median_ms": statistics.median(ms), "min_ms": min(ms), "max_ms": max(ms), "all_ms": ms}
+    """Median, quartiles and range (harness.spread) of `ms`, with every value."""
+    sp = harness.spread(ms)
+    return {"median_ms": sp["median"], "q1_ms": sp["q1"], "q3_ms": sp["q3"], "min_ms": sp["min"],
+            "max_ms": sp["max"], "all_ms": ms}
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -89,11 +87,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             times[side]["fwd_bwd"] += timed(lambda s=side: call(s).backward(grad_out), args.reps, dev.type == "cuda")
         q.grad = k.grad = v.grad = None
     res: dict[str, Any] = {
-        "env": {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
-                "torch": torch.__version__, "rlpost_commit": os.environ.get("RLPOST_COMMIT"),
-                "varlen_kernel": varlen_available(q, 0.0)},
-        "args": {k_: v_ for k_, v_ in vars(args).items() if k_ != "json_out"},
+        "varlen_kernel": varlen_available(q, 0.0), "args": harness.params(args),
         "tokens": n, "native_vs_repeat": diff,
         "sides": {s: {phase: summary(ms) for phase, ms in t.items()} for s, t in times.items()},
     }
@@ -116,13 +110,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
-def main() -> None:
-    args = parse_args()
+def build_result(args: argparse.Namespace, res: dict[str, Any], env: dict[str, Any] | None = None
+                 ) -> harness.Result:
+    """The harness result of `run`'s output: one timing metric (ms) per side and phase, the rest kept."""
+    out = harness.Result("varlen_gqa", harness.command_line(), args.rounds * args.reps,
+                         env=env or harness.environment())
+    for side, phases in res["sides"].items():
+        for phase, t in phases.items():
+            out.timing(f"{side}_{phase}_ms", t["all_ms"], unit="ms")
+    for phase, value in res["speedup"].items():
+        out.metric(f"speedup_{phase}", value, unit="repeat/native (medians)")
+    out.extra.update(res)
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     res = run(args)
-    slug = bench_limits.device_slug(res["env"]["device"])
-    out = args.json_out or REPO / "benchmarks" / "results" / f"varlen_gqa_{slug}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(res, indent=1))
+    out = build_result(args, res).write(path=args.json_out)
     for side in SIDES:
         t = res["sides"][side]
         print(f"[gqa] {side}: " + ", ".join(

@@ -11,6 +11,8 @@ Every script under `benchmarks/` times, captures and writes through this module:
     res = harness.Result("gen_alternate", command=harness.command_line(), reps=12, env=env)
     res.metric("gen_ratio", **ratio, unit="bare/rlpost")
     res.goal("A3", ratio, target=">= 0.95, ci_low >= 0.90")
+    res.timing("step_s", step_seconds)                 # median, quartiles, min, max and every value
+    res.extra["rounds"] = rounds                       # the script's own data, beside the schema keys
     path = res.write()                                 # benchmarks/results/<date>_<gpu|cpu>/gen_alternate.json
     harness.write_summary(path.parent, GOALS)          # summary.json: every goal id, unmeasured ones named
     harness.write_index()                              # benchmarks/results/INDEX.md from the files
@@ -24,8 +26,11 @@ Statistics:
 
 A result file holds `{schema, benchmark, commit, dirty, date, host, gpu, command, reps, env, metrics, goals}`;
 each metric `{value, ci_low, ci_high, unit, values}`, each goal `{value, ci_low, ci_high, target, met, command,
-reps}` (a goal not measured has value None, met None and a `reason`). In a copied tree without git metadata the
-commit and dirty flag come from `RLPOST_COMMIT` / `RLPOST_DIRTY`.
+reps}` (a goal not measured has value None, met None and a `reason`). A metric of repeated timings
+(`Result.timing`) has the median as its value and its `spread`; what else a script measured (`Result.extra`) sits
+beside the schema keys. `validate` checks the schema, on every `write`; `write(path=...)` honours a script's
+`--json-out`. In a copied tree without git metadata the commit and dirty flag come from `RLPOST_COMMIT` /
+`RLPOST_DIRTY`.
 """
 
 from __future__ import annotations
@@ -118,11 +123,20 @@ def _version(module: str) -> str | None:
 
 
 def gpu_name() -> str | None:
-    """The first CUDA device's name, or None without one (torch is not imported when absent)."""
+    """The first CUDA device's name, or None without one. A process that has not started CUDA asks nvidia-smi
+    first: a driver that only launches runs must not hold a CUDA context on the GPU they use."""
     try:
         import torch
     except ImportError:
         return None
+    if not torch.cuda.is_initialized():
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                                 text=True, timeout=30)
+            if out.returncode == 0 and out.stdout.strip():
+                return out.stdout.splitlines()[0].strip()
+        except (OSError, subprocess.TimeoutExpired):
+            pass
     return torch.cuda.get_device_name() if torch.cuda.is_available() else None
 
 
@@ -297,6 +311,12 @@ class Result:
                               "values": [float(v) for v in values], **more}
         return self.metrics[name]
 
+    def timing(self, name: str, values: Sequence[float], unit: str = "s", **more: Any) -> dict[str, Any]:
+        """Metric `name` from repeated measurements: the median as its value, with the `spread` (quartiles, min,
+        max, n) and every value kept."""
+        stats = spread(values)
+        return self.metric(name, stats["median"], unit=unit, values=values, spread=stats, **more)
+
     def goal(self, goal_id: str, stats: Mapping[str, Any], target: str, reps: int | None = None,
              command: str | None = None, **more: Any) -> dict[str, Any]:
         """Goal `goal_id` from `stats` (value, ci_low, ci_high), checked against `target`."""
@@ -316,13 +336,51 @@ class Result:
                 "gpu": self.env.get("gpu"), "command": self.command, "reps": self.reps, "env": self.env,
                 "metrics": self.metrics, "goals": self.goals, **self.extra}
 
-    def write(self, root: Path | None = None, session: Path | None = None) -> Path:
-        """Write `<session>/<benchmark>.json` (session: `session_dir(root, env)` unless given); returns the path."""
-        out_dir = session or session_dir(root or RESULTS, self.env)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        path = out_dir / f"{self.benchmark}.json"
-        path.write_text(json.dumps(self.to_dict(), indent=1, default=str) + "\n")
-        return path
+    def write(self, root: Path | None = None, session: Path | None = None, path: Path | None = None) -> Path:
+        """Write `<session>/<benchmark>.json` (session: `session_dir(root, env)` unless given), or exactly `path`
+        (a script's `--json-out`); returns the path written."""
+        if path is None:
+            out_dir = session or session_dir(root or RESULTS, self.env)
+            path = out_dir / f"{self.benchmark}.json"
+        data = self.to_dict()
+        validate(data)
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(data, indent=1, default=str) + "\n")
+        return Path(path)
+
+
+def params(args: Any) -> dict[str, Any]:
+    """A script's parsed arguments as JSON-safe values (paths as strings), for a result's extra payload."""
+    return {k: v if isinstance(v, (bool, int, float, str, type(None))) or (
+        isinstance(v, list) and all(isinstance(x, (bool, int, float, str)) for x in v)) else str(v)
+            for k, v in vars(args).items()}
+
+
+# Top-level keys of a result file and the types each must have (None allowed where git or a GPU can be absent).
+_REQUIRED: dict[str, tuple[type, ...]] = {
+    "schema": (str,), "benchmark": (str,), "commit": (str, type(None)), "dirty": (bool, type(None)),
+    "date": (str,), "host": (str, type(None)), "gpu": (str,), "command": (str,), "reps": (int,), "env": (dict,),
+    "metrics": (dict,), "goals": (dict,)}
+_METRIC_KEYS = ("value", "ci_low", "ci_high", "unit", "values")
+_GOAL_KEYS = ("value", "ci_low", "ci_high", "target", "met", "command", "reps")
+
+
+def validate(data: Mapping[str, Any]) -> None:
+    """Raise ValueError naming the first key of `data` (a result's `to_dict()` or a file read back) that does not
+    follow the schema: the top-level keys and types, each metric's and goal's keys."""
+    for key, types in _REQUIRED.items():
+        if key not in data:
+            raise ValueError(f"result {data.get('benchmark')!r}: missing key {key!r} (schema {SCHEMA})")
+        if not isinstance(data[key], types) or (types == (int,) and isinstance(data[key], bool)):
+            raise ValueError(f"result {data.get('benchmark')!r}: {key}={data[key]!r} is not "
+                             f"{' or '.join(t.__name__ for t in types)}")
+    if data["schema"] != SCHEMA:
+        raise ValueError(f"result {data['benchmark']!r}: schema {data['schema']!r}, expected {SCHEMA!r}")
+    for kind, entries, needed in (("metric", data["metrics"], _METRIC_KEYS), ("goal", data["goals"], _GOAL_KEYS)):
+        for name, entry in entries.items():
+            missing = [k for k in needed if k not in entry]
+            if missing:
+                raise ValueError(f"result {data['benchmark']!r}: {kind} {name!r} lacks {missing}")
 
 
 def not_measured(target: str, reason: str) -> dict[str, Any]:

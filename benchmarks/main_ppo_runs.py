@@ -18,16 +18,6 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 
 
-def gpu_name() -> str:
-    """The first GPU's name as nvidia-smi gives it ("" without one)."""
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                             text=True).stdout
-    except FileNotFoundError:
-        return ""
-    return out.split("\n")[0].strip()
-
-
 class GpuSampler:
     """`nvidia-smi` utilisation of every GPU every `period_s`, with the time of each sample (none without
     nvidia-smi)."""

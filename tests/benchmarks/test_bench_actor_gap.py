@@ -16,6 +16,8 @@ sys.path.insert(0, str(BENCHMARKS))
 
 import bench_actor_gap  # noqa: E402
 
+from benchmarks import harness  # noqa: E402
+
 pytestmark = pytest.mark.timeout(240)
 
 
@@ -23,7 +25,10 @@ def test_bench_times_each_phase_and_profiles_each(tmp_path):
     done = subprocess.run([sys.executable, str(BENCHMARKS / "bench_actor_gap.py"), "--toy", "--reps", "2",
                            "--out-dir", str(tmp_path), "--tag", "t"], capture_output=True, text=True, timeout=230)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
-    res = json.loads((tmp_path / "actor_gap_cpu_toy_t.json").read_text())
+    res = json.loads((tmp_path / "actor_gap_toy_t.json").read_text())
+    harness.validate(res)
+    assert res["benchmark"] == "actor_gap_toy_t" and res["reps"] == 2
+    assert res["metrics"]["bare_train_s"]["values"] == res["bare_train"]["all_s"]
     assert res["tokens"] == {"real": 8 * (6 + 16), "padded": 8 * (16 + 16)}
     for name in bench_actor_gap.PHASES:
         assert len(res[name]["all_s"]) == 2 and res[name]["min_s"] <= res[name]["median_s"] <= res[name]["max_s"]

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import harness
+
 REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.timeout(120)
@@ -20,7 +22,9 @@ def test_each_collective_at_each_world_size(tmp_path):
                     "--backend", "gloo", "--device", "cpu", "--params", "60000", "--layer-params", "9000", "--reps", "3",
                     "--json-out", str(out)], check=True, timeout=100)
     res = json.loads(out.read_text())
-    assert "rlpost_commit" in res["env"] and res["command"]
+    harness.validate(res)
+    assert res["env"]["commit"] == res["commit"] and "bench_collectives" in res["command"] and res["reps"] == 3
+    assert len(res["metrics"]["model_all_gather_bf16_x2_ms"]["values"]) == 3
     rows = {r["name"]: r for r in res["results"]}
     assert rows["model all-gather bf16"]["bytes"] == 60000 * 2 and rows["model reduce-scatter fp32"]["bytes"] == 60000 * 4
     assert rows["layer all-gather bf16"]["bytes"] == 9000 * 2 and rows["layer reduce-scatter fp32"]["bytes"] == 9000 * 4

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import harness
+
 REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.timeout(240)
@@ -21,7 +23,9 @@ def test_bench_times_each_wire_format_at_each_rank_count(tmp_path):
                     "--rows-per-rank", "8", "--prompt-len", "16", "--response-len", "8", "--reps", "2",
                     "--json-out", str(out)], check=True, timeout=220)
     res = json.loads(out.read_text())
-    assert [r["ranks"] for r in res["results"]] == [1, 2] and res["env"]["cpus"] and "rlpost_commit" in res["env"]
+    harness.validate(res)
+    assert [r["ranks"] for r in res["results"]] == [1, 2] and res["env"]["cpu_count"] and res["reps"] == 2
+    assert res["metrics"]["numpy_x2_s"]["values"] == res["results"][1]["numpy"]["all_s"]
     for row in res["results"]:
         # int64 prompts 16, responses 8, input_ids/attention_mask/position_ids 24 each, response_mask 8; float scores 8
         assert row["rows"] == 8 * row["ranks"]

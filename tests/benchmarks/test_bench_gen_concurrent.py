@@ -16,11 +16,13 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 import bench_gen_concurrent as bgc  # noqa: E402
 
+from benchmarks import harness  # noqa: E402
+
 pytestmark = pytest.mark.timeout(180)
 
 
 def test_modes_alternate_and_the_solo_rank_moves_round():
-    assert [bgc.order(r) for r in range(4)] == [("solo", "all"), ("all", "solo")] * 2
+    assert [bgc.harness.order(r, bgc.MODES) for r in range(4)] == [["solo", "all"], ["all", "solo"]] * 2
     assert [bgc.solo_rank(r, 3) for r in range(5)] == [0, 1, 2, 0, 1]
 
 
@@ -50,7 +52,9 @@ def test_training_phase_runs_in_two_processes(tmp_path, tiny_model_dir):
                     "--response-len", "6", "--micro", "2", "--reps", "3", "--timeout", "150",
                     "--json-out", str(out)], check=True, timeout=170, cwd=REPO)
     res = json.loads(out.read_text())
-    assert "rlpost_commit" in res["env"] and res["args"]["phases"] == ["train"]
+    harness.validate(res)
+    assert res["benchmark"] == "gen_concurrent_x2" and res["args"]["phases"] == ["train"] and res["reps"] == 3
+    assert res["metrics"]["train_solo_s"]["values"] == [t[0] for t in res["times"]["train"]["solo"]]
     assert [r["threads"] for r in res["ranks"]] == [1, 1]  # as Ray gives a main_ppo worker
     times = res["times"]["train"]
     assert len(times["solo"]) == 3 and all(len(t) == 1 and t[0] > 0 for t in times["solo"])

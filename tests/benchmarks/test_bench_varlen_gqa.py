@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import harness
+
 REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.timeout(120)
@@ -20,7 +22,9 @@ def test_bench_times_both_sides_and_writes_equal_results(tmp_path):
                     "--seq-lens", "7", "12", "5", "--heads", "4", "--kv-heads", "2", "--dim", "8",
                     "--reps", "2", "--rounds", "2", "--json-out", str(out)], check=True, timeout=100)
     res = json.loads(out.read_text())
-    assert res["tokens"] == 24 and res["env"]["varlen_kernel"] is False
+    harness.validate(res)
+    assert res["tokens"] == 24 and res["varlen_kernel"] is False and res["reps"] == 4
+    assert res["metrics"]["native_fwd_ms"]["values"] == res["sides"]["native"]["fwd"]["all_ms"]
     for side in ("repeat", "native"):
         for phase in ("fwd", "fwd_bwd"):
             t = res["sides"][side][phase]

@@ -128,3 +128,24 @@ def test_result_summary_index_and_current_page(tmp_path) -> None:
     assert "| A3 | 1 | 1–1 | >= 0.95, ci_low >= 0.90 | yes | 12 |" in page
     with pytest.raises(ValueError, match="no rlpost-bench/1 result file"):
         harness.write_summary(tmp_path / "2026-11-30_h200" / "..", None)
+
+
+def test_timing_metric_and_the_validator(tmp_path) -> None:
+    res = harness.Result("t", command="c", reps=4, env=_env("2026-12-02T05:00:00+00:00"))
+    m = res.timing("step_s", [4.0, 1.0, 3.0, 2.0], note="n")
+    # Inclusive quartiles of 1, 2, 3, 4: 1.75 and 3.25; the median 2.5.
+    assert m["value"] == 2.5 and m["spread"]["q1"] == 1.75 and m["spread"]["q3"] == 3.25
+    assert (m["spread"]["min"], m["spread"]["max"], m["values"], m["unit"], m["note"]) == (1.0, 4.0,
+                                                                                        [4.0, 1.0, 3.0, 2.0], "s", "n")
+    out = tmp_path / "deep" / "named.json"
+    assert res.write(path=out) == out
+    harness.validate(json.loads(out.read_text()))
+    good = res.to_dict()
+    for broken, message in ((dict(good, schema="other/1"), "schema 'other/1'"),
+                            ({k: v for k, v in good.items() if k != "gpu"}, "missing key 'gpu'"),
+                            (dict(good, reps=True), "reps=True is not int"),
+                            (dict(good, metrics={"x": {"value": 1.0}}), "metric 'x' lacks")):
+        with pytest.raises(ValueError, match=message):
+            harness.validate(broken)
+    with pytest.raises(ValueError, match="command=None is not str"):
+        harness.Result("t", command=None, reps=1, env=_env("2026-12-02T05:00:00+00:00")).write(path=out)
