@@ -16,6 +16,7 @@ from rlpost.trainer.config.convert import to_typed
 from rlpost.trainer.config.distillation_rules import check_distillation, fill_teacher_entries
 from rlpost.trainer.config.errors import ConfigError, warn
 from rlpost.trainer.config.profiling_rules import check_profiling
+from rlpost.trainer.config.async_rules import check_async
 from rlpost.trainer.config.placement_rules import check_placement
 from rlpost.trainer.config.roles import need_critic
 from rlpost.trainer.config.rules import (check_combinations, check_enums, check_liger, check_lora,
@@ -78,6 +79,7 @@ def _check(cfg: DictConfig) -> PPOTrainerConfig:
     check_lora(typed)
     check_liger(typed)
     check_placement(typed)
+    check_async(typed)
     check_distillation(typed)
     need_critic(typed)
     check_sequence_parallel(typed)
