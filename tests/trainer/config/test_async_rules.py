@@ -38,3 +38,11 @@ def test_separate_async_reads_the_queue_from_v1(small_cfg):
 ])
 def test_bad_async_settings_fail_at_start_up_naming_a_value_that_works(config_error, values, expected):
     assert expected in config_error({**ASYNC, **values})
+
+
+def test_dry_run_plan_shows_the_queue(small_cfg):
+    from rlpost.trainer.config.plan import dry_run_plan
+
+    plan = dry_run_plan(typed_config(small_cfg({**ASYNC, "trainer.v1.sampler.max_off_policy_strategy": "wait"})))
+    assert ("2 generation(s) queued beyond the batch being trained; trainer rank 0 broadcasts the weights over "
+            "gloo every 2 update(s)") in plan and "staleness bound 2 versions (wait)" in plan
