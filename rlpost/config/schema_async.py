@@ -29,7 +29,7 @@ class SamplerConfig(BaseConfig):
     max_off_policy_strategy: str  # drop | wait (rules.check_async)
     sync_refill_failed_groups: bool  # not built (unsupported.py)
     custom_sampler: dict[str, Any]  # not built (unsupported.UNBUILT_GROUPS)
-    sampler_kwargs: dict[str, Any]  # not built (unsupported.UNBUILT_GROUPS)
+    sampler_kwargs: dict[str, Any]  # not built (unsupported.py)
 
 
 @dataclass(frozen=True)

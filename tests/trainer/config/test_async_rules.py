@@ -33,6 +33,7 @@ def test_separate_async_reads_the_queue_from_v1(small_cfg):
     ({"trainer.v1.trainer_mode": "colocate_async"}, "not supported yet: trainer.v1.trainer_mode=colocate_async"),
     ({"trainer.v1.sampler.sync_refill_failed_groups": True},
      "not supported yet: trainer.v1.sampler.sync_refill_failed_groups=true"),
+    ({"trainer.v1.sampler.sampler_kwargs": {"a": 1}}, "not supported yet: trainer.v1.sampler.sampler_kwargs="),
     ({"trainer.v1.separate_async.hybrid_rollout.enable_switch": True},
      "not supported yet: trainer.v1.separate_async.hybrid_rollout.enable_switch=true"),
 ])
