@@ -13,6 +13,7 @@ PROMPTS = "prompts"  # (B, P) left-padded prompt ids
 RESPONSES = "responses"  # (B, R) right-padded response ids
 RESPONSE_MASK = "response_mask"  # (B, R) 1 on generated tokens up to and including EOS
 ROLLOUT_LOG_PROBS = "rollout_log_probs"  # (B, R) log-probs the engine sampled with
+ROLLOUT_POLICY_VERSIONS = "rollout_policy_versions"  # (B, R) int64: policy version that sampled each token, -1 on pad
 OLD_LOG_PROBS = "old_log_probs"  # (B, R) actor log-probs before the update
 ENTROPYS = "entropys"  # (B, R) per-token entropy of the actor
 SUM_PI_SQUARED = "sum_pi_squared"  # (B, R) sum over the vocabulary of the actor's squared probabilities (OTB)

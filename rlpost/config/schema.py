@@ -17,6 +17,7 @@ from rlpost.config.constraints import (
     POSITIVE_OR_NULL,
     STEPS_OR_NEVER,
 )
+from rlpost.config.schema_async import TrainerV1Config
 from rlpost.config.schema_distillation import DistillationConfig
 from rlpost.config.schema_judge import JudgeConfig
 
@@ -409,7 +410,7 @@ class TrainerConfig(BaseConfig):
     esi_redundant_time: int
     use_legacy_worker_impl: str
     use_v1: bool
-    v1: dict[str, Any]  # verl's v1 trainer modes: not built (unsupported.UNBUILT_GROUPS)
+    v1: TrainerV1Config  # verl's v1 trainer modes (schema_async)
 
 
 @dataclass(frozen=True)

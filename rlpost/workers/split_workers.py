@@ -103,6 +103,8 @@ class SplitRolloutWorker(ActorRolloutRefWorker):
     def __init__(self, config: Any, role: str = "rollout") -> None:
         super().__init__(config, role)
         self.transfer = Transfer()
+        self._idle_since: float | None = None  # when the engine's last call ended
+        self._idle_s = 0.0  # seconds without a call since the last generation
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
     def join_weight_sync(self, host: str, port: int, world: int, metas: list) -> None:
@@ -112,10 +114,18 @@ class SplitRolloutWorker(ActorRolloutRefWorker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
     def receive_weights(self) -> float:
         """Receive every bucket and stream it into the engine; returns the seconds it took."""
-        start = time.perf_counter()
+        start = self._busy()
         self.rollout.update_weights(weight_sync.receive(self.transfer.group, self.transfer.metas,
                                                         _bucket_bytes(self.config), self._model_device()))
-        return time.perf_counter() - start
+        self._idle_since = time.perf_counter()
+        return self._idle_since - start
+
+    def _busy(self) -> float:
+        """A call starts: add the time since the last one ended to the idle time; returns now."""
+        now = time.perf_counter()
+        if self._idle_since is not None:
+            self._idle_s += now - self._idle_since
+        return now
 
     def _model_device(self) -> str:
         return "cuda" if self.device == "cuda" else "cpu"
@@ -123,8 +133,14 @@ class SplitRolloutWorker(ActorRolloutRefWorker):
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO, blocking=False)
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """`ActorRolloutRefWorker.generate_sequences`, returning a future to the driver. Sampling is seeded
-        by (global step, rank), so a batch generated again after a resume is the same batch."""
+        by (global step, rank), so a batch generated again after a resume is the same batch. Adds the engine's
+        idle seconds since the previous generation (`timing_s/rollout_idle` in the output's metrics)."""
         step = int(prompts.meta_info.get(keys.META_GLOBAL_STEP, 0))
         validate = bool(prompts.meta_info.get(keys.META_VALIDATE, False))
         torch.manual_seed(1_000_003 * step + 2 * self.rank + int(validate))
-        return super().generate_sequences(prompts)
+        self._busy()
+        out = super().generate_sequences(prompts)
+        self._idle_since = time.perf_counter()
+        out.meta_info.setdefault(keys.META_METRICS, {})["timing_s/rollout_idle"] = self._idle_s
+        self._idle_s = 0.0
+        return out

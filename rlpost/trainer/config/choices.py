@@ -107,6 +107,8 @@ def enums() -> dict[str, tuple[Any, ...]]:
         "trainer.logger": ("console", "file", "wandb", "tensorboard", "mlflow", "swanlab", "trackio", "vemlp_wandb"),
         "trainer.device": ("cuda", "cpu"),
         "trainer.use_legacy_worker_impl": ("auto", "enable", "disable"),
+        "trainer.v1.trainer_mode": ("sync", "colocate_async", "separate_async"),
+        "trainer.v1.sampler.max_off_policy_strategy": ("drop", "wait"),
         **{f"{group}.mixed_precision.param_dtype": (None, "bf16", "bfloat16", "fp16", "float16", "fp32", "float32")
            for group in (f"{ARR}.actor.fsdp_config", f"{ARR}.ref.fsdp_config", "critic.model.fsdp_config")},
         **{f"{group}.model_dtype": ("fp32", "float32", "bf16", "bfloat16")

@@ -54,6 +54,10 @@ def split_plan(c: PPOTrainerConfig) -> list[str]:
     devices = split_devices(c)
     backend = "gloo" if trainer.device == "cpu" else "NCCL"
     ahead = {0: "on-policy", 1: "one-step-off-policy"}.get(trainer.staleness, f"{trainer.staleness} steps off-policy")
+    if trainer.v1.trainer_mode == "separate_async":
+        from rlpost.trainer.config.async_plan import async_plan
+
+        return async_plan(c, devices, backend)
     return [
         f"rollout pool: {devices} devices = {ARR}.rollout.nnodes={rollout.nnodes} x n_gpus_per_node="
         f"{rollout.n_gpus_per_node}, {rollout.name} engines, tensor_model_parallel_size="

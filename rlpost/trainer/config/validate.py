@@ -17,6 +17,7 @@ from rlpost.trainer.config.distillation_rules import check_distillation, fill_te
 from rlpost.trainer.config.judge_rules import check_judge
 from rlpost.trainer.config.errors import ConfigError, warn
 from rlpost.trainer.config.profiling_rules import check_profiling
+from rlpost.trainer.config.async_rules import check_async
 from rlpost.trainer.config.placement_rules import check_placement
 from rlpost.trainer.config.roles import need_critic
 from rlpost.trainer.config.over_sample import check_over_sample
@@ -81,6 +82,7 @@ def _check(cfg: DictConfig) -> PPOTrainerConfig:
     check_lora(typed)
     check_liger(typed)
     check_placement(typed)
+    check_async(typed)
     check_distillation(typed)
     check_judge(typed)
     need_critic(typed)

@@ -6,8 +6,14 @@
     split, staleness 1 (one-step-off-policy): while the actor trains on batch k, the rollout group generates
         batch k+1 with the weights of step k-1; the weights of step k are sent once that generation is done.
 
+    split, trainer.v1.trainer_mode=separate_async (fully asynchronous): the engines generate continuously into a
+        bounded queue (`num_warmup_batches` generations beyond the batch being trained), the weights are pushed
+        every `parameter_sync_step` updates, and the queue enforces the staleness bound
+        (`sampler.max_off_policy_threshold`, strategy drop | wait).
+
 Every generated batch carries its policy version (the number of actor updates behind the weights that
-generated it); `metrics()` logs it with the gap to the policy being trained. The gap is corrected like any
+generated it), per token as `rollout_policy_versions`; `metrics()` logs it with the gap to the policy being
+trained, the queue's depth, trainer and rollout idle time and the staleness histogram. The gap is corrected like any
 rollout/actor mismatch: `rollout_log_probs` against the actor's `old_log_probs` (algorithm.rollout_correction).
 
 Dynamic sampling (algorithm.filter_groups) draws its further batches of a step from the same queue: each is
@@ -19,12 +25,15 @@ A checkpoint keeps the batches generated ahead (`save`): a resumed run trains on
 from __future__ import annotations
 
 import os
+import time
 from collections import deque
 from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
+from rlpost import keys as K
 from rlpost.protocol import DataProto
+from rlpost.trainer.ppo.staleness import staleness_metrics, token_versions
 
 TICKET = "rollout_ticket"  # meta_info: which generation in flight belongs to this batch of prompts
 PREPARED = "rollout_prepared"  # meta_info: uids given and prompts repeated rollout.n times
@@ -35,11 +44,18 @@ GenInputs = Callable[..., DataProto]  # (prepared batch, step=None) -> generatio
 
 
 def build_rollouts(config: Any, workers: Any, prepare: Prepare, gen_inputs: GenInputs) -> HybridRollouts:
-    """The rollouts of `config` (typed): hybrid, or split with `trainer.staleness`, connected."""
+    """The rollouts of `config` (typed): hybrid, or split with `trainer.staleness` or the fully asynchronous
+    queue of `trainer.v1` (trainer_mode=separate_async), connected."""
     if workers.rollout is None:
         return HybridRollouts(workers.actor_rollout, prepare, gen_inputs)
-    rollouts = SplitRollouts(workers.actor_rollout, workers.rollout, config.trainer.staleness, prepare, gen_inputs,
-                             os.path.expanduser(config.trainer.default_local_dir))
+    from rlpost.trainer.config.async_rules import queue_depth, sync_every
+
+    v1 = config.trainer.v1
+    fully_async = v1.trainer_mode == "separate_async"
+    rollouts = SplitRollouts(workers.actor_rollout, workers.rollout, queue_depth(config), prepare, gen_inputs,
+                             os.path.expanduser(config.trainer.default_local_dir), sync_every(config),
+                             v1.sampler.max_off_policy_threshold if fully_async else None,
+                             v1.sampler.max_off_policy_strategy)
     rollouts.connect()
     return rollouts
 
@@ -93,33 +109,48 @@ class HybridRollouts:
 
 
 class SplitRollouts(HybridRollouts):
-    """Rollout engines in their own worker group, up to `staleness` generations ahead of training.
+    """Rollout engines in their own worker group, generating into a bounded queue ahead of training.
+
+    The queue holds up to `staleness` generations beyond the batch being trained, submitted in order, so the
+    engines always have work. The weights are pushed every `sync_every` actor updates (each push queued behind
+    the generations submitted before it). A batch's staleness (actor updates since the weights that generated
+    it) is bounded by `bound` at the queue: `strategy="drop"` discards a batch over it and generates its
+    prompts again with the current weights; `strategy="wait"` submits a generation only once it would be
+    within the bound when trained.
 
     Args:
         actor_group / rollout_group: the split worker groups (`rlpost.workers.split_workers`).
-        staleness: generations submitted before the batch being trained on (0: on-policy).
+        staleness: generations queued beyond the batch being trained (0: on-policy).
+        sync_every: actor updates between two weight pushes.
+        bound / strategy: the staleness bound (None: none) and what the queue does with a batch over it.
     """
 
     def __init__(self, actor_group: Any, rollout_group: Any, staleness: int, prepare: Prepare,
-                 gen_inputs: Prepare, checkpoint_root: str = "") -> None:
+                 gen_inputs: Prepare, checkpoint_root: str = "", sync_every: int = 1, bound: int | None = None,
+                 strategy: str = "drop") -> None:
         super().__init__(rollout_group, prepare, gen_inputs)
         self.actor_group, self.staleness = actor_group, staleness
+        self.sync_every, self.bound, self.strategy = sync_every, bound, strategy
         self.checkpoint_root = checkpoint_root  # named when the run stops on a failed transfer
+        self.updates = 0  # actor updates so far (the version of the policy being trained)
         self._pending: dict[int, tuple[Any, int]] = {}  # ticket -> (future or output, policy version)
+        self._step_of: dict[int, int] = {}  # ticket -> the training step its generation is for (seeds it)
         self._queue: deque[DataProto] = deque()
         self._sync: list[Any] = []  # futures of the last weight transfer
         self._sync_ticket = 0  # the first generation submitted after it
         self._next_ticket = 0
-        self._submitted = 0  # training step of the last batch submitted
+        self._enqueued = 0  # training step of the last batch queued
         self._sync_metrics: dict[str, float] = {}
-        self._actor_updates = self._updates_sent = 0  # update_actor calls, and how many of them were sent
+        self._step_metrics: dict[str, float] = {}  # queue and idle metrics of the step being trained
+        self._versions: list[torch.Tensor] = []  # (B, R) per-token versions of the step's batches
+        self._actor_updates = 0  # update_actor calls seen on the actor group
         self._count_actor_updates()
 
     def _count_actor_updates(self) -> None:
         """Count the actor group's `update_actor` calls (its bound method wrapped on this driver), so that a
-        generation after an update whose weights were never sent (a recipe's own fit() that does not call
-        `checkpoint_manager.update_weights()`) sends them first, as a hybrid engine syncs on entering
-        generation."""
+        generation after an update whose weights were never synced (a recipe's own fit() that does not call
+        `sync_weights` / `checkpoint_manager.update_weights()`) syncs them first, as a hybrid engine syncs on
+        entering generation."""
         update = self.actor_group.update_actor
 
         def counted(*args: Any, **kwargs: Any) -> Any:
@@ -129,9 +160,9 @@ class SplitRollouts(HybridRollouts):
 
         self.actor_group.update_actor = counted
 
-    def _send_if_behind(self) -> None:
-        if self._actor_updates > self._updates_sent:
-            self._push()  # queued on the engines ahead of the generation that follows
+    def _sync_if_behind(self) -> None:
+        while self._actor_updates > self.updates:  # updates sync_weights never heard of
+            self.sync_weights({})
 
     def connect(self) -> None:
         """Form the transfer group (trainer rank 0 + every rollout rank) and send the initial weights."""
@@ -145,46 +176,96 @@ class SplitRollouts(HybridRollouts):
         self.set_version(0)  # the engines start from the actor's initial weights
 
     def batches(self, dicts: Iterable[dict]) -> Iterator[DataProto]:
-        """Prepared batches of prompts; each one's generation is submitted `staleness` steps ahead of its
-        training step (so it uses the weights sent `staleness` updates ago)."""
+        """Prepared batches of prompts; each one's generation is queued `staleness` steps ahead of its training
+        step and submitted as soon as the staleness bound allows."""
         for d in dicts:
-            self._submit(self.prepare(DataProto.from_single_dict(d)))
+            self._enqueue(self.prepare(DataProto.from_single_dict(d)))
             while len(self._queue) > self.staleness:
-                yield self._queue.popleft()
+                yield self._take()
         while self._queue:
-            yield self._queue.popleft()
+            yield self._take()
 
-    def _submit(self, batch: DataProto) -> None:
-        self._send_if_behind()
+    def _enqueue(self, batch: DataProto) -> None:
+        self._sync_if_behind()
         ticket, self._next_ticket = self._next_ticket, self._next_ticket + 1
-        self._submitted += 1
+        self._enqueued += 1
         batch.meta_info[TICKET] = ticket
-        gen_batch = self.gen_inputs(batch, step=self._submitted)  # the step it trains at seeds its sampling
+        self._step_of[ticket] = self._enqueued
+        self._queue.append(batch)
+        self._fill()
+
+    def _take(self) -> DataProto:
+        """The next batch to train on; notes the queue's depth (batches queued, of which finished) first."""
+        if self._step_metrics:  # a further batch of the same step (dynamic sampling)
+            return self._queue.popleft()
+        ready = sum(1 for b in self._queue if _is_ready(self._pending.get(b.meta_info[TICKET], (None,))[0]))
+        self._step_metrics = {"fully_async/queue_depth": float(len(self._queue)), "fully_async/queue_ready":
+                              float(ready), "fully_async/trainer_idle_s": 0.0, "fully_async/rollout_idle_s": 0.0,
+                              "fully_async/dropped_samples": 0.0, "fully_async/dropped_tokens": 0.0}
+        return self._queue.popleft()
+
+    def _allowed(self, ticket: int) -> bool:
+        """Whether a generation submitted now would be within the bound when trained (strategy wait)."""
+        return self.strategy != "wait" or self.bound is None or \
+            self._step_of[ticket] - 1 - self.version <= self.bound
+
+    def _fill(self) -> None:
+        """Submit the queued generations, in order, as far as the staleness bound allows."""
+        for batch in self._queue:
+            ticket = batch.meta_info[TICKET]
+            if ticket in self._pending:
+                continue
+            if not self._allowed(ticket):
+                break
+            self._submit(batch, ticket)
+
+    def _submit(self, batch: DataProto, ticket: int) -> None:
+        gen_batch = self.gen_inputs(batch, step=self._step_of[ticket])  # the step it trains at seeds its sampling
         try:
             self._pending[ticket] = (self.group.generate_sequences(gen_batch), self.version)
         except Exception:
             self._raise_first_failure()
             raise
-        self._queue.append(batch)
 
     def generate(self, batch: DataProto) -> DataProto:
-        """The output submitted for `batch` (waiting for it), else generated now with the current weights."""
-        self._send_if_behind()
+        """The output queued for `batch` (waiting for it; generated again if it is over the staleness bound),
+        else generated now with the current weights. Adds `rollout_policy_versions` (B, R)."""
+        self._sync_if_behind()
+        start = time.perf_counter()
         ticket = batch.meta_info.pop(TICKET, None)
+        if ticket is not None and ticket not in self._pending and ticket in self._step_of:
+            self._submit(batch, ticket)  # held back by the bound (wait) until now
         if ticket in self._pending:
             result, version = self._pending.pop(ticket)
-            self._batch_versions.append(version)
             out = result if isinstance(result, DataProto) else result.get()
+            step = self._step_of.pop(ticket)
+            if self.bound is not None and self.updates - version > self.bound:
+                self._drop(out)
+                version = self.version
+                out = self.generate_sequences(self.gen_inputs(batch, step=step))
         else:
-            self._batch_versions.append(self.version)
+            version = self.version
             out = self.generate_sequences(self.gen_inputs(batch))
         self._wait_sync()  # a transfer queued behind that generation has finished (errors surface here)
         out.meta_info.pop(TICKET, None)  # the driver's bookkeeping: batches of other generations concatenate
+        self._batch_versions.append(version)
+        out.batch[K.ROLLOUT_POLICY_VERSIONS] = token_versions(_response_mask(out), version)
+        self._versions.append(out.batch[K.ROLLOUT_POLICY_VERSIONS])
+        idle = (out.meta_info.get(K.META_METRICS) or {}).get("timing_s/rollout_idle", 0.0)
+        self._add("fully_async/rollout_idle_s", max(idle) if isinstance(idle, list) else idle)
+        self._add("fully_async/trainer_idle_s", time.perf_counter() - start)
         return out
+
+    def _add(self, name: str, value: float) -> None:
+        self._step_metrics[name] = self._step_metrics.get(name, 0.0) + float(value)
+
+    def _drop(self, out: DataProto) -> None:
+        self._add("fully_async/dropped_samples", len(out))
+        self._add("fully_async/dropped_tokens", float(_response_mask(out).sum()))
 
     def generate_sequences(self, gen_batch: DataProto) -> DataProto:
         """Generate now (validation, ReMax's greedy pass): queued behind any transfer, whose failure is named."""
-        self._send_if_behind()
+        self._sync_if_behind()
         try:
             return self.group.generate_sequences(gen_batch).get()
         except Exception:
@@ -192,12 +273,17 @@ class SplitRollouts(HybridRollouts):
             raise
 
     def sync_weights(self, metrics: dict[str, Any]) -> None:
-        """Send the new weights. Staleness 0 waits for them to arrive (timed as `update_weights`); otherwise
-        the transfer runs once the engines finish the generation they are on."""
-        self._push()
+        """After an actor update: every `sync_every` updates send the new weights, then submit what the bound
+        held back. Staleness 0 waits for them to arrive (timed as `update_weights`); otherwise the transfer
+        runs once the engines finish the generations queued before it."""
+        self.updates += 1
+        if self.updates % self.sync_every:
+            return
+        self._push(self.updates)
         if self.staleness == 0:
             self._wait_sync()
             metrics["timing_s/update_weights"] = self._sync_metrics["timing_s/send_weights"]
+        self._fill()
 
     def _raise_first_failure(self) -> None:
         """After a call to the rollout group failed (e.g. its dispatch found a worker dead): raise the error of
@@ -210,11 +296,10 @@ class SplitRollouts(HybridRollouts):
             self._pending[ticket] = (result if isinstance(result, DataProto) else result.get(), version)
         self._wait_sync()
 
-    def _push(self) -> None:
+    def _push(self, version: int) -> None:
         self._sync = [self.actor_group.send_weights(), self.group.receive_weights()]
-        self._updates_sent = self._actor_updates
         self._sync_ticket = self._next_ticket  # generations with a smaller ticket run before this transfer
-        self.version += 1
+        self.version = version
 
     def _wait_sync(self) -> None:
         """Wait for the last transfer. Its two sides wait on each other: the first to fail stops the run, with
@@ -231,26 +316,42 @@ class SplitRollouts(HybridRollouts):
         self._sync_metrics = {**send[0], "timing_s/receive_weights": max(receive)}
 
     def set_version(self, version: int) -> None:
-        """After a resume: the actor's weights (version `version`) go to the engines first."""
-        self._push()
-        self.version = version
+        """At start-up or after a resume: the actor's weights (version `version`) go to the engines first; the
+        queued batches (from a checkpoint) are for the steps after it."""
+        self.updates = version
+        self._actor_updates = max(self._actor_updates, version)
+        self._push(version)
         self._wait_sync()
-        self._submitted = version + len(self._queue)
+        for i, batch in enumerate(self._queue):
+            self._step_of[batch.meta_info[TICKET]] = version + 1 + i
+        self._enqueued = version + len(self._queue)
+        self._fill()
 
     def metrics(self, step: int) -> dict[str, float]:
-        """Policy version of the batch just trained on and its gap to the policy that trained on it; with
-        dynamic sampling (several generation batches in one step) the oldest of them."""
+        """Policy version of the batch just trained on and its gap to the policy that trained on it (with
+        dynamic sampling, the oldest of the step's batches); the queue, idle and staleness metrics."""
         oldest = min(self._batch_versions, default=self.version)
         self._batch_versions = []
-        return {"training/policy_version": oldest,
-                "training/policy_staleness": step - 1 - oldest,
-                "perf/weight_sync_bytes": self._sync_metrics.get("perf/weight_sync_bytes", 0.0)}
+        out = {"training/policy_version": oldest,
+               "training/policy_staleness": step - 1 - oldest,
+               "perf/weight_sync_bytes": self._sync_metrics.get("perf/weight_sync_bytes", 0.0),
+               **self._step_metrics}
+        if self._versions:
+            width = max(v.shape[1] for v in self._versions)
+            padded = [torch.nn.functional.pad(v, (0, width - v.shape[1]), value=-1) for v in self._versions]
+            out.update(staleness_metrics(torch.cat(padded), step - 1))
+        self._versions, self._step_metrics = [], {}
+        return out
 
     def save(self, folder: str) -> None:
-        """Write the batches generated ahead (waiting for them) with their outputs and versions."""
+        """Write the queued batches (waiting for those submitted) with their outputs and versions; a batch the
+        bound still held back is written without an output."""
         items = []
         for batch in self._queue:
             ticket = batch.meta_info[TICKET]
+            if ticket not in self._pending:
+                items.append((batch, None, None))
+                continue
             result, version = self._pending[ticket]
             out = result if isinstance(result, DataProto) else result.get()
             self._pending[ticket] = (out, version)
@@ -258,15 +359,37 @@ class SplitRollouts(HybridRollouts):
         torch.save(items, os.path.join(folder, INFLIGHT_FILE))
 
     def load(self, folder: str) -> None:
-        """Queue the batches a checkpoint kept, ahead of the data loader's next one."""
+        """Queue the batches a checkpoint kept, ahead of the data loader's next one (`set_version` then
+        numbers their steps and submits those without an output)."""
         path = os.path.join(folder, INFLIGHT_FILE)
         if not os.path.exists(path):
             return
         for batch, out, version in torch.load(path, weights_only=False):
             ticket, self._next_ticket = self._next_ticket, self._next_ticket + 1
             batch.meta_info[TICKET] = ticket
-            self._pending[ticket] = (out, version)
+            if out is not None:
+                self._pending[ticket] = (out, version)
             self._queue.append(batch)
+
+
+def _is_ready(result: Any) -> bool:
+    """Whether a queued generation has finished (an output, or a future whose Ray objects are all ready)."""
+    refs = getattr(result, "futures", None)
+    if result is None:
+        return False
+    if not refs:
+        return True
+    import ray
+
+    ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
+    return len(ready) == len(refs)
+
+
+def _response_mask(out: DataProto) -> torch.Tensor:
+    """(B, R) response-token mask of a rollout output (every position when the engine gave none)."""
+    if K.RESPONSE_MASK in out.batch:
+        return out.batch[K.RESPONSE_MASK]
+    return torch.ones(out.batch[K.RESPONSES].shape, dtype=torch.int64)
 
 
 class WeightTransferError(RuntimeError):
