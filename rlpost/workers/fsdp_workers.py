@@ -28,6 +28,7 @@ from rlpost.engine.fsdp import (apply_fsdp2, compute_dtype, load_model_to, load_
                                move_optimizer, offload_model, reshard, to_dtype)
 from rlpost.engine.lora import apply_lora
 from rlpost.utils.lora_config import lora_enabled
+from rlpost.engine.vision import freeze_vision_tower
 from rlpost.utils.model import load_for_sharding
 from rlpost.utils.optim import build_lr_scheduler, build_optimizer
 from rlpost.utils.profiler import lifetime_peaks, phase
@@ -114,7 +115,7 @@ class _FSDPRole(ProfiledWorker):
             load_shards_from_rank0(module, full_state)
 
     def _build_trainable(self, model_cfg: Any, optim_cfg: Any, fsdp_cfg: Any, value_model: bool,
-                         total_training_steps: int | None, group: str):
+                         total_training_steps: int | None, group: str, freeze_vision: bool = False):
         """Load (master weights in `fsdp_config.model_dtype`), shard, then AdamW + an LR schedule over
         `total_training_steps` (None: `optim.total_training_steps`, see `rlpost.utils.optim.resolve_total_steps`).
         With `model.enable_activation_offload` the forward's saved activations wait on the host.
@@ -129,6 +130,8 @@ class _FSDPRole(ProfiledWorker):
             to_dtype(fsdp_cfg.model_dtype)
         module, full_state = load_for_sharding(model_cfg, dtype, value_model, fsdp_cfg.offload_policy)
         peft_model = apply_lora(module, model_cfg, group, value_model) if lora else None
+        if freeze_vision:  # actor.freeze_vision_tower: before sharding, so the optimizer never holds the tower
+            freeze_vision_tower(module)
         self._shard(module, fsdp_cfg, trainable=True, full_state=full_state)
         del full_state  # rank 0's full copy
         if model_cfg.enable_activation_offload:
@@ -267,7 +270,8 @@ class ActorRolloutRefWorker(_FSDPRole):
         """The trainable policy: sharded, with AdamW and its LR schedule (LoRA adapters when configured)."""
         acfg = self.config.actor
         module, optimizer, scheduler, peft = self._build_trainable(
-            model_cfg, acfg.optim, acfg.fsdp_config, False, total_training_steps, "actor_rollout_ref.model")
+            model_cfg, acfg.optim, acfg.fsdp_config, False, total_training_steps, "actor_rollout_ref.model",
+            acfg.freeze_vision_tower)
         policy = DataParallelPPOActor(acfg, module, optimizer, model_cfg.use_remove_padding, self.mini_batch_rows,
                                       self.actor_sp, model_cfg.use_fused_kernels)
         if self.actor_sp is not None:
