@@ -340,6 +340,9 @@ def mm_encoder(frame: Any, config: Any, processor: Any, chat_template_kwargs: di
         raise ValueError(f"{data_files}: the {column!r} column (data.image_key) holds images, but the model "
                          "has no multimodal processor (a text-only model); use a vision-language model "
                          "(e.g. Qwen2-VL) or drop the column / set data.image_key=null")
+    if not config.return_multi_modal_inputs:
+        raise ValueError(f"not supported yet: data.return_multi_modal_inputs=false with images in {data_files} "
+                         "(the actor reads each row's pixels from them); set it to true")
     return MultiModalEncoder(processor, _plain_mapping(config.mm_processor_kwargs), chat_template_kwargs)
 
 

@@ -33,10 +33,23 @@ from rlpost.rollout.base import BaseRollout, SamplingSpec, resolve_sampling  # n
 from rlpost.rollout.utils import (assemble_output, engine_seed, eos_id_set, load_format_name, max_model_len,  # noqa: E402
                                   prompt_token_lists, row_caps)
 from rlpost.utils.profiler import set_unbacked_bytes  # noqa: E402
+from rlpost.utils.vl_processor import inspect_vllm_models_in_process  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
 _LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the max_lora_rank values vLLM accepts
+
+
+def _is_vision_language(model_path: str) -> bool:
+    """True when the model folder's config has a vision tower (Qwen2-VL family)."""
+    from transformers import AutoConfig
+
+    from rlpost.utils.model import is_vision_language
+
+    try:
+        return is_vision_language(AutoConfig.from_pretrained(model_path))
+    except (OSError, ValueError):  # a config transformers cannot read: vLLM reports it
+        return False
 
 
 def _rank_world() -> tuple[int, int]:
@@ -229,6 +242,11 @@ class VLLMRollout(BaseRollout):
         self.rank, _ = _rank_world()
         self.last_sync_breakdown: dict[str, float] = {}
         kwargs = engine_kwargs(config, model_path, device, lora_rank)
+        if _is_vision_language(model_path):
+            # the processor loads without torchvision (images only); no video: its dummy profiling input would
+            # need the video processor. engine_kwargs.vllm.limit_mm_per_prompt still wins.
+            inspect_vllm_models_in_process()
+            kwargs.setdefault("limit_mm_per_prompt", {"video": 0})
         if lora_rank > 0:
             kwargs["load_format"] = "auto"  # the frozen base comes from model_path, only the adapter is synced
         start = time.perf_counter()
@@ -245,6 +263,11 @@ class VLLMRollout(BaseRollout):
         spec = resolve_sampling(self.config, prompts.meta_info)
         stop_ids = eos_id_set(prompts.meta_info.get(keys.META_EOS_TOKEN_ID))
         requests = [{"prompt_token_ids": ids} for ids in prompt_token_lists(prompts)]
+        mm_data = prompts.non_tensor_batch.get(keys.MULTI_MODAL_DATA) if prompts.non_tensor_batch else None
+        if mm_data is not None:  # each row's images; its prompt holds one image token per image
+            for request, data in zip(requests, mm_data):
+                if data:
+                    request["multi_modal_data"] = dict(data)
         params: SamplingParams | list[SamplingParams] = sampling_params(spec, stop_ids)
         caps = row_caps(prompts, spec.max_tokens)
         if caps is not None:  # per-sample caps: the engine stops each row at its own, not at the longest
