@@ -29,12 +29,12 @@ from rlpost.engine.fsdp import (apply_fsdp2, compute_dtype, load_model_to, load_
 from rlpost.engine.lora import apply_lora
 from rlpost.utils.lora_config import lora_enabled
 from rlpost.engine.vision import freeze_vision_tower
-from rlpost.utils.model import load_for_sharding
+from rlpost.utils.model import is_vision_language, load_for_sharding
 from rlpost.utils.optim import build_lr_scheduler, build_optimizer
 from rlpost.utils.profiler import lifetime_peaks, phase
 from rlpost.utils.shm import local_model_path
 from rlpost.utils.determinism import determinism_seed, enable_full_determinism
-from rlpost.utils.tokenizer import auto_tokenizer
+from rlpost.utils.tokenizer import auto_tokenizer, hf_processor
 from rlpost.engine.ulysses import SequenceParallel, new_sequence_parallel, sp_size, use_ulysses_attention
 from rlpost.workers.actor import DataParallelPPOActor
 from rlpost.workers.batching import group_rows, own_rows, rows_per_rank, sp_parts
@@ -142,7 +142,9 @@ class _FSDPRole(ProfiledWorker):
     def _save(self, local_path: str, module, optimizer, scheduler, fsdp_cfg, global_step: int,
               max_ckpt_to_keep: int | None, save_contents, peft_model: Any = None) -> None:
         self._onload(module, optimizer, fsdp_cfg)
-        save_fsdp_checkpoint(local_path, module, optimizer, scheduler, save_contents, self.tokenizer,
+        # a vision-language model's processor writes the tokenizer plus its image processor and template
+        files = getattr(self, "processor", None) or self.tokenizer
+        save_fsdp_checkpoint(local_path, module, optimizer, scheduler, save_contents, files,
                              None if peft_model is None else peft_model.peft_config["default"])
         self._offload(module, optimizer, fsdp_cfg)
         if local_path not in self._saved:
@@ -241,6 +243,9 @@ class ActorRolloutRefWorker(_FSDPRole):
         if self._is_actor:
             self.actor_part = self._actor_part(model_cfg, total_training_steps)
             self.actor = self.actor_part.policy
+            if is_vision_language(self.actor_module.config):
+                self.processor = hf_processor(model_cfg.tokenizer_path or model_path,
+                                              trust_remote_code=model_cfg.trust_remote_code)
         if self._is_ref:
             self.ref_part = self._ref_part(model_cfg)
             self.ref_policy = self.ref_part.policy

@@ -1,7 +1,8 @@
 """`main_ppo` on the tiny Qwen2-VL model: 2 GRPO steps through vLLM on CPU with images in every prompt, the vision
-tower frozen and a KL loss against the reference (both passes see the pixels): finite metrics, and the engine's
-log-probs agree with the actor's (the weight sync covers the vision tower's names). The combinations not built
-for vision-language models stop before Ray naming the key."""
+tower frozen and a KL loss against the reference (both passes see the pixels): finite metrics, the engine's
+log-probs agree with the actor's (the weight sync covers the vision tower's names), and the merged checkpoint
+loads with its processor, its vision tower as it started and its language model trained. The combinations not
+built for vision-language models stop before Ray naming the key."""
 
 import io
 import json
@@ -55,7 +56,7 @@ def _args(root, model: str, run_dir, *extra: str) -> list[str]:
             "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2", "actor_rollout_ref.actor.use_kl_loss=true",
             "actor_rollout_ref.actor.freeze_vision_tower=true",
             "trainer.device=cpu", "trainer.n_gpus_per_node=2", "trainer.total_training_steps=2",
-            "trainer.save_freq=-1", "trainer.test_freq=-1", "trainer.logger=[console]", "ray_init.num_cpus=2",
+            "trainer.save_freq=2", "trainer.test_freq=-1", "trainer.logger=[console]", "ray_init.num_cpus=2",
             f"trainer.default_local_dir={run_dir}", *extra]
 
 
@@ -75,6 +76,26 @@ def test_two_grpo_steps_on_tiny_qwen2_vl_with_vllm(vl_run, tmp_path):
         # weight would put whole probabilities apart
         assert row["training/rollout_probs_diff_max"] < 0.2, row
         assert row["response_length/mean"] > 0
+    _check_merged_checkpoint(tmp_path / "run" / "global_step_2" / "actor", model, tmp_path / "merged")
+
+
+def _check_merged_checkpoint(actor_dir, start_dir, target):
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    from rlpost.model_merger import merge
+    from rlpost.utils.tokenizer import hf_processor
+
+    merge(actor_dir, target)
+    assert hf_processor(str(target)).image_processor.merge_size == 2  # the processor travels with the model
+    trained = dict(AutoModelForImageTextToText.from_pretrained(target, dtype=torch.float32).named_parameters())
+    start = dict(AutoModelForImageTextToText.from_pretrained(start_dir, dtype=torch.float32).named_parameters())
+    assert set(trained) == set(start)
+    for name, p in start.items():
+        if ".visual." in f".{name}":  # freeze_vision_tower: not one step moved it
+            torch.testing.assert_close(trained[name], p, atol=0, rtol=0, msg=name)
+    moved = [n for n in start if "language_model" in n and not torch.equal(trained[n], start[n])]
+    assert len(moved) > 10, moved
 
 
 @pytest.mark.parametrize("extra, key", [
