@@ -1,6 +1,6 @@
 """The tiny Qwen2-VL model in the actor's log-prob pass: a padded batch of rows with one image, two images of
 different sizes and none gives each row the log-probs of that row run alone through transformers (which builds
-its own mrope positions); the 3-D positions matter (1-D ones change the image rows); freezing the vision tower
+its own mrope positions), in fixed and in dynamic (token-count) micro-batches; the 3-D positions matter (1-D ones change the image rows); freezing the vision tower
 keeps it out of the update."""
 
 import io
@@ -97,6 +97,10 @@ def test_padded_vl_batch_matches_each_row_alone(vl):
         # the row alone: its real tokens, the response padding cut (it only follows the last real token)
         want = _alone(model, processor, torch.cat([real, torch.zeros(R - n, dtype=real.dtype)]), mm[i])
         torch.testing.assert_close(logp[i, :n], want[:n], atol=1e-5, rtol=1e-5)
+    # dynamic batch by real tokens (vision tokens included): rows regrouped, each keeps its own pixels
+    data.meta_info.update({"use_dynamic_bsz": True, "max_token_len": int(tensors[keys.ATTENTION_MASK].sum(-1).max())})
+    dynamic, _ = actor.compute_log_prob(data)
+    torch.testing.assert_close(dynamic * response_mask, logp * response_mask, atol=1e-5, rtol=1e-5)
     text_only = DataProto.from_dict(tensors=tensors, meta_info={"micro_batch_size": 3, keys.META_TEMPERATURE: 1.0})
     wrong, _ = DataParallelPPOActor(config, model).compute_log_prob(text_only)  # 1-D positions, no pixels
     assert (wrong[:2] - logp[:2]).abs().max() > 1e-2  # the image rows need their pixels and 3-D positions

@@ -43,6 +43,11 @@ def vl_run(tiny_vl_model_dir, tmp_path_factory):
              "images": [{"bytes": _png(1 + i % 4)}], "reward_model": {"style": "rule", "ground_truth": str(1 + i % 4)},
              "extra_info": {"index": i}} for i in range(8)]
     pd.DataFrame(rows).to_parquet(root / "train.parquet")
+    # an untrained model never writes "#### N": a score that differs between any two responses gives GRPO
+    # non-zero advantages, so the update really moves the language model
+    (root / "spread_reward.py").write_text(
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    return (sum(map(ord, solution_str)) % 101) / 100\n")
     return root, tiny_vl_model_dir
 
 
@@ -63,7 +68,8 @@ def _args(root, model: str, run_dir, *extra: str) -> list[str]:
 @pytest.mark.e2e
 def test_two_grpo_steps_on_tiny_qwen2_vl_with_vllm(vl_run, tmp_path):
     root, model = vl_run
-    proc = subprocess.run([sys.executable, "-m", "rlpost.trainer.main_ppo", *_args(root, model, tmp_path / "run")],
+    args = _args(root, model, tmp_path / "run", f"custom_reward_function.path={root / 'spread_reward.py'}")
+    proc = subprocess.run([sys.executable, "-m", "rlpost.trainer.main_ppo", *args],
                           capture_output=True, text=True, timeout=550)
     assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-4000:]}"
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
@@ -75,7 +81,8 @@ def test_two_grpo_steps_on_tiny_qwen2_vl_with_vllm(vl_run, tmp_path):
         # bf16 engine vs float32 actor on the same weights and pixels; wrong positions or a missed vision
         # weight would put whole probabilities apart
         assert row["training/rollout_probs_diff_max"] < 0.2, row
-        assert row["response_length/mean"] > 0
+        assert row["response_length/mean"] > 0 and row["actor/grad_norm"] > 0
+    assert train[1]["actor/kl_loss"] > 0  # step 2's policy moved away from the reference
     _check_merged_checkpoint(tmp_path / "run" / "global_step_2" / "actor", model, tmp_path / "merged")
 
 
