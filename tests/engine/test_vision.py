@@ -1,7 +1,7 @@
 """The tiny Qwen2-VL model in the actor's log-prob pass: a padded batch of rows with one image, two images of
 different sizes and none gives each row the log-probs of that row run alone through transformers (which builds
 its own mrope positions), in fixed and in dynamic (token-count) micro-batches; the 3-D positions matter (1-D ones change the image rows); freezing the vision tower
-keeps it out of the update."""
+keeps it out of the update; the padded batch's gradients (vision tower included) are the sum of each row's."""
 
 import io
 from types import SimpleNamespace
@@ -105,6 +105,47 @@ def test_padded_vl_batch_matches_each_row_alone(vl):
     wrong, _ = DataParallelPPOActor(config, model).compute_log_prob(text_only)  # 1-D positions, no pixels
     assert (wrong[:2] - logp[:2]).abs().max() > 1e-2  # the image rows need their pixels and 3-D positions
     torch.testing.assert_close(wrong[2], logp[2], atol=1e-5, rtol=1e-5)  # the text row does not
+
+
+def _grads(model):
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def test_padded_vl_batch_gradients_are_the_sum_of_each_rows(vl):
+    """The update's gradient (vision tower included) of the summed response log-probs of the padded batch equals
+    the sum of each row's gradient run alone."""
+    from rlpost.engine.vision import vision_inputs
+    from rlpost.workers.actor import forward_response_logits, token_logp_entropy
+
+    processor, batch, model = vl
+    tensors, response_mask = _full_batch(batch, model.config.text_config.vocab_size)
+    mm = batch[keys.MULTI_MODAL_INPUTS]
+    model.zero_grad()
+    mb = {**tensors, keys.MM_ROW: torch.arange(3)}
+    vision = vision_inputs(model, mb[keys.INPUT_IDS], mb[keys.ATTENTION_MASK], mb[keys.MM_ROW], list(mm))
+    logp = forward_response_logits(model, mb, False, lambda lg, lb: token_logp_entropy(lg, lb), vision=vision)
+    (logp.squeeze(-1) * response_mask).sum().backward()
+    together = _grads(model)
+    alone: dict = {}
+    for i in range(3):
+        model.zero_grad()
+        n = int(response_mask[i].sum())
+        real = tensors[keys.INPUT_IDS][i][tensors[keys.ATTENTION_MASK][i].bool()]
+        image_id = processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
+        kwargs = {} if not mm[i] else {"pixel_values": mm[i]["pixel_values"], "image_grid_thw": mm[i]["image_grid_thw"],
+                                       "mm_token_type_ids": (real == image_id).long()[None]}
+        logits = model(input_ids=real[None], **kwargs).logits[0].float()
+        row = torch.log_softmax(logits[:-1], -1).gather(-1, real[1:, None]).squeeze(-1)
+        row[len(real) - 1 - n:].sum().backward()
+        for k, g in _grads(model).items():
+            alone[k] = alone.get(k, 0) + g
+    assert any(".visual." in f".{k}" for k in together)  # the tower gets its gradient through the pixels
+    assert set(together) == set(alone)
+    for k in together:
+        # float32 sums in another order: within 1e-5 of the tensor's largest entry (the tied embedding's reach 25)
+        scale = float(alone[k].abs().max())
+        assert float((together[k] - alone[k]).abs().max()) <= 2e-5 + 1e-5 * scale, k
+    model.zero_grad()
 
 
 def test_freeze_vision_tower_keeps_it_out_of_the_update(vl, tiny_model_dir):
