@@ -1,7 +1,8 @@
 """The tiny Qwen2-VL model in the actor's log-prob pass: a padded batch of rows with one image, two images of
 different sizes and none gives each row the log-probs of that row run alone through transformers (which builds
-its own mrope positions), in fixed and in dynamic (token-count) micro-batches; the 3-D positions matter (1-D ones change the image rows); freezing the vision tower
-keeps it out of the update; the padded batch's gradients (vision tower included) are the sum of each row's."""
+its own mrope positions), in fixed and in dynamic (token-count) micro-batches; the 3-D positions matter (1-D ones
+change the image rows); the padded batch's gradients (vision tower included) are the sum of each row's; freezing
+the vision tower keeps it out of the update."""
 
 import io
 from types import SimpleNamespace

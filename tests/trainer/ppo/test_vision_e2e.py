@@ -4,13 +4,11 @@ log-probs agree with the actor's (the weight sync covers the vision tower's name
 loads with its processor, its vision tower as it started and its language model trained. The combinations not
 built for vision-language models stop before Ray naming the key."""
 
-import io
 import json
 import math
 import subprocess
 import sys
 
-import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
 
@@ -22,27 +20,11 @@ CONFIG_DIR = config_pkg.__path__[0]
 RAY_STARTED = "engine and Ray logs of this run"
 
 
-def _png(n_squares: int) -> bytes:
-    """56x56 white picture with `n_squares` black 10x10 squares."""
-    from PIL import Image, ImageDraw
-
-    img = Image.new("RGB", (56, 56), "white")
-    draw = ImageDraw.Draw(img)
-    for k in range(n_squares):
-        x, y = 4 + 26 * (k % 2), 4 + 26 * (k // 2)
-        draw.rectangle([x, y, x + 10, y + 10], fill="black")
-    buf = io.BytesIO()
-    img.save(buf, format="PNG")
-    return buf.getvalue()
-
-
 @pytest.fixture(scope="module")
 def vl_run(tiny_vl_model_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("vl_e2e")
-    rows = [{"data_source": "rlpost/arith", "prompt": [{"role": "user", "content": "<image>How many squares?"}],
-             "images": [{"bytes": _png(1 + i % 4)}], "reward_model": {"style": "rule", "ground_truth": str(1 + i % 4)},
-             "extra_info": {"index": i}} for i in range(8)]
-    pd.DataFrame(rows).to_parquet(root / "train.parquet")
+    subprocess.run([sys.executable, "examples/data_preprocess/vision_squares.py", "--local_dir", str(root),
+                    "--train_size", "8", "--test_size", "2"], check=True, capture_output=True)
     # an untrained model never writes "#### N": a score that differs between any two responses gives GRPO
     # non-zero advantages, so the update really moves the language model
     (root / "spread_reward.py").write_text(
@@ -53,7 +35,7 @@ def vl_run(tiny_vl_model_dir, tmp_path_factory):
 
 def _args(root, model: str, run_dir, *extra: str) -> list[str]:
     return [f"data.train_files={root / 'train.parquet'}", "data.val_files=null", "data.train_batch_size=2",
-            "data.max_prompt_length=40", "data.max_response_length=6", f"actor_rollout_ref.model.path={model}",
+            "data.max_prompt_length=48", "data.max_response_length=6", f"actor_rollout_ref.model.path={model}",
             "algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=2",
             "actor_rollout_ref.rollout.tensor_model_parallel_size=1", "actor_rollout_ref.rollout.calculate_log_probs=true",
             "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
