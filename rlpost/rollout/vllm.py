@@ -242,7 +242,8 @@ class VLLMRollout(BaseRollout):
         self.rank, _ = _rank_world()
         self.last_sync_breakdown: dict[str, float] = {}
         kwargs = engine_kwargs(config, model_path, device, lora_rank)
-        if _is_vision_language(model_path):
+        self.vision = _is_vision_language(model_path)
+        if self.vision:
             # the processor loads without torchvision (images only); no video: its dummy profiling input would
             # need the video processor. engine_kwargs.vllm.limit_mm_per_prompt still wins.
             inspect_vllm_models_in_process()
@@ -312,7 +313,8 @@ class VLLMRollout(BaseRollout):
         rank's tensor-parallel shard); vLLM's `reload_weights` would first rebuild every layer on the
         meta device, load into fresh buffers and copy those back - a second copy of every weight.
         Quantized models and CPU keep `reload_weights` (their kernels re-process weights after a load).
-        Clears the prefix cache afterwards: cached KV was computed with the old weights.
+        Clears the prefix cache (and a vision model's encoder cache) afterwards: both were computed with the old
+        weights.
         `last_sync_breakdown` holds the seconds of each part (wake, load, reset)."""
         weights, device = self._named(named_tensors), self.device
         direct = self._direct_load
@@ -335,6 +337,10 @@ class VLLMRollout(BaseRollout):
             torch.cuda.synchronize()  # the copies are queued on the stream: count them here
         loaded = time.perf_counter()
         self.llm.reset_prefix_cache()
+        if self.vision:
+            # vision embeddings of the old weights: the runner's copy is gone after a reload while the scheduler
+            # would still count them as cached (an image seen again then misses); drop both
+            self.llm.llm_engine.reset_encoder_cache()
         self.needs_sync = False
         end = time.perf_counter()
         self.last_sync_s = end - start

@@ -1,6 +1,7 @@
 """`main_ppo` on the tiny Qwen2-VL model: 2 GRPO steps through vLLM on CPU with images in every prompt, the vision
 tower frozen and a KL loss against the reference (both passes see the pixels): finite metrics, the engine's
-log-probs agree with the actor's (the weight sync covers the vision tower's names), and the merged checkpoint
+log-probs agree with the actor's (the weight sync covers the vision tower's names), validation before and after
+training sees the same images across weight syncs (the engine's encoder cache is reset), and the merged checkpoint
 loads with its processor, its vision tower as it started and its language model trained. The combinations not
 built for vision-language models stop before Ray naming the key."""
 
@@ -34,7 +35,8 @@ def vl_run(tiny_vl_model_dir, tmp_path_factory):
 
 
 def _args(root, model: str, run_dir, *extra: str) -> list[str]:
-    return [f"data.train_files={root / 'train.parquet'}", "data.val_files=null", "data.train_batch_size=2",
+    return [f"data.train_files={root / 'train.parquet'}", f"data.val_files={root / 'test.parquet'}",
+            "data.train_batch_size=2",
             "data.max_prompt_length=48", "data.max_response_length=6", f"actor_rollout_ref.model.path={model}",
             "algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=2",
             "actor_rollout_ref.rollout.tensor_model_parallel_size=1", "actor_rollout_ref.rollout.calculate_log_probs=true",
@@ -43,7 +45,7 @@ def _args(root, model: str, run_dir, *extra: str) -> list[str]:
             "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2", "actor_rollout_ref.actor.use_kl_loss=true",
             "actor_rollout_ref.actor.freeze_vision_tower=true",
             "trainer.device=cpu", "trainer.n_gpus_per_node=2", "trainer.total_training_steps=2",
-            "trainer.save_freq=2", "trainer.test_freq=-1", "trainer.logger=[console]", "ray_init.num_cpus=2",
+            "trainer.save_freq=2", "trainer.test_freq=2", "trainer.logger=[console]", "ray_init.num_cpus=2",
             f"trainer.default_local_dir={run_dir}", *extra]
 
 
@@ -65,6 +67,8 @@ def test_two_grpo_steps_on_tiny_qwen2_vl_with_vllm(vl_run, tmp_path):
         assert row["training/rollout_probs_diff_max"] < 0.2, row
         assert row["response_length/mean"] > 0 and row["actor/grad_norm"] > 0
     assert train[1]["actor/kl_loss"] > 0  # step 2's policy moved away from the reference
+    val = [r for r in rows if "val-core/rlpost/arith/reward/mean@1" in r]
+    assert len(val) == 2, rows  # before training and after the last step, on the same two pictures
     _check_merged_checkpoint(tmp_path / "run" / "global_step_2" / "actor", model, tmp_path / "merged")
 
 
