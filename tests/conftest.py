@@ -20,6 +20,14 @@ def tiny_model_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def tiny_vl_model_dir(tmp_path_factory):
+    """Path of a tiny Qwen2-VL model + processor (2 layers, hidden 128, 2 vision blocks), built offline."""
+    from rlpost.utils.tiny_vl_model import build_tiny_vl_model
+
+    return str(build_tiny_vl_model(tmp_path_factory.mktemp("tiny_vl_model")))
+
+
+@pytest.fixture(scope="session")
 def sandbox():
     """A real sandbox service (`python -m rlpost.sandbox.serve`, 2 workers) on a free port; `.url`, `.pid`."""
     from rlpost.sandbox.local import LocalSandbox

@@ -19,6 +19,7 @@ import torch
 from torch.utils.data import Dataset
 
 from rlpost import keys
+from rlpost.data.multimodal import MultiModalEncoder
 from rlpost.utils.shm import copy_to_shm
 
 TRUNCATIONS = ("left", "right", "middle", "error")
@@ -96,15 +97,14 @@ class RLHFDataset(Dataset):
         data_files: one parquet path or a list of them.
         tokenizer: a HF tokenizer with a chat template.
         config: the `data` config group (prompt_key, max_prompt_length, truncation, apply_chat_template_kwargs,
-            ...). `return_multi_modal_inputs` has no effect: text rows carry no multi-modal inputs.
-        processor: multimodal processor; not supported yet (must be None).
+            ...).
+        processor: the model's multimodal processor (`rlpost.utils.tokenizer.hf_processor`), needed by rows
+            with images (`data.image_key`; `rlpost.data.multimodal`); None for a text-only model.
         max_samples: keep only the first `max_samples` rows of the files (before any filtering); -1: all.
     """
 
     def __init__(self, data_files: str | list[str], tokenizer: Any, config: Any, processor: Any = None,
                  max_samples: int = -1):
-        if processor is not None:
-            raise ValueError("not supported yet: multimodal processor for RLHFDataset")
         self.tokenizer = tokenizer
         self.prompt_key = config.prompt_key
         self.reward_fn_key = config.reward_fn_key
@@ -126,14 +126,18 @@ class RLHFDataset(Dataset):
             frame = frame.iloc[:max_samples]
         self._check_columns(frame, config)
         self.rows = frame.to_dict("records")
+        self.mm = mm_encoder(frame, config, processor, self.chat_template_kwargs, data_files)
+        self.image_key = config.image_key
+        self.return_multi_modal_inputs = bool(config.return_multi_modal_inputs)
         self.has_agent_name = keys.AGENT_NAME in frame.columns
         self._check_response_caps()
+        self.row_ids = list(range(len(self.rows)))  # each kept row's index in the files (names it in errors)
         self.texts = [self._template(self._checked_messages(i, r)) for i, r in enumerate(self.rows)]
         self._check_empty_prompts()
         workers = int(config.filter_overlong_prompts_workers)
         if config.filter_overlong_prompts:
             self._filter_overlong(workers)
-        elif self.truncation == "error":
+        elif self.truncation == "error" or self.mm is not None:  # vision tokens cannot be cut
             self._check_lengths(workers)
 
     def _check_columns(self, frame: Any, config: Any) -> None:
@@ -143,8 +147,7 @@ class RLHFDataset(Dataset):
                 raise KeyError(
                     f"{key_name}: column {column!r} not found in {self.data_files}; available columns: {columns}"
                 )
-        for key_name, column in (("image_key", config.image_key), ("video_key", config.video_key),
-                                 ("audio_key", config.audio_key)):
+        for key_name, column in (("video_key", config.video_key), ("audio_key", config.audio_key)):
             if column in columns and frame[column].notna().any():
                 raise ValueError(f"not supported yet: data.{key_name} (column {column!r} has data)")
 
@@ -206,11 +209,23 @@ class RLHFDataset(Dataset):
         logger.warning("%s; they are kept (drop them from the file if they are a mistake)", what)
 
     def _template(self, messages: list[dict]) -> str:
+        if self.mm is not None:
+            return self.mm.template(messages)
         return self.tokenizer.apply_chat_template(messages, tools=self.tool_schemas, add_generation_prompt=True,
                                                   tokenize=False, **self.chat_template_kwargs)
 
+    def _row_images(self, item: int) -> list[Any]:
+        """The PIL images of row `item` (checked against its placeholders), [] for a text dataset."""
+        if self.mm is None:
+            return []
+        path, file_row = row_origin(self.file_rows, self.row_ids[item])
+        return self.mm.images(self.rows[item].get(self.image_key), self._messages(self.rows[item]),
+                              f"{path} row {file_row}")
+
     def _prompt_lengths(self, workers: int) -> list[int]:
-        """Token count of every templated prompt."""
+        """Token count of every templated prompt (with images: their vision tokens included)."""
+        if self.mm is not None:  # every image is read here: a bad one stops the run before Ray
+            return [self.mm.prompt_length(t, self._row_images(i)) for i, t in enumerate(self.texts)]
         chunks = [self.texts[i : i + 1024] for i in range(0, len(self.texts), 1024)]
 
         def lengths(chunk: list[str]) -> list[int]:
@@ -227,9 +242,10 @@ class RLHFDataset(Dataset):
         if not over:
             return
         path, row = row_origin(self.file_rows, over[0])
+        why = "vision tokens included, which no truncation may cut" if self.mm else "data.truncation=error"
         raise ValueError(
             f"{path} row {row}: prompt is {lengths[over[0]]} tokens, longer than data.max_prompt_length="
-            f"{self.max_prompt_length} (data.truncation=error); {len(over)} of {len(lengths)} prompts are "
+            f"{self.max_prompt_length} ({why}); {len(over)} of {len(lengths)} prompts are "
             f"over, the longest {max(lengths)} tokens. Set data.max_prompt_length={max(lengths)}, "
             f"data.filter_overlong_prompts=true (drops them), or data.truncation=left"
         )
@@ -245,6 +261,7 @@ class RLHFDataset(Dataset):
                            self.data_files, self.max_prompt_length, max(all_lengths))
         self.rows = [self.rows[i] for i in keep]
         self.texts = [self.texts[i] for i in keep]
+        self.row_ids = [self.row_ids[i] for i in keep]
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -256,8 +273,12 @@ class RLHFDataset(Dataset):
         `agent_name` when the files have that column; `raw_prompt`, `full_prompts`, `raw_input_ids` when
         asked."""
         row = self.rows[item]
-        ids = self.tokenizer(self.texts[item], add_special_tokens=False)["input_ids"]
-        ids = truncate(ids, self.max_prompt_length, self.truncation, item)
+        images = self._row_images(item)
+        if self.mm is not None:  # lengths were checked at start-up: nothing to truncate
+            ids, raw_ids, mm_inputs = self.mm.encode(self.texts[item], images)
+        else:
+            ids = self.tokenizer(self.texts[item], add_special_tokens=False)["input_ids"]
+            ids = raw_ids = truncate(ids, self.max_prompt_length, self.truncation, item)
         pad = self.max_prompt_length - len(ids)
         input_ids = torch.tensor([self.tokenizer.pad_token_id] * pad + ids, dtype=torch.long)
         attention_mask = torch.tensor([0] * pad + [1] * len(ids), dtype=torch.long)
@@ -266,7 +287,7 @@ class RLHFDataset(Dataset):
             keys.INPUT_IDS: input_ids,
             keys.ATTENTION_MASK: attention_mask,
             keys.POSITION_IDS: torch.clamp(attention_mask.cumsum(-1) - 1, min=0),
-            keys.RAW_PROMPT_IDS: list(ids),
+            keys.RAW_PROMPT_IDS: list(raw_ids),
             self.reward_fn_key: row[self.reward_fn_key],
             keys.REWARD_MODEL: _plain(row.get(keys.REWARD_MODEL)) or {},
             keys.EXTRA_INFO: extra_info,
@@ -276,6 +297,10 @@ class RLHFDataset(Dataset):
         }
         if isinstance(extra_info, dict) and extra_info.get(keys.RESPONSE_CAPS) is not None:
             out[keys.RESPONSE_CAPS] = response_caps(extra_info[keys.RESPONSE_CAPS], item)
+        if self.mm is not None:
+            out[keys.MULTI_MODAL_DATA] = {"image": images} if images else {}
+            if self.return_multi_modal_inputs:
+                out[keys.MULTI_MODAL_INPUTS] = mm_inputs
         if self.has_agent_name:
             out[keys.AGENT_NAME] = row[keys.AGENT_NAME]
         if keys.DATA_SOURCE in row:
@@ -299,6 +324,26 @@ def response_caps(value: Any, item: int) -> list[int]:
         raise ValueError(f"data row {item}: extra_info.response_caps={value!r} must be a non-empty list of "
                          "positive ints (per-sample response caps), e.g. [240, 512]")
     return [int(c) for c in caps]
+
+
+def mm_encoder(frame: Any, config: Any, processor: Any, chat_template_kwargs: dict,
+               data_files: Any) -> MultiModalEncoder | None:
+    """The processor front for files whose images column (`data.image_key`) holds data, else None.
+
+    Raises:
+        ValueError: images for a model without a multimodal processor (a text-only model).
+    """
+    column = config.image_key
+    if not column or column not in frame.columns or not frame[column].map(lambda v: len(_plain(v) or [])).any():
+        return None
+    if processor is None or not hasattr(processor, "image_processor"):
+        raise ValueError(f"{data_files}: the {column!r} column (data.image_key) holds images, but the model "
+                         "has no multimodal processor (a text-only model); use a vision-language model "
+                         "(e.g. Qwen2-VL) or drop the column / set data.image_key=null")
+    if not config.return_multi_modal_inputs:
+        raise ValueError(f"not supported yet: data.return_multi_modal_inputs=false with images in {data_files} "
+                         "(the actor reads each row's pixels from them); set it to true")
+    return MultiModalEncoder(processor, _plain_mapping(config.mm_processor_kwargs), chat_template_kwargs)
 
 
 def _extra(extra_info: Any, key: str) -> dict:

@@ -33,10 +33,23 @@ from rlpost.rollout.base import BaseRollout, SamplingSpec, resolve_sampling  # n
 from rlpost.rollout.utils import (assemble_output, engine_seed, eos_id_set, load_format_name, max_model_len,  # noqa: E402
                                   prompt_token_lists, row_caps)
 from rlpost.utils.profiler import set_unbacked_bytes  # noqa: E402
+from rlpost.utils.vl_processor import inspect_vllm_models_in_process  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
 _LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the max_lora_rank values vLLM accepts
+
+
+def _is_vision_language(model_path: str) -> bool:
+    """True when the model folder's config has a vision tower (Qwen2-VL family)."""
+    from transformers import AutoConfig
+
+    from rlpost.utils.model import is_vision_language
+
+    try:
+        return is_vision_language(AutoConfig.from_pretrained(model_path))
+    except (OSError, ValueError):  # a config transformers cannot read: vLLM reports it
+        return False
 
 
 def _rank_world() -> tuple[int, int]:
@@ -229,6 +242,12 @@ class VLLMRollout(BaseRollout):
         self.rank, _ = _rank_world()
         self.last_sync_breakdown: dict[str, float] = {}
         kwargs = engine_kwargs(config, model_path, device, lora_rank)
+        self.vision = _is_vision_language(model_path)
+        if self.vision:
+            # the processor loads without torchvision (images only); no video: its dummy profiling input would
+            # need the video processor. engine_kwargs.vllm.limit_mm_per_prompt still wins.
+            inspect_vllm_models_in_process()
+            kwargs.setdefault("limit_mm_per_prompt", {"video": 0})
         if lora_rank > 0:
             kwargs["load_format"] = "auto"  # the frozen base comes from model_path, only the adapter is synced
         start = time.perf_counter()
@@ -245,6 +264,11 @@ class VLLMRollout(BaseRollout):
         spec = resolve_sampling(self.config, prompts.meta_info)
         stop_ids = eos_id_set(prompts.meta_info.get(keys.META_EOS_TOKEN_ID))
         requests = [{"prompt_token_ids": ids} for ids in prompt_token_lists(prompts)]
+        mm_data = prompts.non_tensor_batch.get(keys.MULTI_MODAL_DATA) if prompts.non_tensor_batch else None
+        if mm_data is not None:  # each row's images; its prompt holds one image token per image
+            for request, data in zip(requests, mm_data):
+                if data:
+                    request["multi_modal_data"] = dict(data)
         params: SamplingParams | list[SamplingParams] = sampling_params(spec, stop_ids)
         caps = row_caps(prompts, spec.max_tokens)
         if caps is not None:  # per-sample caps: the engine stops each row at its own, not at the longest
@@ -289,7 +313,8 @@ class VLLMRollout(BaseRollout):
         rank's tensor-parallel shard); vLLM's `reload_weights` would first rebuild every layer on the
         meta device, load into fresh buffers and copy those back - a second copy of every weight.
         Quantized models and CPU keep `reload_weights` (their kernels re-process weights after a load).
-        Clears the prefix cache afterwards: cached KV was computed with the old weights.
+        Clears the prefix cache (and a vision model's encoder cache) afterwards: both were computed with the old
+        weights.
         `last_sync_breakdown` holds the seconds of each part (wake, load, reset)."""
         weights, device = self._named(named_tensors), self.device
         direct = self._direct_load
@@ -312,6 +337,10 @@ class VLLMRollout(BaseRollout):
             torch.cuda.synchronize()  # the copies are queued on the stream: count them here
         loaded = time.perf_counter()
         self.llm.reset_prefix_cache()
+        if self.vision:
+            # vision embeddings of the old weights: the runner's copy is gone after a reload while the scheduler
+            # would still count them as cached (an image seen again then misses); drop both
+            self.llm.llm_engine.reset_encoder_cache()
         self.needs_sync = False
         end = time.perf_counter()
         self.last_sync_s = end - start

@@ -152,6 +152,10 @@ def load_model(model_cfg: Any, dtype: torch.dtype, value_model: bool = False, em
         hf_config.num_labels = 1
         hf_config.classifier_dropout = 0.0
         cls = AutoModelForTokenClassification
+    elif is_vision_language(hf_config):
+        from transformers import AutoModelForImageTextToText
+
+        cls = AutoModelForImageTextToText
     else:
         cls = AutoModelForCausalLM
     attn = model_traits(hf_config).attn_implementation
@@ -170,6 +174,11 @@ def load_model(model_cfg: Any, dtype: torch.dtype, value_model: bool = False, em
     if model_cfg.use_remove_padding:
         use_packed_attention(model)
     return model
+
+
+def is_vision_language(hf_config: Any) -> bool:
+    """True for a config with a vision tower (Qwen2-VL / Qwen2.5-VL / Qwen3-VL layout)."""
+    return getattr(hf_config, "vision_config", None) is not None
 
 
 def decoder_layer_classes(model: torch.nn.Module) -> tuple[type, ...]:

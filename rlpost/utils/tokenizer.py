@@ -53,6 +53,9 @@ def hf_processor(name_or_path: str, **kwargs: Any) -> Any:
     """The model's multimodal processor, or None for a text-only model (as verl returns)."""
     from transformers import AutoProcessor
 
+    from rlpost.utils.vl_processor import allow_missing_video_processor
+
+    allow_missing_video_processor()
     try:
         processor = AutoProcessor.from_pretrained(os.path.expanduser(name_or_path), **kwargs)
     except (OSError, ValueError, TypeError):

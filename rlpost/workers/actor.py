@@ -18,6 +18,7 @@ from rlpost.algos.distillation import distillation_loss
 from rlpost.engine import triton_logprob
 from rlpost.engine.fused_logprob import FusedHeadOptions, chunk_stats, compiled, eager, fused_lm_head
 from rlpost.engine.packed_attention import PACKED_KWARG, packed_sequences
+from rlpost.engine.vision import mm_rows, vision_inputs
 from rlpost.utils.moe_aux_loss import router_aux_loss
 from rlpost.utils.router_replay import ReplayState, from_grid, replay_metrics, to_grid
 from rlpost.utils.padding import next_token_labels, pad_output, unpad_input
@@ -114,7 +115,7 @@ def sequence_parallel_forward(module: torch.nn.Module, packed_ids: torch.Tensor,
 
 def forward_response_logits(module: torch.nn.Module, mb: TensorDict, use_remove_padding: bool,
                             logits_fn: Any, sp: SequenceParallel | None = None,
-                            fused: FusedHeadOptions | None = None) -> torch.Tensor:
+                            fused: FusedHeadOptions | None = None, vision: dict | None = None) -> torch.Tensor:
     """Run the model and return `logits_fn(out, labels)` at the positions that predict response tokens.
 
     Positions P-1 .. T-2 predict the response tokens P .. T-1. A causal LM applies its LM head to those
@@ -129,6 +130,8 @@ def forward_response_logits(module: torch.nn.Module, mb: TensorDict, use_remove_
         sp: Ulysses group (needs `use_remove_padding`); None without sequence parallelism.
         fused: fused LM head + log-prob options (a causal LM taking `logits_to_keep`; `logits_fn` unused);
             None: the model's head, then `logits_fn`.
+        vision: the micro-batch's vision inputs (`rlpost.engine.vision.vision_inputs`: pixels, grids and mrope
+            `position_ids`), padded path only; None or {} for text rows.
 
     Returns:
         (b, R) or (b, R, K) tensor.
@@ -142,6 +145,8 @@ def forward_response_logits(module: torch.nn.Module, mb: TensorDict, use_remove_
     if fused is not None and not head_only:
         raise ValueError(f"use_fused_kernels needs a causal LM whose forward takes logits_to_keep; "
                          f"{type(module).__name__} does not: set actor_rollout_ref.model.use_fused_kernels=false")
+    if vision and use_remove_padding:  # start-up refuses this; guards direct use
+        raise ValueError("not supported yet: actor_rollout_ref.model.use_remove_padding=true with images")
     if use_remove_padding:
         packed_ids, packed_pos, idx = unpad_input(ids, mask, pos)
         if sp is not None:
@@ -158,7 +163,7 @@ def forward_response_logits(module: torch.nn.Module, mb: TensorDict, use_remove_
         keep, grid = _response_positions(mask, r)
         per_tok = _run_head(module, labels[keep], logits_fn, fused, logits_to_keep=keep, **inputs)
         return pad_output(per_tok, grid, b, t)[:, -r - 1:-1]
-    inputs = {"input_ids": ids, "attention_mask": mask, "position_ids": pos, "use_cache": False}
+    inputs = {"input_ids": ids, "attention_mask": mask, "position_ids": pos, "use_cache": False, **(vision or {})}
     if not head_only:
         logits = module(**inputs).logits[:, -r - 1:-1]
         per_tok = logits_fn(logits.reshape(b * r, -1), mb[keys.RESPONSES].reshape(-1))
@@ -289,6 +294,14 @@ class DataParallelPPOActor:
         # the router load-balancing loss, when the model's config asks for it (output_router_logits)
         self.router_aux = router_aux_loss(module) if optimizer is not None else None
         self._distill: dict | None = None  # the distillation loss's settings of the current update (meta_info)
+        self._mm_rows: list[dict] | None = None  # the current batch's per-row multi_modal_inputs
+
+    def _with_mm_rows(self, data: Any, tensors: TensorDict) -> TensorDict:
+        """`tensors` plus `mm_row` (B,) when the rows carry `multi_modal_inputs` (kept as `_mm_rows`)."""
+        self._mm_rows = mm_rows(data)
+        if self._mm_rows is None:
+            return tensors
+        return {**tensors, keys.MM_ROW: torch.arange(len(self._mm_rows), device=tensors[keys.INPUT_IDS].device)}
 
     def _forward_micro_batch(self, mb: TensorDict, temperature: float, calculate_entropy: bool
                              ) -> tuple[torch.Tensor | None, torch.Tensor]:
@@ -309,7 +322,11 @@ class DataParallelPPOActor:
                                       bool(self.config.entropy_checkpointing), self._compile_fn, self.logprob_kernel,
                                       calculate_sum_pi_squared)
 
-        return forward_response_logits(self.module, mb, self.use_remove_padding, fn, self.sp, fused)
+        vision = None
+        if keys.MM_ROW in mb:
+            vision = vision_inputs(self.module, mb[keys.INPUT_IDS], mb[keys.ATTENTION_MASK], mb[keys.MM_ROW],
+                                   self._mm_rows)
+        return forward_response_logits(self.module, mb, self.use_remove_padding, fn, self.sp, fused, vision)
 
     @torch.no_grad()
     def compute_log_prob(self, data: Any, calculate_entropy: bool = False
@@ -329,7 +346,7 @@ class DataParallelPPOActor:
         asked)}, each (B, R) in the rows' order, and with router replay on, `routed_experts` (B, T, L, K): the
         experts each token was routed to (`rlpost.utils.router_replay`)."""
         meta = data.meta_info
-        tensors = {k: data.batch[k] for k in _MODEL_INPUTS}
+        tensors = self._with_mm_rows(data, {k: data.batch[k] for k in _MODEL_INPUTS})
         micros, rev = micro_batches(tensors, int(meta.get("micro_batch_size") or 1),
                                     bool(meta.get("use_dynamic_bsz", False)), int(meta.get("max_token_len") or 0))
         temperature = float(meta.get(keys.META_TEMPERATURE, 1.0))
@@ -428,7 +445,7 @@ class DataParallelPPOActor:
             wanted.append(keys.TEACHER_LOG_PROBS)
         if self.router_replay is not None and keys.ROUTED_EXPERTS in data.batch.keys():
             wanted.append(keys.ROUTED_EXPERTS)
-        tensors = {k: data.batch[k] for k in wanted}
+        tensors = self._with_mm_rows(data, {k: data.batch[k] for k in wanted})
         temperature = float(data.meta_info.get(keys.META_TEMPERATURE, 1.0))
         if self.sp is not None and cfg.shuffle and cfg.data_loader_seed is None:
             sync_rng(self.sp)

@@ -28,12 +28,13 @@ from rlpost.engine.fsdp import (apply_fsdp2, compute_dtype, load_model_to, load_
                                move_optimizer, offload_model, reshard, to_dtype)
 from rlpost.engine.lora import apply_lora
 from rlpost.utils.lora_config import lora_enabled
-from rlpost.utils.model import load_for_sharding
+from rlpost.engine.vision import freeze_vision_tower
+from rlpost.utils.model import is_vision_language, load_for_sharding
 from rlpost.utils.optim import build_lr_scheduler, build_optimizer
 from rlpost.utils.profiler import lifetime_peaks, phase
 from rlpost.utils.shm import local_model_path
 from rlpost.utils.determinism import determinism_seed, enable_full_determinism
-from rlpost.utils.tokenizer import auto_tokenizer
+from rlpost.utils.tokenizer import auto_tokenizer, hf_processor
 from rlpost.engine.ulysses import SequenceParallel, new_sequence_parallel, sp_size, use_ulysses_attention
 from rlpost.workers.actor import DataParallelPPOActor
 from rlpost.workers.batching import group_rows, own_rows, rows_per_rank, sp_parts
@@ -114,7 +115,7 @@ class _FSDPRole(ProfiledWorker):
             load_shards_from_rank0(module, full_state)
 
     def _build_trainable(self, model_cfg: Any, optim_cfg: Any, fsdp_cfg: Any, value_model: bool,
-                         total_training_steps: int | None, group: str):
+                         total_training_steps: int | None, group: str, freeze_vision: bool = False):
         """Load (master weights in `fsdp_config.model_dtype`), shard, then AdamW + an LR schedule over
         `total_training_steps` (None: `optim.total_training_steps`, see `rlpost.utils.optim.resolve_total_steps`).
         With `model.enable_activation_offload` the forward's saved activations wait on the host.
@@ -129,6 +130,8 @@ class _FSDPRole(ProfiledWorker):
             to_dtype(fsdp_cfg.model_dtype)
         module, full_state = load_for_sharding(model_cfg, dtype, value_model, fsdp_cfg.offload_policy)
         peft_model = apply_lora(module, model_cfg, group, value_model) if lora else None
+        if freeze_vision:  # actor.freeze_vision_tower: before sharding, so the optimizer never holds the tower
+            freeze_vision_tower(module)
         self._shard(module, fsdp_cfg, trainable=True, full_state=full_state)
         del full_state  # rank 0's full copy
         if model_cfg.enable_activation_offload:
@@ -139,7 +142,9 @@ class _FSDPRole(ProfiledWorker):
     def _save(self, local_path: str, module, optimizer, scheduler, fsdp_cfg, global_step: int,
               max_ckpt_to_keep: int | None, save_contents, peft_model: Any = None) -> None:
         self._onload(module, optimizer, fsdp_cfg)
-        save_fsdp_checkpoint(local_path, module, optimizer, scheduler, save_contents, self.tokenizer,
+        # a vision-language model's processor writes the tokenizer plus its image processor and template
+        files = getattr(self, "processor", None) or self.tokenizer
+        save_fsdp_checkpoint(local_path, module, optimizer, scheduler, save_contents, files,
                              None if peft_model is None else peft_model.peft_config["default"])
         self._offload(module, optimizer, fsdp_cfg)
         if local_path not in self._saved:
@@ -239,6 +244,9 @@ class ActorRolloutRefWorker(_FSDPRole):
         if self._is_actor:
             self.actor_part = self._actor_part(model_cfg, total_training_steps)
             self.actor = self.actor_part.policy
+            if is_vision_language(self.actor_module.config):
+                self.processor = hf_processor(model_cfg.tokenizer_path or model_path,
+                                              trust_remote_code=model_cfg.trust_remote_code)
         if self._is_ref:
             self.ref_part = self._ref_part(model_cfg)
             self.ref_policy = self.ref_part.policy
@@ -268,7 +276,8 @@ class ActorRolloutRefWorker(_FSDPRole):
         """The trainable policy: sharded, with AdamW and its LR schedule (LoRA adapters when configured)."""
         acfg = self.config.actor
         module, optimizer, scheduler, peft = self._build_trainable(
-            model_cfg, acfg.optim, acfg.fsdp_config, False, total_training_steps, "actor_rollout_ref.model")
+            model_cfg, acfg.optim, acfg.fsdp_config, False, total_training_steps, "actor_rollout_ref.model",
+            acfg.freeze_vision_tower)
         policy = DataParallelPPOActor(acfg, module, optimizer, model_cfg.use_remove_padding, self.mini_batch_rows,
                                       self.actor_sp, model_cfg.use_fused_kernels)
         if self.actor_sp is not None:

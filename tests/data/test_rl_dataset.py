@@ -121,10 +121,10 @@ def test_missing_file_and_column(tokenizer, tmp_path):
         RLHFDataset(path, tokenizer, data_cfg(reward_fn_key="source"))
 
 
-def test_image_column_with_data_not_supported(tokenizer, tmp_path):
+def test_image_column_for_a_text_only_model(tokenizer, tmp_path):
     data = rows(["q"])
     data[0]["images"] = ["img.png"]
-    with pytest.raises(ValueError, match="not supported yet: data.image_key"):
+    with pytest.raises(ValueError, match="holds images, but the model has no multimodal processor"):
         RLHFDataset(write(tmp_path, data), tokenizer, data_cfg())
     data[0]["images"] = None
     assert len(RLHFDataset(write(tmp_path, data), tokenizer, data_cfg())) == 1

@@ -3,7 +3,7 @@
 import pytest
 
 from rlpost.reward import default_compute_score
-from rlpost.reward.score import arith, gsm8k, math_boxed
+from rlpost.reward.score import arith, geo3k, gsm8k, math_boxed
 
 
 @pytest.mark.parametrize(
@@ -66,6 +66,18 @@ def test_arith(text, expected):
 def test_arith_format_score_and_negative():
     assert arith.compute_score("#### 5", "6", format_score=0.1) == 0.1
     assert arith.compute_score("#### -12", "-12") == 1.0
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("<think>angle sum</think> so \\boxed{30}", 1.0),  # right and well formed
+    ("the angle is \\boxed{30}", 0.9),  # right, no think block: accuracy only
+    ("<think>guess</think> \\boxed{45}", 0.1),  # well formed, wrong: the format share only
+    ("<think>x</think> 30", 0.0),  # no boxed answer: neither
+    ("<think>x</think> \\boxed{\\frac{60}{2}}", 0.1),  # equal value, other notation: not the same answer
+])
+def test_geo3k_accuracy_and_format_shares(text, expected):
+    assert geo3k.compute_score(text, "30") == pytest.approx(expected)
+    assert default_compute_score("hiyouga/geometry3k", text, "30") == pytest.approx(expected)
 
 
 def test_default_compute_score_dispatch():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from rlpost.reward.score import arith, gsm8k, math_boxed
+from rlpost.reward.score import arith, geo3k, gsm8k, math_boxed
 
 ARITH_DATA_SOURCE = "rlpost/arith"
 # Code data sources scored by running the response in the sandbox (`reward_model.sandbox_fusion.url`);
@@ -20,6 +20,10 @@ def _math(solution_str: str, ground_truth: Any, extra_info: Any) -> float:
     return math_boxed.compute_score(solution_str, ground_truth)
 
 
+def _geo3k(solution_str: str, ground_truth: Any, extra_info: Any) -> float:
+    return geo3k.compute_score(solution_str, ground_truth)
+
+
 def _arith(solution_str: str, ground_truth: Any, extra_info: Any) -> float:
     return arith.compute_score(solution_str, ground_truth)
 
@@ -30,6 +34,7 @@ SCORERS: dict[str, Callable[[str, Any, Any], float]] = {
     "DigitalLearningGmbH/MATH-lighteval": _math,
     "HuggingFaceH4/MATH-500": _math,
     ARITH_DATA_SOURCE: _arith,
+    geo3k.DATA_SOURCE: _geo3k,
 }
 
 

@@ -134,6 +134,7 @@ def build_trainer(config: Any):
     from rlpost.trainer.config import ConfigError, as_typed
     from rlpost.trainer.ppo.ray_trainer import RayPPOTrainer
     from rlpost.trainer.ppo.roles import default_role_worker_mapping, resource_pool_spec
+    from rlpost.trainer.ppo.vision_checks import check_vision_inputs
 
     from rlpost.trainer.ppo.preflight import (check_context_length, check_engine_kwargs, check_lora_inputs,
                                               check_model_and_data_paths, check_model_families,
@@ -147,16 +148,17 @@ def build_trainer(config: Any):
         check_model_families(config)
         check_context_length(config)
         check_engine_kwargs(config)
+        processor = check_vision_inputs(config)  # None for a text model
         tokenizer = load_tokenizer(config)
         data_cfg = config.data
-        train_ds = create_rl_dataset(data_cfg.train_files, data_cfg, tokenizer)
-        val_ds = (create_rl_dataset(data_cfg.val_files, data_cfg, tokenizer, is_train=False)
+        train_ds = create_rl_dataset(data_cfg.train_files, data_cfg, tokenizer, processor)
+        val_ds = (create_rl_dataset(data_cfg.val_files, data_cfg, tokenizer, processor, is_train=False)
                   if data_cfg.val_files else None)
         check_multi_turn_inputs(config, {"data.train_files": train_ds, "data.val_files": val_ds})
         reward_fn, val_reward_fn = build_reward_fns(config, tokenizer, train_ds, val_ds)
         role_worker_mapping, mapping = default_role_worker_mapping(config)
         pools = ResourcePoolManager(resource_pool_spec=resource_pool_spec(config), mapping=mapping)
-        return RayPPOTrainer(config, tokenizer, role_worker_mapping, pools, reward_fn=reward_fn,
+        return RayPPOTrainer(config, tokenizer, role_worker_mapping, pools, processor=processor, reward_fn=reward_fn,
                              val_reward_fn=val_reward_fn, train_dataset=train_ds, val_dataset=val_ds)
     except ConfigError:
         raise

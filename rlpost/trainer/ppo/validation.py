@@ -26,7 +26,7 @@ from rlpost.trainer.ppo.metric_utils import process_validation_metrics, validati
 # Row fields the rollout reads: prompt ids for single-turn engines, the chat and the agent-loop inputs for
 # multi-turn rollouts.
 GENERATION_FIELDS = (K.RAW_PROMPT_IDS, K.UID, K.RAW_PROMPT, K.AGENT_NAME, K.TOOLS_KWARGS, K.INTERACTION_KWARGS,
-                     K.RESPONSE_CAPS)
+                     K.RESPONSE_CAPS, K.MULTI_MODAL_DATA)
 
 
 def generation_inputs(batch: DataProto, tokenizer, *, validate: bool, step: int, do_sample: bool,
