@@ -340,12 +340,6 @@ def check_arch(model_dir: Path, arch: str) -> None:
                          f"pass the matching --arch or another --model-dir")
 
 
-def device_slug(name: str | None = None) -> str:
-    """File-name form of a device name (default: this process's GPU, or "cpu")."""
-    name = name or (torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu")
-    return "".join(c if c.isalnum() else "_" for c in name.replace("NVIDIA ", "")).strip("_").lower()
-
-
 def main() -> None:
     args = parse_args()
     if args.save_model is not None:
@@ -356,11 +350,26 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = args.model_dir or build_model(Path(tmp) / f"qwen_{args.arch}_random", arch=args.arch)
         res = measure(args, model_dir)
+    print(f"[limits] wrote {build_result(args, res).write(path=args.json_out)}")
+
+
+def build_result(args: argparse.Namespace, res: dict[str, Any]) -> Any:
+    """The harness result of `measure`'s output: per batch size, the median seconds of generation, forward and
+    training (and their sum with the reload) as metrics with every repetition; the rest kept as it was."""
+    from benchmarks import harness
+
     name = "limits" if args.arch == "0.5b" else f"limits_{args.arch}"
-    out = args.json_out or REPO / "benchmarks" / "results" / f"{name}_{device_slug()}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(res, indent=1, default=str))  # args hold Paths
-    print(f"[limits] wrote {out}")
+    res = dict(res)
+    result = harness.Result(name, harness.command_line(), args.gen_reps, env=res.pop("env"))
+    for n_prompts, entry in res["per_batch"].items():
+        for phase in ("gen", "fwd", "train"):
+            if phase in entry:
+                result.metric(f"{phase}_s_{n_prompts}x{args.n}", entry[phase]["s"], unit="s",
+                              values=entry[phase].get("all_s", []))
+        if "sum_limits_s" in entry:
+            result.metric(f"sum_limits_s_{n_prompts}x{args.n}", entry["sum_limits_s"], unit="s")
+    result.extra.update({**res, "args": harness.params(args)})
+    return result
 
 
 if __name__ == "__main__":

@@ -218,8 +218,36 @@ def _micro_sweep() -> Any:
     return b.sweep_result(NS(), raw, ENV), "sweep_tm=8_update_actor_only_s", 1.5, "sweep"
 
 
+def _limits() -> Any:
+    import bench_limits as b
+
+    raw = {"env": dict(ENV), "per_batch": {"64": {"gen": {"s": 2.0, "all_s": [3.0, 2.0, 1.0]}, "fwd": {"s": 0.5},
+                                                  "train": {"s": 1.5}, "sum_limits_s": 4.5}}, "reload": {"s": 0.0}}
+    res = b.build_result(NS(arch="0.5b", gen_reps=3, n=8, json_out=Path("x.json")), raw)
+    assert res.metrics["gen_s_64x8"]["values"] == [3.0, 2.0, 1.0] and res.extra["args"]["json_out"] == "x.json"
+    return res, "sum_limits_s_64x8", 4.5, "reload"
+
+
+def _gen_variance() -> Any:
+    import bench_gen_variance as b
+
+    records = [{"variant": "default", "wall_s": w} for w in (5.0, 4.0, 6.0)] + [{"variant": "gc_off", "wall_s": 4.5}]
+    raw = {"env": dict(ENV), "by_variant": {"default": {}, "gc_off": {}}, "records": records}
+    return b.build_result(NS(reps=3), raw), "wall_s_default", 5.0, "records"
+
+
+def _gen_alternate() -> Any:
+    import bench_gen_alternate as b
+
+    rounds = [{"bare": {"s": 2.0}, "rlpost": {"gen": 4.0}, "gen_ratio": 0.5},
+              {"bare": {"s": 2.0}, "rlpost": {"gen": 1.0}, "gen_ratio": 2.0}]
+    res = b.build_result(NS(), {"env": dict(ENV), "rounds": rounds})
+    assert res.metrics["gen_bare_over_rlpost"]["values"] == [0.5, 2.0]
+    return res, "gen_bare_over_rlpost", 1.0, "rounds"  # geometric mean of 0.5 and 2
+
+
 CASES: dict[str, Callable[[], Any]] = {f.__name__.lstrip("_"): f for f in (
-    _rollout_logprobs, _chunk_stats, _offload, _collectives, _lora, _async, _scale, _dispatch, _rank0_load,
+    _limits, _gen_variance, _gen_alternate, _rollout_logprobs, _chunk_stats, _offload, _collectives, _lora, _async, _scale, _dispatch, _rank0_load,
     _update_profile, _varlen_gqa, _gen_ablate, _kernels, _actor_gap, _sglang, _knobs, _gen_concurrent, _ulysses,
     _multiturn, _grpo_step, _micro_sweep)}
 
