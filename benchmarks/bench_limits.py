@@ -11,8 +11,9 @@ For a random-weight model of the Qwen2.5-0.5B architecture (bf16) it measures:
   - fwd: a plain forward computing the response tokens' log-probs over the same tokens (micro-batches);
   - train: a plain forward + backward + fused AdamW loop over the same tokens (grad accumulation over
     micro-batches, one optimizer step per mini-batch).
-Writes `benchmarks/results/limits_<device>.json` (or `--json-out`). `benchmarks/bench_grpo_step.py` runs this
-in a subprocess first, so the step and its limits come from the same run on the same GPU.
+Writes `benchmarks/results/<date>_<device>/limits.json` (or `--json-out`), in the harness schema.
+`benchmarks/bench_grpo_step.py` runs this in a subprocess first, so the step and its limits come from the same run
+on the same GPU.
 """
 
 from __future__ import annotations
