@@ -116,8 +116,12 @@ def test_unregistered_agent_name_lists_the_registered_ones(capsys, tiny_model_di
     status = _run([f"actor_rollout_ref.model.path={tiny_model_dir}", *MULTI_TURN, *data, _tools_yaml(tmp_path)])
     err = capsys.readouterr().err
     assert status == 2 and err.count("\n") == 1, err
+    # The registry is the process's: it lists the built-in loops and any a test before this one registered.
+    from rlpost.agent.base import AGENT_LOOPS
+
     assert err.startswith(f"error: data.train_files={tmp_path / 'train.parquet'}: agent_name values ['my_agent'] "
-                          "are not registered agent loops; registered: ['external_agent', 'single_turn_agent', 'tool_agent']"), err
+                          f"are not registered agent loops; registered: {AGENT_LOOPS.names()}"), err
+    assert {"external_agent", "single_turn_agent", "tool_agent"} <= set(AGENT_LOOPS.names())
 
 
 def test_unknown_tool_class_and_bad_schema_name_the_yaml_entry(capsys, tiny_model_dir, tmp_path):
