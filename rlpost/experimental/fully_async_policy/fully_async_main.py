@@ -24,6 +24,7 @@ from omegaconf import OmegaConf
 
 from rlpost.config.base import BaseConfig
 from rlpost.config.constraints import NON_NEGATIVE, POSITIVE, violations
+from rlpost.experimental.recipe_cli import run_translated
 from rlpost.trainer.config.errors import ConfigError
 
 ARR = "actor_rollout_ref"
@@ -162,14 +163,7 @@ def translate(args: list[str]) -> list[str]:
 
 def main() -> None:
     """Console entry point."""
-    from rlpost.trainer import main_ppo
-
-    try:
-        sys.argv = sys.argv[:1] + translate(sys.argv[1:])
-    except ConfigError as err:
-        print(f"config error: {err}", file=sys.stderr)
-        sys.exit(2)
-    main_ppo.main()
+    run_translated(translate)
 
 
 if __name__ == "__main__":

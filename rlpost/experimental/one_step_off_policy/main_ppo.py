@@ -12,8 +12,8 @@ devices) and its own defaults: `actor_rollout_ref.hybrid_engine=false`, `rollout
 
 from __future__ import annotations
 
-import sys
 
+from rlpost.experimental.recipe_cli import run_translated
 from rlpost.trainer.config.errors import ConfigError
 
 ARR = "actor_rollout_ref"
@@ -48,14 +48,7 @@ def translate(args: list[str]) -> list[str]:
 
 def main() -> None:
     """Console entry point."""
-    from rlpost.trainer import main_ppo
-
-    try:
-        sys.argv = sys.argv[:1] + translate(sys.argv[1:])
-    except ConfigError as err:
-        print(f"config error: {err}", file=sys.stderr)
-        sys.exit(2)
-    main_ppo.main()
+    run_translated(translate)
 
 
 if __name__ == "__main__":
