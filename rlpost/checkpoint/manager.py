@@ -25,6 +25,7 @@ This module imports neither torch nor omegaconf: it only moves folders and reads
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -234,9 +235,8 @@ def _fsync_dir(path: Path) -> None:
     except OSError:
         return
     try:
-        os.fsync(fd)
-    except OSError:
-        pass
+        with contextlib.suppress(OSError):  # e.g. EINVAL where directories cannot be fsynced: the rename stands
+            os.fsync(fd)
     finally:
         os.close(fd)
 
