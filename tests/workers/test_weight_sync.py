@@ -46,6 +46,11 @@ def _trainer(rank: int, port: int, sync_port: int, out_file: str) -> None:
     full = {n: t.clone() for n, t in iter_full_params(model, torch.bfloat16)}
     if rank == 0:
         torch.save({"metas": metas, "full": full, "sent": sent}, out_file)
+    # Teardown in a fixed order: no collective in flight (barrier), no sharded tensor left for gloo's threads to
+    # release during interpreter shutdown (CI once saw rank 1 end with SIGABRT, "terminate called without an
+    # active exception", after the work was done; pytorch#190489 / #179291 describe that exit race).
+    del model, full
+    dist.barrier()
     dist.destroy_process_group()
 
 
