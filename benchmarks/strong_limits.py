@@ -158,6 +158,16 @@ class StrongLimits:
         self.train()
 
 
+def add_arguments(ap: argparse.ArgumentParser, prompt_len: bool = True) -> None:
+    """The strong loops' knobs, shared by the drivers that run them beside rlpost: packing budgets, checkpointing
+    (and the padded prompt length rlpost's batch uses)."""
+    if prompt_len:
+        ap.add_argument("--prompt-len", type=int, default=192, help="data.max_prompt_length (>= the longest prompt)")
+    ap.add_argument("--fwd-tokens", type=int, default=32768, help="token budget of a forward micro-batch")
+    ap.add_argument("--train-tokens", type=int, default=16384, help="token budget of an update micro-batch")
+    ap.add_argument("--grad-ckpt", type=int, default=1)
+
+
 def mfu(flops_per_token_param: int, params: int, tokens: int, seconds: float, peak: float = 989e12) -> float:
     """Model FLOPs utilisation: `flops_per_token_param` x N x tokens / seconds / peak (6 update, 2 forward)."""
     return flops_per_token_param * params * tokens / seconds / peak
@@ -169,9 +179,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     workload.add_arguments(ap)
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--fwd-tokens", type=int, default=32768)
-    ap.add_argument("--train-tokens", type=int, default=16384)
-    ap.add_argument("--grad-ckpt", type=int, default=1)
+    add_arguments(ap, prompt_len=False)
     args = ap.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     wl = workload.gsm8k_shaped(args.prompts, args.n, args.cap, args.seed)
