@@ -137,7 +137,8 @@ def critic_worker(value_dir: Path, model_dir: Path, args: argparse.Namespace, de
             f"actor_rollout_ref.rollout.n={args.n}", f"data.max_prompt_length={args.prompt_len}",
             f"data.max_response_length={args.cap}", f"data.train_batch_size={args.prompts}",
             f"critic.model.path={value_dir}", f"critic.model.tokenizer_path={model_dir}",
-            "critic.model.use_remove_padding=true", f"critic.model.enable_gradient_checkpointing={bool(args.grad_ckpt)}",
+            "critic.model.use_remove_padding=true",
+            f"critic.model.enable_gradient_checkpointing={str(bool(args.grad_ckpt)).lower()}",
             "critic.use_dynamic_bsz=true", f"critic.ppo_max_token_len_per_gpu={args.train_tokens}",
             f"critic.forward_max_token_len_per_gpu={args.fwd_tokens}", f"critic.ppo_mini_batch_size={args.prompts}",
             "critic.ppo_epochs=1", "critic.shuffle=false", f"critic.cliprange_value={CLIP}",
@@ -169,7 +170,8 @@ def critic_batch(seqs: list[tuple[list[int], list[int]]], prompt_len: int, cap: 
     return DataProto.from_dict(tensors={
         keys.INPUT_IDS: ids, keys.ATTENTION_MASK: attn, keys.POSITION_IDS: (attn.cumsum(-1) - 1).clamp(min=0),
         keys.RESPONSES: ids[:, prompt_len:], keys.RESPONSE_MASK: r_mask,
-        keys.VALUES: torch.randn(b, cap, generator=g) * r_mask, keys.RETURNS: torch.randn(b, cap, generator=g) * r_mask})
+        keys.VALUES: torch.randn(b, cap, generator=g) * r_mask,
+        keys.RETURNS: torch.randn(b, cap, generator=g) * r_mask})
 
 
 def values_gap(bare: ValueLimits, worker: Any, batch: Any, seqs: list[tuple[list[int], list[int]]],
@@ -247,16 +249,12 @@ def run(args: argparse.Namespace) -> harness.Result:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    from benchmarks import strong_limits, workload
+    from benchmarks import strong_limits
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    workload.add_arguments(ap)  # a missing model folder is built (0.5B architecture)
-    strong_limits.add_arguments(ap)
-    ap.add_argument("--rounds", type=int, default=5)
+    strong_limits.add_paired_arguments(ap, rounds=5, worker="critic")
     ap.add_argument("--max-value-gap", type=float, default=0.25,
                     help="largest |bare - rlpost| value allowed before any update (bf16 against fp32 masters)")
-    ap.add_argument("--override", nargs="*", default=[], help="extra Hydra overrides of the rlpost critic")
-    ap.add_argument("--session", type=Path, default=None, help="result folder (default: by date and GPU)")
     return ap.parse_args(argv)
 
 

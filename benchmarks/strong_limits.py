@@ -168,6 +168,18 @@ def add_arguments(ap: argparse.ArgumentParser, prompt_len: bool = True) -> None:
     ap.add_argument("--grad-ckpt", type=int, default=1)
 
 
+def add_paired_arguments(ap: argparse.ArgumentParser, rounds: int, worker: str) -> None:
+    """A paired-rounds driver's arguments: the workload, the strong loops' knobs, rounds, rlpost `worker`'s extra
+    overrides and the result folder."""
+    from benchmarks import workload
+
+    workload.add_arguments(ap)  # a missing model folder is built (0.5B architecture)
+    add_arguments(ap)
+    ap.add_argument("--rounds", type=int, default=rounds)
+    ap.add_argument("--override", nargs="*", default=[], help=f"extra Hydra overrides of the rlpost {worker}")
+    ap.add_argument("--session", type=Path, default=None, help="result folder (default: by date and GPU)")
+
+
 def mfu(flops_per_token_param: int, params: int, tokens: int, seconds: float, peak: float = 989e12) -> float:
     """Model FLOPs utilisation: `flops_per_token_param` x N x tokens / seconds / peak (6 update, 2 forward)."""
     return flops_per_token_param * params * tokens / seconds / peak
