@@ -176,24 +176,26 @@ def critic_batch(seqs: list[tuple[list[int], list[int]]], prompt_len: int, cap: 
 
 def values_gap(bare: ValueLimits, worker: Any, batch: Any, seqs: list[tuple[list[int], list[int]]],
                rows: int = 8) -> float:
-    """Largest |bare - rlpost| value over the response tokens of the first `rows` samples, each run alone on
-    the bare side, before either side updates (same weights)."""
+    """Largest |bare - rlpost| value over the response tokens of the first `rows` samples (each run alone on
+    the bare side) over the largest |value| there, before either side updates (same weights)."""
     from benchmarks.strong_limits import pack
     from rlpost import keys
 
     ours = worker.compute_values(batch).batch[keys.VALUES]
-    worst = 0.0
+    worst, scale = 0.0, 0.0
     with torch.no_grad():
         bare.model.eval()
         for i, (prompt, response) in enumerate(seqs[:rows]):
             mine = bare.row_values(pack([(prompt, response)], 10 ** 9, bare.device)[0]).cpu()
             worst = max(worst, float((mine - ours[i, :len(response)]).abs().max()))
-    return worst
+            scale = max(scale, float(mine.abs().max()))
+    return worst / max(scale, 1e-6)
 
 
 def summarize(res: harness.Result, rounds: list[dict[str, Any]], params: int, tokens: int) -> None:
     """Per-round ratios bare / rlpost (goals E1, E1_update), both sides' MFU and seconds into `res`."""
     bare, ours = [r["bare"] for r in rounds], [r["rlpost"] for r in rounds]
+    res.reps = len(rounds)  # a run cut short counts the rounds it finished
     for gid, key in (("E1", "values_s"), ("E1_update", "update_s")):
         stats = harness.paired_ratio([b[key] for b in bare], [o[key] for o in ours])
         res.metric(f"{key[:-2]}_bare_over_rlpost", **{k: stats[k] for k in ("value", "ci_low", "ci_high", "values")},
@@ -216,7 +218,7 @@ def run(args: argparse.Namespace) -> harness.Result:
     worker = critic_worker(value_dir, args.model_dir, args, device)
     batch = critic_batch(seqs, args.prompt_len, args.cap)
     gap = values_gap(bare, worker, batch, seqs)
-    assert gap < args.max_value_gap, f"bare and rlpost values differ by {gap:.3g} before any update"
+    assert gap < args.max_value_gap, f"bare and rlpost values differ by {gap:.3g} of their scale before any update"
     sync = bare._sync
 
     def rlpost_round() -> dict[str, float]:
@@ -231,7 +233,7 @@ def run(args: argparse.Namespace) -> harness.Result:
 
     bare_round(), rlpost_round()  # warm-up: allocator, optimiser state, kernels
     res = harness.Result("critic", harness.command_line(), args.rounds)
-    res.metric("values_gap_before_update", gap, unit="max |bare - rlpost| value")
+    res.metric("values_gap_before_update", gap, unit="max |bare - rlpost| / max |value|")
     res.extra.update(args=harness.params(args), bare_applied=bare.applied, params=bare.params, tokens=bare.tokens,
                      scored_tokens=sum(len(r) for _, r in seqs), samples=len(seqs), value_model=str(value_dir))
 
@@ -253,8 +255,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     strong_limits.add_paired_arguments(ap, rounds=5, worker="critic")
-    ap.add_argument("--max-value-gap", type=float, default=0.25,
-                    help="largest |bare - rlpost| value allowed before any update (bf16 against fp32 masters)")
+    ap.add_argument("--max-value-gap", type=float, default=0.3,
+                    help="largest |bare - rlpost| value over the largest |value| allowed before any update (the "
+                         "same weights; bf16 kernels and batching apart, a wrong position reads as ~1 or more)")
     return ap.parse_args(argv)
 
 

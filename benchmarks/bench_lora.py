@@ -83,13 +83,15 @@ def mode_command(mode: str, args: argparse.Namespace, run_dir: Path) -> list[str
 
 
 def read_run(mode: str, rc: int, wall_s: float, run_dir: Path, log: Path) -> dict:
-    """One mode's result from its `metrics.jsonl`: each phase's spread over steps 2..N, peak memory; a run with
-    no metrics (or that failed before logging any) keeps its log's tail."""
+    """One mode's result from its `metrics.jsonl`: each phase's spread over steps 2..N, peak memory; a failed run,
+    or one with no metrics, keeps its log's tail (the steps a killed run logged still count)."""
+    from main_ppo_runs import step_times
+
     result: dict = {"mode": mode, "rc": rc, "wall_s": round(wall_s, 1)}
-    metrics = run_dir / "metrics.jsonl"
-    rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()] if metrics.exists() else []
-    if not rows:
+    rows = step_times(run_dir / "metrics.jsonl")  # a line cut off by a kill is left out
+    if rc != 0 or not rows:
         result["log_tail"] = log.read_text()[-3000:] if log.exists() else ""
+    if not rows:
         return result
     steps = [r for r in rows if "timing_s/step" in r][1:]  # step 1 warms up (CUDA graphs, allocator)
     result["steps_measured"] = len(steps)

@@ -8,9 +8,12 @@
 # Results: $OUT/results/<date>_<gpu>/ (OUT defaults to benchmarks/: the repository's results folder), one log per
 # part beside them. Settings (environment, defaults in brackets):
 #   E1_LIMIT_S [180], E2_LIMIT_S [240]   hard limits per part, in seconds (the part's own budget a little less)
-#   E1_ARGS ["--prompts 64 --n 8 --rounds 5"]     benchmarks/bench_critic.py's workload and rounds
-#   E2_ARGS ["--prompts 8 --steps 3 --micro 8 --response-len 256 --enforce-eager 1"]   benchmarks/bench_lora.py:
-#       a reduced batch (8 prompts x 8, 256-token responses, vLLM eager, 2 measured steps) to fit E2_LIMIT_S
+#   E1_ARGS ["--prompts 64 --n 8 --rounds 8"]     benchmarks/bench_critic.py's workload and rounds (each
+#       round rewrites critic.json from 2 rounds on: a part cut short keeps the rounds it finished)
+#   E2_ARGS ["--prompts 8 --steps 3 --micro 8 --response-len 128 --enforce-eager 1"]   benchmarks/bench_lora.py:
+#       a reduced batch (8 prompts x 8, 128-token responses, vLLM eager, 2 measured steps) to fit E2_LIMIT_S with
+#       the 7B model's build (~15 GB written), the limits' process and main_ppo's start-up; with more time give
+#       E2_LIMIT_S=420 E2_ARGS="--prompts 16 --steps 4 --micro 8 --response-len 512 --enforce-eager 0"
 #   M05 [/tmp/m_0.5b], M7 [/tmp/model_7b]   model folders (random weights, built when missing)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -22,18 +25,19 @@ GPU=$($PY -c "from benchmarks import harness; print(harness.slug(harness.gpu_nam
 SESSION="$OUT/results/$(date -u +%F)_${GPU}"
 E1_LIMIT_S=${E1_LIMIT_S:-180}
 E2_LIMIT_S=${E2_LIMIT_S:-240}
-E1_ARGS=${E1_ARGS:---prompts 64 --n 8 --rounds 5}
-E2_ARGS=${E2_ARGS:---prompts 8 --steps 3 --micro 8 --response-len 256 --enforce-eager 1}
+E1_ARGS=${E1_ARGS:---prompts 64 --n 8 --rounds 8}
+E2_ARGS=${E2_ARGS:---prompts 8 --steps 3 --micro 8 --response-len 128 --enforce-eager 1}
 M05=${M05:-/tmp/m_0.5b}
 M7=${M7:-/tmp/model_7b}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # this tree's rlpost, in Ray's workers too
+export VLLM_USE_FLASHINFER_SAMPLER=${VLLM_USE_FLASHINFER_SAMPLER:-0}  # as docs/benchmarks/realistic.md's commands
 export VLLM_ENABLE_V1_MULTIPROCESSING=0 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 WANDB_MODE=offline
 # shellcheck disable=SC2206  # the *_ARGS are word lists on purpose
 E1_CMD=($PY -m benchmarks.bench_critic --model-dir "$M05" $E1_ARGS --session "$SESSION")
 # bench_lora's own budget (its runs are killed with their process groups and Ray) ends before the hard limit
 # shellcheck disable=SC2206
 E2_CMD=($PY benchmarks/bench_lora.py --arch 7b --modes lora_adapter --limits --model-dir "$M7" $E2_ARGS
-        --timeout $((E2_LIMIT_S - 15)) --limits-timeout $((E2_LIMIT_S * 2 / 5)) --out "$SESSION/lora_7b.json")
+        --timeout $((E2_LIMIT_S - 15)) --limits-timeout $((E2_LIMIT_S * 11 / 24)) --out "$SESSION/lora_7b.json")
 SUMMARY_CMD=($PY -m benchmarks.session_summary "$SESSION" --results "$OUT/results")
 
 if (( DRY )); then

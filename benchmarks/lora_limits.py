@@ -8,7 +8,7 @@ What `bench_lora.py`'s `lora_adapter` run does each step, with no framework arou
     (`enable_lora`, one slot), prompts x n requests of exactly `--response-len` tokens (ignore_eos); the prompts
     are the first `--prompts` rows of `--data` through the tokenizer's chat template, as the dataset renders them;
   - fwd: the log-prob pass with the adapter on (old_log_prob), ref: the same with the adapter off (the reference
-    policy of a LoRA actor); both packed (`strong_limits.pack`, packed attention, the fused log-prob head);
+    policy of a LoRA actor); both packed (`strong_limits.pack`, packed attention, the fused log-prob head, eager);
   - train: forward + backward over the same packed rows and one fused AdamW step of the float32 adapters (the base
     frozen in bf16), gradient checkpointing as `--grad-ckpt`.
 The limits' sum (`sum_s`: the sum of the four medians) is what `bench_lora.py --limits` divides the step time by
@@ -99,7 +99,12 @@ def generate_limit(args: argparse.Namespace, prompts: list[list[int]], adapter: 
 def loop_limits(args: argparse.Namespace, peft_model: Any, inner: Any, seqs: list, device: str) -> dict:
     """Times of the log-prob pass with the adapter (fwd), without it (ref) and of the adapter update (train)."""
     from benchmarks.strong_limits import forward_pass, pack, train_pass
+    from rlpost.engine.fused_logprob import FusedHeadOptions, eager
 
+    # the fused head in eager mode: no torch.compile of the per-chunk maths, whose two compilations would not
+    # fit the session's time (the head is ~7 % of a 7B model's FLOPs)
+    fwd_opts = FusedHeadOptions(temperature=1.0, with_entropy=True, chunk=8192, compile_fn=eager)
+    train_opts = FusedHeadOptions(temperature=1.0, with_entropy=False, chunk=8192, compile_fn=eager)
     fwd_rows, train_rows = pack(seqs, args.fwd_tokens, device), pack(seqs, args.train_tokens, device)
     g = torch.Generator().manual_seed(0)
     adv = [torch.randn(r.where.numel(), generator=g).to(device) for r in train_rows]
@@ -109,10 +114,10 @@ def loop_limits(args: argparse.Namespace, peft_model: Any, inner: Any, seqs: lis
 
     def ref() -> None:
         with peft_model.disable_adapter():
-            forward_pass(inner, fwd_rows)
+            forward_pass(inner, fwd_rows, fwd_opts)
 
-    fns = {"fwd": lambda: forward_pass(inner, fwd_rows), "ref": ref,
-           "train": lambda: train_pass(inner, opt, train_rows, adv)}
+    fns = {"fwd": lambda: forward_pass(inner, fwd_rows, fwd_opts), "ref": ref,
+           "train": lambda: train_pass(inner, opt, train_rows, adv, train_opts)}
     out: dict[str, list[float]] = {}
     for name, fn in fns.items():
         fn()  # warm-up: compilation, allocator, optimiser state

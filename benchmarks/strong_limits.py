@@ -103,17 +103,18 @@ def row_log_probs(model: Any, row: PackedRow, opts: Any) -> torch.Tensor:
 
 
 @torch.no_grad()
-def forward_pass(model: Any, rows: list[PackedRow]) -> int:
-    """Log-probs and entropies of every scored token; returns their count."""
+def forward_pass(model: Any, rows: list[PackedRow], opts: Any = None) -> int:
+    """Log-probs and entropies of every scored token (`opts`: the head's options, default `_head_opts`); returns
+    their count."""
     model.eval()
-    opts = _head_opts(True, rows[0].ids.device.type)
+    opts = opts or _head_opts(True, rows[0].ids.device.type)
     return sum(int(row_log_probs(model, row, opts).shape[0]) for row in rows)
 
 
-def train_pass(model: Any, opt: Any, rows: list[PackedRow], adv: list[torch.Tensor]) -> None:
+def train_pass(model: Any, opt: Any, rows: list[PackedRow], adv: list[torch.Tensor], opts: Any = None) -> None:
     """fwd + bwd of -mean(logp * adv) over all scored tokens (accumulated row by row), clip, one step."""
     model.train()
-    opts = _head_opts(False, rows[0].ids.device.type)
+    opts = opts or _head_opts(False, rows[0].ids.device.type)
     total = sum(int(r.where.numel()) for r in rows)
     for row, a in zip(rows, adv):
         logp = row_log_probs(model, row, opts)[:, 0]

@@ -39,8 +39,9 @@ def test_critic_batch_holds_the_same_tokens_as_the_packed_rows() -> None:
 @pytest.mark.timeout(30)
 def test_critic_summary_pairs_rounds_and_counts_mfu() -> None:
     rounds = [{"bare": {"values_s": 1.0, "update_s": 3.0}, "rlpost": {"values_s": 1.25, "update_s": 3.0}}] * 3
-    res = harness.Result("critic", "cmd", 3, env={"date": "2026-12-02", "gpu": "NVIDIA H200"})
+    res = harness.Result("critic", "cmd", 5, env={"date": "2026-12-02", "gpu": "NVIDIA H200"})
     bench_critic.summarize(res, rounds, params=989, tokens=1000)
+    assert res.reps == 3 and res.goals["E1"]["reps"] == 3  # the rounds that finished
     assert res.goals["E1"]["value"] == pytest.approx(0.8) and res.goals["E1"]["met"] is False
     assert res.goals["E1_update"]["value"] == pytest.approx(1.0) and res.goals["E1_update"]["met"] is True
     # 6 x 989 x 1000 / 3 s / 989e12 = 2e-9; the values pass 2 x 989 x 1000 / 1.25 s / 989e12 = 1.6e-9.
@@ -59,7 +60,7 @@ def test_bench_critic_runs_on_a_tiny_model(tiny_model_dir, tmp_path) -> None:
     data = json.loads((tmp_path / "s" / "critic.json").read_text())
     harness.validate(data)
     assert set(data["goals"]) == {"E1", "E1_update"} and data["goals"]["E1"]["value"] > 0
-    assert data["metrics"]["values_gap_before_update"]["value"] < 0.05  # same weights: bf16 against fp32 masters
+    assert data["metrics"]["values_gap_before_update"]["value"] < 0.05  # same weights, relative to the values' scale
     assert len(data["rounds"]) == 2 and data["rounds"][1]["order"] == ["rlpost", "bare"]
     assert res.extra["scored_tokens"] == int(workload.gsm8k_shaped(1, 2, 16, 0).caps.sum())  # every response token
     assert (tmp_path / "m_value" / "config.json").exists()
@@ -119,11 +120,11 @@ def test_gpu_session_dry_run_prints_commands_each_script_accepts(tmp_path) -> No
     assert lines["session"].startswith(f"{tmp_path}/results/")
     e1, e2 = shlex.split(lines["E1 (limit 180 s)"]), shlex.split(lines["E2 (limit 240 s)"])
     critic = bench_critic.parse_args(e1[e1.index("--model-dir"):])
-    assert (critic.prompts, critic.n, critic.rounds) == (64, 8, 5)
+    assert (critic.prompts, critic.n, critic.rounds) == (64, 8, 8)
     lora = bench_lora.parse_args(e2[2:])
     assert lora.limits and lora.arch == "7b" and lora.timeout == 225 and lora.out.parent == Path(lines["session"])
     inner = [shlex.split(line) for line in out.splitlines() if "benchmarks.lora_limits" in line]
     limits = lora_limits.parse_args(inner[0][3:])
-    assert (limits.prompts, limits.response_len, limits.enforce_eager) == (8, 256, 1)
+    assert (limits.prompts, limits.response_len, limits.enforce_eager) == (8, 128, 1)
     assert any("run_qwen2_5_0_5b_gpu.sh" in line and "lora.merge=false" in line for line in out.splitlines())
     assert "session_summary" in lines["summary"]
