@@ -39,6 +39,8 @@ E1_CMD=($PY -m benchmarks.bench_critic --model-dir "$M05" $E1_ARGS --session "$S
 E2_CMD=($PY benchmarks/bench_lora.py --arch 7b --modes lora_adapter --limits --model-dir "$M7" $E2_ARGS
         --timeout $((E2_LIMIT_S - 15)) --limits-timeout $((E2_LIMIT_S * 11 / 24)) --out "$SESSION/lora_7b.json")
 SUMMARY_CMD=($PY -m benchmarks.session_summary "$SESSION" --results "$OUT/results")
+# outside the repository's results the generated page goes beside them, not over docs/benchmarks/current.md
+[[ "$OUT" != benchmarks ]] && SUMMARY_CMD+=(--page "$OUT/current.md")
 
 if (( DRY )); then
     echo "session: $SESSION"
