@@ -208,17 +208,10 @@ def run(args: argparse.Namespace) -> Any:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    from benchmarks import workload
+    from benchmarks import strong_limits
 
-    workload.add_arguments(ap)  # a missing model folder is built (0.5B architecture)
-    ap.add_argument("--prompt-len", type=int, default=192, help="data.max_prompt_length (>= the longest prompt)")
-    ap.add_argument("--rounds", type=int, default=12)
-    ap.add_argument("--fwd-tokens", type=int, default=32768, help="token budget of a log-prob micro-batch")
-    ap.add_argument("--train-tokens", type=int, default=16384, help="token budget of an update micro-batch")
-    ap.add_argument("--grad-ckpt", type=int, default=1)
+    strong_limits.add_paired_arguments(ap, rounds=12, worker="worker")
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.35, help="each engine's share")
-    ap.add_argument("--override", nargs="*", default=[], help="extra Hydra overrides of the rlpost worker")
-    ap.add_argument("--session", type=Path, default=None, help="result folder (default: by date and GPU)")
     ap.add_argument("--vocab", type=int, default=150000, help=argparse.SUPPRESS)
     ap.add_argument("--serve-bare", action="store_true", help=argparse.SUPPRESS)
     return ap.parse_args(argv)

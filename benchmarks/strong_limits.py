@@ -103,17 +103,18 @@ def row_log_probs(model: Any, row: PackedRow, opts: Any) -> torch.Tensor:
 
 
 @torch.no_grad()
-def forward_pass(model: Any, rows: list[PackedRow]) -> int:
-    """Log-probs and entropies of every scored token; returns their count."""
+def forward_pass(model: Any, rows: list[PackedRow], opts: Any = None) -> int:
+    """Log-probs and entropies of every scored token (`opts`: the head's options, default `_head_opts`); returns
+    their count."""
     model.eval()
-    opts = _head_opts(True, rows[0].ids.device.type)
+    opts = opts or _head_opts(True, rows[0].ids.device.type)
     return sum(int(row_log_probs(model, row, opts).shape[0]) for row in rows)
 
 
-def train_pass(model: Any, opt: Any, rows: list[PackedRow], adv: list[torch.Tensor]) -> None:
+def train_pass(model: Any, opt: Any, rows: list[PackedRow], adv: list[torch.Tensor], opts: Any = None) -> None:
     """fwd + bwd of -mean(logp * adv) over all scored tokens (accumulated row by row), clip, one step."""
     model.train()
-    opts = _head_opts(False, rows[0].ids.device.type)
+    opts = opts or _head_opts(False, rows[0].ids.device.type)
     total = sum(int(r.where.numel()) for r in rows)
     for row, a in zip(rows, adv):
         logp = row_log_probs(model, row, opts)[:, 0]
@@ -158,6 +159,28 @@ class StrongLimits:
         self.train()
 
 
+def add_arguments(ap: argparse.ArgumentParser, prompt_len: bool = True) -> None:
+    """The strong loops' knobs, shared by the drivers that run them beside rlpost: packing budgets, checkpointing
+    (and the padded prompt length rlpost's batch uses)."""
+    if prompt_len:
+        ap.add_argument("--prompt-len", type=int, default=192, help="data.max_prompt_length (>= the longest prompt)")
+    ap.add_argument("--fwd-tokens", type=int, default=32768, help="token budget of a forward micro-batch")
+    ap.add_argument("--train-tokens", type=int, default=16384, help="token budget of an update micro-batch")
+    ap.add_argument("--grad-ckpt", type=int, default=1)
+
+
+def add_paired_arguments(ap: argparse.ArgumentParser, rounds: int, worker: str) -> None:
+    """A paired-rounds driver's arguments: the workload, the strong loops' knobs, rounds, rlpost `worker`'s extra
+    overrides and the result folder."""
+    from benchmarks import workload
+
+    workload.add_arguments(ap)  # a missing model folder is built (0.5B architecture)
+    add_arguments(ap)
+    ap.add_argument("--rounds", type=int, default=rounds)
+    ap.add_argument("--override", nargs="*", default=[], help=f"extra Hydra overrides of the rlpost {worker}")
+    ap.add_argument("--session", type=Path, default=None, help="result folder (default: by date and GPU)")
+
+
 def mfu(flops_per_token_param: int, params: int, tokens: int, seconds: float, peak: float = 989e12) -> float:
     """Model FLOPs utilisation: `flops_per_token_param` x N x tokens / seconds / peak (6 update, 2 forward)."""
     return flops_per_token_param * params * tokens / seconds / peak
@@ -169,9 +192,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     workload.add_arguments(ap)
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--fwd-tokens", type=int, default=32768)
-    ap.add_argument("--train-tokens", type=int, default=16384)
-    ap.add_argument("--grad-ckpt", type=int, default=1)
+    add_arguments(ap, prompt_len=False)
     args = ap.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     wl = workload.gsm8k_shaped(args.prompts, args.n, args.cap, args.seed)
