@@ -50,14 +50,20 @@ def build_device_mesh(device: str, fsdp_size: int) -> DeviceMesh:
     return init_device_mesh(device, (world // fsdp_size, fsdp_size), mesh_dim_names=("ddp", "fsdp"))
 
 
+def _is_container(mod: torch.nn.Module) -> bool:
+    """A ModuleList / ModuleDict without a forward of its own: fully_shard refuses it (nothing to hook)."""
+    return isinstance(mod, (torch.nn.ModuleList, torch.nn.ModuleDict)) and type(mod).forward is torch.nn.Module.forward
+
+
 def _size_wrapped(model: torch.nn.Module, min_params: int, skip: set[int]) -> list[torch.nn.Module]:
-    """Submodules (post-order) whose not-yet-wrapped parameter count reaches `min_params`."""
+    """Submodules (post-order) whose not-yet-wrapped parameter count reaches `min_params`; a container without
+    forward (the decoder's layer list) is never a unit: its count passes on to its parent."""
     chosen: list[torch.nn.Module] = []
 
     def visit(mod: torch.nn.Module) -> int:
         remaining = sum(visit(c) for c in mod.children())
         remaining += sum(p.numel() for p in mod.parameters(recurse=False))
-        if mod is not model and id(mod) not in skip and remaining >= min_params:
+        if mod is not model and id(mod) not in skip and not _is_container(mod) and remaining >= min_params:
             chosen.append(mod)
             return 0
         return remaining

@@ -149,8 +149,9 @@ def gathered_bytes(shape: ModelShape, whole: bool = False, unit_params: int = 0)
     with `whole` (reshard_after_forward=false) the whole model.
 
     Size-based wrapping (`unit_params` = wrap_policy.min_num_params) with a threshold above one layer's size
-    wraps no layer on its own: their counts add up in their parent, so the whole decoder stack (or the root
-    alone) is one unit, and the whole model is gathered at once (`rlpost.engine.fsdp.units_to_wrap`).
+    wraps no layer on its own: their counts add up in their parent (never the layer list: fully_shard refuses a
+    container without forward), so the decoder (or the root alone) is one unit, and the whole model is gathered
+    at once (`rlpost.engine.fsdp.units_to_wrap`).
     """
     if whole or unit_params > shape.layer_params:
         return 2 * shape.params

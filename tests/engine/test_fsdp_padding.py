@@ -55,12 +55,31 @@ def test_model_loading_and_wrapping_units(tiny_model_dir):
     assert model.get_input_embeddings() not in sized and sized[-1] is model
     total = sum(p.numel() for p in model.parameters())
     assert units_to_wrap(model, min_num_params=total + 1) == [model]  # the GPU examples' one-unit wrapping
-    # above one layer's size no layer is wrapped alone: the whole decoder stack is one unit (the memory estimate's
-    # premise), and its parent, which holds the tied input embeddings, never is
+    # above one layer's size no layer is wrapped alone, nor the layer list (fully_shard refuses a container without
+    # forward: a 7B model with the GPU examples' min_num_params=1e9 stopped there), and the decoder, which holds
+    # the tied input embeddings, never is: the root is the one unit, the whole model gathered at once (the memory
+    # estimate's premise)
     layers = model.model.layers
-    stack = sum(p.numel() for p in layers.parameters())
-    assert units_to_wrap(model, min_num_params=sum(p.numel() for p in layers[0].parameters()) + 1) == [layers, model]
-    assert units_to_wrap(model, min_num_params=stack + 1) == [model]
+    one_layer = sum(p.numel() for p in layers[0].parameters())
+    assert units_to_wrap(model, min_num_params=one_layer + 1) == [model]
+    untied = load_model(actor_model, torch.float32)
+    untied.config.tie_word_embeddings = False
+    untied.lm_head.weight = torch.nn.Parameter(untied.lm_head.weight.detach().clone())
+    assert units_to_wrap(untied, min_num_params=one_layer + 1) == [untied.model, untied]  # decoder, then the head
+    _fully_shard_each(units_to_wrap(untied, min_num_params=one_layer + 1))
+
+
+def _fully_shard_each(units):
+    """fully_shard accepts every unit (one gloo rank in this process, torn down after)."""
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        for unit in units:
+            fully_shard(unit)
+    finally:
+        dist.destroy_process_group()
 
 
 def test_nonfinite_grad_skips_step_and_loss_weights():
