@@ -12,8 +12,8 @@ PREFIX = "fully_async"
 
 
 def token_versions(response_mask: torch.Tensor, version: int) -> torch.Tensor:
-    """(B, R) int64: `version` on response tokens (mask 1), -1 on padding (a whole batch sampled by one
-    set of weights: the engines take new weights between generations)."""
+    """(B, R) int64: `version` on response tokens (mask 1), -1 on padding: a batch generated whole by one set
+    of weights (a partial rollout records its tokens' versions itself, `rlpost.rollout.partial`)."""
     return torch.where(response_mask.bool(), torch.tensor(version, dtype=torch.int64), torch.tensor(-1))
 
 
