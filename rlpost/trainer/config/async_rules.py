@@ -61,7 +61,8 @@ def check_async(c: PPOTrainerConfig) -> None:
 
 
 def _check_partial(c: PPOTrainerConfig) -> None:
-    """Partial rollouts resubmit each response's tokens as a plain prompt: one engine per rank, no agent loop."""
+    """Partial rollouts resubmit each response's tokens as a plain prompt: one engine per rank, no agent loop,
+    no tail cut."""
     rollout = c.actor_rollout_ref.rollout
     key = f"{V1}.separate_async.partial_rollout=true"
     if not c.trainer.v1.separate_async.partial_rollout:
@@ -70,6 +71,9 @@ def _check_partial(c: PPOTrainerConfig) -> None:
         fail(f"not supported yet: {key} with {ARR}.rollout.multi_turn.enable=true",
              "an agent loop's turns are not resumed from a paused segment",
              f"{V1}.separate_async.partial_rollout=false")
+    if rollout.over_sample_rate > 0:
+        fail(f"not supported yet: {key} with {ARR}.rollout.over_sample_rate={rollout.over_sample_rate}",
+             "the tail cut is not applied to resumed segments", f"{ARR}.rollout.over_sample_rate=0")
     if rollout.tensor_model_parallel_size > 1:
         fail(f"not supported yet: {key} with {ARR}.rollout.tensor_model_parallel_size="
              f"{rollout.tensor_model_parallel_size}", "a segment's rows are continued rank by rank",

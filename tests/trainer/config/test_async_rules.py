@@ -40,6 +40,9 @@ def test_separate_async_reads_the_queue_from_v1(small_cfg):
      "use trainer.v1.trainer_mode=separate_async (or trainer.v1.separate_async.partial_rollout=false)"),
     ({"trainer.v1.separate_async.partial_rollout": True, f"{ARR}.rollout.multi_turn.enable": True},
      "not supported yet: trainer.v1.separate_async.partial_rollout=true with"),
+    ({"trainer.v1.separate_async.partial_rollout": True, f"{ARR}.rollout.mode": "async",
+      f"{ARR}.rollout.over_sample_rate": 0.2, "data.gen_batch_size": 10},
+     "the tail cut is not applied to resumed segments"),
     ({"trainer.v1.separate_async.partial_rollout_tokens": 0},
      "trainer.v1.separate_async.partial_rollout_tokens=0"),
 ])
