@@ -14,6 +14,12 @@ RESPONSES = "responses"  # (B, R) right-padded response ids
 RESPONSE_MASK = "response_mask"  # (B, R) 1 on generated tokens up to and including EOS
 ROLLOUT_LOG_PROBS = "rollout_log_probs"  # (B, R) log-probs the engine sampled with
 ROLLOUT_POLICY_VERSIONS = "rollout_policy_versions"  # (B, R) int64: policy version that sampled each token, -1 on pad
+# partial rollouts (rlpost.rollout.partial): a generation paused at weight pushes, carried between segments
+PARTIAL_TOKENS = "partial_tokens"  # (B, R) ids sampled so far, pad id after them
+PARTIAL_LOG_PROBS = "partial_log_probs"  # (B, R) the engine's log-prob of each of them
+PARTIAL_LENGTH = "partial_length"  # (B,) int64: tokens sampled so far
+PARTIAL_CAP = "partial_cap"  # (B,) int64: the row's response cap
+PARTIAL_DONE = "partial_done"  # (B,) bool: the row stopped (EOS or its cap)
 OLD_LOG_PROBS = "old_log_probs"  # (B, R) actor log-probs before the update
 ENTROPYS = "entropys"  # (B, R) per-token entropy of the actor
 SUM_PI_SQUARED = "sum_pi_squared"  # (B, R) sum over the vocabulary of the actor's squared probabilities (OTB)
@@ -58,6 +64,7 @@ META_VALIDATE = "validate"  # True: the rollout uses rollout.val_kwargs.*
 META_METRICS = "metrics"  # dict[str, float | list[float]] returned by update methods
 META_TEMPERATURE = "temperature"
 META_GLOBAL_STEP = "global_step"
+META_ROLLOUT_SEGMENT = "rollout_segment"  # int: segments of a partial rollout run so far (seeds the next)
 META_GLOBAL_TOKEN_NUM = "global_token_num"  # list[int]: tokens per row, for throughput metrics
 META_CHAT_TEMPLATE_KWARGS = "chat_template_kwargs"  # dict: data.apply_chat_template_kwargs, for agent loops
 

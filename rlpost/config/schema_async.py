@@ -18,6 +18,8 @@ class SeparateAsyncConfig(BaseConfig):
 
     num_warmup_batches: Annotated[int, POSITIVE]  # generations queued ahead of the batch being trained
     parameter_sync_step: Annotated[int, POSITIVE]  # trainer steps between two weight pushes
+    partial_rollout: bool  # pause in-flight generations at a push, resume them with the new weights
+    partial_rollout_tokens: Annotated[int, POSITIVE]  # tokens a queued generation runs before each pause
     hybrid_rollout: dict[str, Any]  # not built (unsupported.UNBUILT_GROUPS)
 
 

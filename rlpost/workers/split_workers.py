@@ -140,7 +140,35 @@ class SplitRolloutWorker(ActorRolloutRefWorker):
         torch.manual_seed(1_000_003 * step + 2 * self.rank + int(validate))
         self._busy()
         out = super().generate_sequences(prompts)
+        return self._idle_noted(out)
+
+    def _idle_noted(self, out: DataProto) -> DataProto:
         self._idle_since = time.perf_counter()
         out.meta_info.setdefault(keys.META_METRICS, {})["timing_s/rollout_idle"] = self._idle_s
         self._idle_s = 0.0
         return out
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO, blocking=False)
+    def generate_segment(self, state: DataProto, version: int, tokens: int | None) -> DataProto:
+        """One segment of a partial rollout (`rlpost.rollout.partial`): continue each unfinished row of `state`
+        (a generation batch, or the state a previous segment returned) by at most `tokens` tokens, sampled by
+        the engine's weights, policy `version`; `tokens=None` runs every row to its end and returns the rollout
+        output (`generate_sequences`' keys plus `rollout_policy_versions`), else the state. Seeded by (global
+        step, segment, rank), so a resumed run continues a checkpointed state exactly."""
+        from rlpost.rollout import partial
+
+        if not partial.is_state(state):
+            state = partial.start(state, self.config.rollout.response_length)
+        segment = int(state.meta_info.get(keys.META_ROLLOUT_SEGMENT, 0))
+        step = int(state.meta_info.get(keys.META_GLOBAL_STEP, 0))
+        torch.manual_seed(1_000_003 * step + 7_919 * (segment + 1) + 2 * self.rank)
+        self._busy()
+        req, rows = partial.request(state, tokens)
+        if req is not None:
+            caps = [int(c[0]) for c in req.non_tensor_batch[keys.RESPONSE_CAPS]]
+            partial.splice(state, rows, super().generate_sequences(req), caps, version)
+        state.meta_info[keys.META_ROLLOUT_SEGMENT] = segment + 1
+        if tokens is not None:
+            self._idle_since = time.perf_counter()
+            return state
+        return self._idle_noted(partial.finish(state))

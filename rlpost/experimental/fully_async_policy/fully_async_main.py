@@ -9,7 +9,10 @@ The `async_training.*` group (defaults: config/async_training.yaml beside this f
 split placement (`actor_rollout_ref.hybrid_engine=false`), the engine's log-probs, and
 `trainer.v1.trainer_mode=separate_async` with a queue `k - 1 + ceil(staleness_threshold * k)` batches deep,
 the same staleness bound enforced by waiting, and the weights pushed every `k = trigger_parameter_sync_step`
-steps (with staleness_threshold=0 and k=1: on-policy split placement).
+steps (with staleness_threshold=0 and k=1: on-policy split placement). `partial_rollout=true` sets
+`trainer.v1.separate_async.partial_rollout=true`; `compute_prox_log_prob=true` has the actor recompute the
+proximal log-probs (`bypass_mode=false`) and weights each token by proximal / behaviour probability
+(`rollout_is=token` unless given): decoupled PPO.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ ROLLOUT_KEYS = {"nnodes": f"{ARR}.rollout.nnodes", "n_gpus_per_node": f"{ARR}.ro
 RECIPE_BATCH = {"data.train_batch_size": "0", "data.gen_batch_size": "1"}
 NOTICE = {"data.train_batch_size": "it is require_batches x ppo_mini_batch_size here",
           "data.gen_batch_size": "each generation here is one trainer step's batch of prompts"}
-REFUSED = ("partial_rollout", "compute_prox_log_prob", "use_trainer_do_validate",
+REFUSED = ("use_trainer_do_validate",
            "checkpoint_engine.overlap_broadcast_and_consume")
 
 
@@ -105,13 +108,23 @@ def ppo_overrides(at: AsyncTrainingConfig, given: dict[str, str]) -> list[str]:
     depth = k - 1 + math.ceil(at.staleness_threshold * k)
     out = {f"{ARR}.hybrid_engine": "false", f"{ARR}.rollout.calculate_log_probs": "true"}
     if depth == 0:
+        if at.partial_rollout:
+            raise ConfigError(f"async_training.partial_rollout=true with staleness_threshold={at.staleness_threshold}, "
+                              f"trigger_parameter_sync_step={k}: nothing is generated ahead of training to pause; "
+                              "use async_training.staleness_threshold=0.5 (or async_training.partial_rollout=false).")
         out["trainer.v1.trainer_mode"] = "sync"
     else:
         out.update({"trainer.v1.trainer_mode": "separate_async", "trainer.v1.separate_async.num_warmup_batches":
                     str(depth), "trainer.v1.separate_async.parameter_sync_step": str(k),
                     "trainer.v1.sampler.max_off_policy_threshold": str(depth),
                     "trainer.v1.sampler.max_off_policy_strategy": "wait"})
-    if at.use_rollout_log_probs:
+        if at.partial_rollout:
+            out["trainer.v1.separate_async.partial_rollout"] = "true"
+    if at.compute_prox_log_prob:  # decoupled PPO: the actor recomputes the proximal policy's log-probs
+        out["algorithm.rollout_correction.bypass_mode"] = "false"
+        if "algorithm.rollout_correction.rollout_is" not in given:
+            out["algorithm.rollout_correction.rollout_is"] = "token"
+    elif at.use_rollout_log_probs:
         out["algorithm.rollout_correction.bypass_mode"] = "true"
     mini = given.get(f"{ARR}.actor.ppo_mini_batch_size")
     if mini is None:

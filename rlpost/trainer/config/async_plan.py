@@ -17,5 +17,8 @@ def async_plan(c: PPOTrainerConfig, devices: int, backend: str) -> list[str]:
         f"queued beyond the batch being trained; trainer rank 0 broadcasts the weights over {backend} every "
         f"{v1.separate_async.parameter_sync_step} update(s) in buckets of "
         f"{rollout.checkpoint_engine.update_weights_bucket_megabytes} MB; staleness bound "
-        f"{v1.sampler.max_off_policy_threshold} versions ({v1.sampler.max_off_policy_strategy})",
+        f"{v1.sampler.max_off_policy_threshold} versions ({v1.sampler.max_off_policy_strategy})"
+        + (f"; partial rollouts: a queued generation pauses every {v1.separate_async.partial_rollout_tokens} "
+           "tokens per response and resumes after each push with the new weights"
+           if v1.separate_async.partial_rollout else ""),
     ]

@@ -27,7 +27,12 @@ def check_async(c: PPOTrainerConfig) -> None:
     and its checkpoints must fall on weight pushes (so a resumed run sends the engines the weights they had)."""
     v1, trainer = c.trainer.v1, c.trainer
     if v1.trainer_mode != "separate_async":
+        if v1.separate_async.partial_rollout:
+            fail(f"{V1}.separate_async.partial_rollout=true, {V1}.trainer_mode={v1.trainer_mode}",
+                 "partial rollouts pause the generations queued ahead of training at a weight push",
+                 f"{V1}.trainer_mode=separate_async (or {V1}.separate_async.partial_rollout=false)")
         return
+    _check_partial(c)
     mode = f"{V1}.trainer_mode=separate_async"
     if c.actor_rollout_ref.hybrid_engine:
         fail(f"{mode}, {ARR}.hybrid_engine=true", "the rollout generates continuously on devices of its own",
@@ -53,3 +58,23 @@ def check_async(c: PPOTrainerConfig) -> None:
         fail(f"not supported yet: {mode} with algorithm.filter_groups.enable=true",
              "dynamic sampling draws further batches inside a step; the async queue serves one batch a step",
              "algorithm.filter_groups.enable=false (or trainer.v1.trainer_mode=sync with trainer.staleness=1)")
+
+
+def _check_partial(c: PPOTrainerConfig) -> None:
+    """Partial rollouts resubmit each response's tokens as a plain prompt: one engine per rank, no agent loop,
+    no tail cut."""
+    rollout = c.actor_rollout_ref.rollout
+    key = f"{V1}.separate_async.partial_rollout=true"
+    if not c.trainer.v1.separate_async.partial_rollout:
+        return
+    if rollout.multi_turn.enable:
+        fail(f"not supported yet: {key} with {ARR}.rollout.multi_turn.enable=true",
+             "an agent loop's turns are not resumed from a paused segment",
+             f"{V1}.separate_async.partial_rollout=false")
+    if rollout.over_sample_rate > 0:
+        fail(f"not supported yet: {key} with {ARR}.rollout.over_sample_rate={rollout.over_sample_rate}",
+             "the tail cut is not applied to resumed segments", f"{ARR}.rollout.over_sample_rate=0")
+    if rollout.tensor_model_parallel_size > 1:
+        fail(f"not supported yet: {key} with {ARR}.rollout.tensor_model_parallel_size="
+             f"{rollout.tensor_model_parallel_size}", "a segment's rows are continued rank by rank",
+             f"{ARR}.rollout.tensor_model_parallel_size=1")

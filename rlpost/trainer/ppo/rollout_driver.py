@@ -9,7 +9,10 @@
     split, trainer.v1.trainer_mode=separate_async (fully asynchronous): the engines generate continuously into a
         bounded queue (`num_warmup_batches` generations beyond the batch being trained), the weights are pushed
         every `parameter_sync_step` updates, and the queue enforces the staleness bound
-        (`sampler.max_off_policy_threshold`, strategy drop | wait).
+        (`sampler.max_off_policy_threshold`, strategy drop | wait). With `separate_async.partial_rollout` a
+        queued generation runs `partial_rollout_tokens` tokens per row, is paused there and resumed after each
+        weight push with the new weights (another `partial_rollout_tokens`), and runs to its end when its batch
+        is taken: the tokens of one sample then come from several policy versions.
 
 Every generated batch carries its policy version (the number of actor updates behind the weights that
 generated it), per token as `rollout_policy_versions`; `metrics()` logs it with the gap to the policy being
@@ -33,7 +36,7 @@ import torch
 
 from rlpost import keys as K
 from rlpost.protocol import DataProto
-from rlpost.trainer.ppo.staleness import staleness_metrics, token_versions
+from rlpost.trainer.ppo.staleness import partial_metrics, staleness_metrics, token_versions
 
 TICKET = "rollout_ticket"  # meta_info: which generation in flight belongs to this batch of prompts
 PREPARED = "rollout_prepared"  # meta_info: uids given and prompts repeated rollout.n times
@@ -52,10 +55,11 @@ def build_rollouts(config: Any, workers: Any, prepare: Prepare, gen_inputs: GenI
 
     v1 = config.trainer.v1
     fully_async = v1.trainer_mode == "separate_async"
+    partial = v1.separate_async.partial_rollout_tokens if fully_async and v1.separate_async.partial_rollout else None
     rollouts = SplitRollouts(workers.actor_rollout, workers.rollout, queue_depth(config), prepare, gen_inputs,
                              os.path.expanduser(config.trainer.default_local_dir), sync_every(config),
                              v1.sampler.max_off_policy_threshold if fully_async else None,
-                             v1.sampler.max_off_policy_strategy)
+                             v1.sampler.max_off_policy_strategy, partial)
     rollouts.connect()
     return rollouts
 
@@ -123,11 +127,12 @@ class SplitRollouts(HybridRollouts):
         staleness: generations queued beyond the batch being trained (0: on-policy).
         sync_every: actor updates between two weight pushes.
         bound / strategy: the staleness bound (None: none) and what the queue does with a batch over it.
+        partial_tokens: partial rollouts (None: off): tokens a queued generation's rows run before each pause.
     """
 
     def __init__(self, actor_group: Any, rollout_group: Any, staleness: int, prepare: Prepare,
                  gen_inputs: Prepare, checkpoint_root: str = "", sync_every: int = 1, bound: int | None = None,
-                 strategy: str = "drop") -> None:
+                 strategy: str = "drop", partial_tokens: int | None = None) -> None:
         super().__init__(rollout_group, prepare, gen_inputs)
         self.actor_group, self.staleness = actor_group, staleness
         self.sync_every, self.bound, self.strategy = sync_every, bound, strategy
@@ -144,6 +149,8 @@ class SplitRollouts(HybridRollouts):
         self._step_metrics: dict[str, float] = {}  # queue and idle metrics of the step being trained
         self._versions: list[torch.Tensor] = []  # (B, R) per-token versions of the step's batches
         self._actor_updates = 0  # update_actor calls seen on the actor group
+        self.partial_tokens = partial_tokens
+        self._open: set[int] = set()  # tickets of partial rollouts paused (their result is a state, not an output)
         self._count_actor_updates()
 
     def _count_actor_updates(self) -> None:
@@ -202,6 +209,8 @@ class SplitRollouts(HybridRollouts):
         self._step_metrics = {"fully_async/queue_depth": float(len(self._queue)), "fully_async/queue_ready":
                               float(ready), "fully_async/trainer_idle_s": 0.0, "fully_async/rollout_idle_s": 0.0,
                               "fully_async/dropped_samples": 0.0, "fully_async/dropped_tokens": 0.0}
+        if self.partial_tokens is not None:
+            self._step_metrics.update(partial_metrics(None))
         return self._queue.popleft()
 
     def _allowed(self, ticket: int) -> bool:
@@ -222,7 +231,12 @@ class SplitRollouts(HybridRollouts):
     def _submit(self, batch: DataProto, ticket: int) -> None:
         gen_batch = self.gen_inputs(batch, step=self._step_of[ticket])  # the step it trains at seeds its sampling
         try:
-            self._pending[ticket] = (self.group.generate_sequences(gen_batch), self.version)
+            if self.partial_tokens is None:
+                self._pending[ticket] = (self.group.generate_sequences(gen_batch), self.version)
+            else:
+                self._pending[ticket] = (self.group.generate_segment(gen_batch, self.version, self.partial_tokens),
+                                         self.version)
+                self._open.add(ticket)
         except Exception:
             self._raise_first_failure()
             raise
@@ -235,6 +249,8 @@ class SplitRollouts(HybridRollouts):
         ticket = batch.meta_info.pop(TICKET, None)
         if ticket is not None and ticket not in self._pending and ticket in self._step_of:
             self._submit(batch, ticket)  # held back by the bound (wait) until now
+        if ticket in self._open:  # a paused partial rollout: run it to its end with the current weights
+            self._resume(ticket, None)
         if ticket in self._pending:
             result, version = self._pending.pop(ticket)
             out = result if isinstance(result, DataProto) else result.get()
@@ -248,13 +264,30 @@ class SplitRollouts(HybridRollouts):
             out = self.generate_sequences(self.gen_inputs(batch))
         self._wait_sync()  # a transfer queued behind that generation has finished (errors surface here)
         out.meta_info.pop(TICKET, None)  # the driver's bookkeeping: batches of other generations concatenate
+        out.meta_info.pop(K.META_ROLLOUT_SEGMENT, None)
         self._batch_versions.append(version)
-        out.batch[K.ROLLOUT_POLICY_VERSIONS] = token_versions(_response_mask(out), version)
+        if K.ROLLOUT_POLICY_VERSIONS not in out.batch:  # a partial rollout's output records them per token
+            out.batch[K.ROLLOUT_POLICY_VERSIONS] = token_versions(_response_mask(out), version)
         self._versions.append(out.batch[K.ROLLOUT_POLICY_VERSIONS])
+        if self.partial_tokens is not None:
+            for name, value in partial_metrics(out.batch[K.ROLLOUT_POLICY_VERSIONS]).items():
+                self._add(name, value)
         idle = (out.meta_info.get(K.META_METRICS) or {}).get("timing_s/rollout_idle", 0.0)
         self._add("fully_async/rollout_idle_s", max(idle) if isinstance(idle, list) else idle)
         self._add("fully_async/trainer_idle_s", time.perf_counter() - start)
         return out
+
+    def _resume(self, ticket: int, tokens: int | None) -> None:
+        """Queue the next segment of the paused partial rollout `ticket` (after everything submitted so far, so
+        with the weights the engines hold by then); `tokens=None` runs it to its end."""
+        result, version = self._pending[ticket]
+        try:
+            self._pending[ticket] = (self.group.generate_segment(result, self.version, tokens), version)
+        except Exception:
+            self._raise_first_failure()
+            raise
+        if tokens is None:
+            self._open.discard(ticket)
 
     def _add(self, name: str, value: float) -> None:
         self._step_metrics[name] = self._step_metrics.get(name, 0.0) + float(value)
@@ -280,6 +313,8 @@ class SplitRollouts(HybridRollouts):
         if self.updates % self.sync_every:
             return
         self._push(self.updates)
+        for ticket in sorted(self._open):  # paused at this push: resumed with the new weights
+            self._resume(ticket, self.partial_tokens)
         if self.staleness == 0:
             self._wait_sync()
             metrics["timing_s/update_weights"] = self._sync_metrics["timing_s/send_weights"]
@@ -344,18 +379,19 @@ class SplitRollouts(HybridRollouts):
         return out
 
     def save(self, folder: str) -> None:
-        """Write the queued batches (waiting for those submitted) with their outputs and versions; a batch the
-        bound still held back is written without an output."""
+        """Write the queued batches (waiting for those submitted) with their outputs and versions (a paused
+        partial rollout: its state, flagged open); a batch the bound still held back is written without an
+        output."""
         items = []
         for batch in self._queue:
             ticket = batch.meta_info[TICKET]
             if ticket not in self._pending:
-                items.append((batch, None, None))
+                items.append((batch, None, None, False))
                 continue
             result, version = self._pending[ticket]
             out = result if isinstance(result, DataProto) else result.get()
             self._pending[ticket] = (out, version)
-            items.append((batch, out, version))
+            items.append((batch, out, version, ticket in self._open))
         torch.save(items, os.path.join(folder, INFLIGHT_FILE))
 
     def load(self, folder: str) -> None:
@@ -364,11 +400,13 @@ class SplitRollouts(HybridRollouts):
         path = os.path.join(folder, INFLIGHT_FILE)
         if not os.path.exists(path):
             return
-        for batch, out, version in torch.load(path, weights_only=False):
+        for batch, out, version, paused in torch.load(path, weights_only=False):
             ticket, self._next_ticket = self._next_ticket, self._next_ticket + 1
             batch.meta_info[TICKET] = ticket
             if out is not None:
                 self._pending[ticket] = (out, version)
+            if paused:
+                self._open.add(ticket)
             self._queue.append(batch)
 
 

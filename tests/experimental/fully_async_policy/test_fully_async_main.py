@@ -33,6 +33,20 @@ def test_freshness_and_sync_interval_set_the_queue(threshold, k, depth):
     assert typed.data.train_batch_size == 4  # require_batches 1 x ppo_mini_batch_size 4
 
 
+def test_partial_rollout_and_proximal_log_probs_map_onto_the_queue_and_the_correction():
+    typed = _typed("async_training.staleness_threshold=0.5", "async_training.trigger_parameter_sync_step=2",
+                   "trainer.save_freq=2", "async_training.partial_rollout=true",
+                   "async_training.compute_prox_log_prob=true")
+    assert typed.trainer.v1.separate_async.partial_rollout
+    rc = typed.algorithm.rollout_correction
+    assert (rc.bypass_mode, rc.rollout_is) == (False, "token")  # decoupled PPO: proximal / behaviour per token
+    given = _typed("async_training.compute_prox_log_prob=true", "algorithm.rollout_correction.rollout_is=sequence",
+                   "trainer.save_freq=4")
+    assert given.algorithm.rollout_correction.rollout_is == "sequence"
+    plain = _typed("trainer.save_freq=4")
+    assert not plain.trainer.v1.separate_async.partial_rollout
+
+
 def test_on_policy_and_batch_and_step_counts():
     typed = _typed("async_training.staleness_threshold=0", "async_training.trigger_parameter_sync_step=1",
                    "async_training.require_batches=2", "rollout.total_rollout_steps=40",
@@ -43,8 +57,9 @@ def test_on_policy_and_batch_and_step_counts():
 
 
 @pytest.mark.parametrize("arg, expected", [
-    ("async_training.partial_rollout=true", "not supported yet: async_training.partial_rollout=true"),
-    ("async_training.compute_prox_log_prob=true", "not supported yet: async_training.compute_prox_log_prob=true"),
+    ("async_training.use_trainer_do_validate=true", "not supported yet: async_training.use_trainer_do_validate"),
+    ("async_training.partial_rollout=true async_training.staleness_threshold=0 "
+     "async_training.trigger_parameter_sync_step=1", "nothing is generated ahead of training to pause"),
     ("async_training.trigger_parameter_sync_step=0", "async_training.trigger_parameter_sync_step=0: must be an "
                                                      "integer >= 1; use async_training.trigger_parameter_sync_step=1"),
     ("async_training.staleness_threshold=abc", "use async_training.staleness_threshold=0.1"),
@@ -54,5 +69,5 @@ def test_on_policy_and_batch_and_step_counts():
 ])
 def test_bad_recipe_values_are_named(arg, expected):
     with pytest.raises(ConfigError) as err:
-        translate([*RECIPE, arg])
+        translate([*RECIPE, *arg.split()])
     assert expected in str(err.value)

@@ -5,7 +5,14 @@ batches deep, the weights pushed every 2 steps and staleness bounded by 2 (strat
 Hand trace of the queue (step s may be generated once s - 1 - version <= 2): batches 1-3 with v0; batch 4 waits
 for the push after step 2 (v2), batch 5 follows it; batch 6 waits for v4. So versions 0,0,0,2,2,4 and staleness
 0,1,2,1,2,1. Then a run SIGKILLed during step 5 resumes from its step-4 checkpoint (batches 5 and 6 queued, 5
-generated) and ends with the uninterrupted run's weights."""
+generated) and ends with the uninterrupted run's weights.
+
+With async_training.partial_rollout=true (pause after trainer.v1.separate_async.partial_rollout_tokens=2) and
+compute_prox_log_prob=true (decoupled PPO) the same queue gives the same batch versions, but a batch queued
+across a push is paused there and resumed with the pushed weights: batch 3 holds tokens of v0 then v2, batch 5
+of v2 then v4 (trained at staleness 2); batches 4 and 6 start right after a push and finish before the next.
+The loss weights each token by the actor's recomputed (proximal) over its own behaviour probability. Its
+SIGKILL + resume (the step-4 checkpoint holds batches 5 and 6 paused mid-response) ends with the same weights."""
 
 import json
 import os
@@ -35,7 +42,11 @@ def workspace(tmp_path_factory, tiny_model_dir):
     return root, tiny_model_dir
 
 
-def command(root, model, name: str) -> list[str]:
+PARTIAL = ["async_training.partial_rollout=true", "trainer.v1.separate_async.partial_rollout_tokens=2",
+           "async_training.compute_prox_log_prob=true"]
+
+
+def command(root, model, name: str, *extra: str) -> list[str]:
     """verl's recipe command line (its top-level rollout.* group, data.train_batch_size=0), tiny."""
     return [
         sys.executable, "-m", "rlpost.experimental.fully_async_policy.fully_async_main",
@@ -51,7 +62,7 @@ def command(root, model, name: str) -> list[str]:
         "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=1",
         "async_training.staleness_threshold=0.5", "async_training.trigger_parameter_sync_step=2",
         "trainer.device=cpu", "trainer.n_gpus_per_node=1", "trainer.test_freq=-1", "trainer.logger=[console]",
-        "trainer.save_freq=2", "ray_init.num_cpus=2", f"trainer.default_local_dir={root / name}",
+        "trainer.save_freq=2", "ray_init.num_cpus=2", f"trainer.default_local_dir={root / name}", *extra,
     ]
 
 
@@ -70,6 +81,15 @@ def straight(workspace):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "config notice: data.train_batch_size=0 of verl's fully-async recipe" in proc.stderr
     return root / "straight"
+
+
+@pytest.fixture(scope="module")
+def straight_partial(workspace):
+    root, model = workspace
+    proc = subprocess.run(command(root, model, "straight_partial", *PARTIAL), capture_output=True, text=True,
+                          timeout=500)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return root / "straight_partial"
 
 
 def test_six_fully_async_steps_stay_within_the_staleness_bound(straight):
@@ -93,11 +113,33 @@ def test_six_fully_async_steps_stay_within_the_staleness_bound(straight):
     assert (straight / "global_step_4" / "rollout_inflight.pt").exists()
 
 
+def test_partial_rollouts_mix_versions_within_samples_and_weight_each_token_in_the_loss(straight_partial):
+    rows = metrics(straight_partial)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]
+    assert [r["training/policy_version"] for r in rows] == [0, 0, 0, 2, 2, 4]  # each batch's first tokens
+    assert [r["fully_async/max_staleness"] for r in rows] == [0, 1, 2, 1, 2, 1]  # its oldest tokens, <= 2
+    mixed = [r["fully_async/partial_samples"] for r in rows]
+    assert mixed == [0, 0, 4, 0, 4, 0]  # batches 3 and 5 were paused at a push; every sample there ran on
+    for r in (rows[2], rows[4]):
+        # 2 tokens of each sample held at the pause (aborted_tokens), the rest sampled by the pushed weights
+        assert r["fully_async/aborted_tokens"] == 8.0 and 4 <= r["fully_async/resumed_tokens"] <= 16
+        # only the 2 tokens before the pause are older than the trained policy
+        assert r["fully_async/stale_tokens"] == 8.0 and 0 < r["fully_async/stale_token_fraction"] < 1
+    for r in rows:
+        assert r["fully_async/staleness_hist/" + str(int(r["fully_async/max_staleness"]))] == 4.0
+        # decoupled PPO: per-token weights pi_prox / pi_behaviour from the recomputed and the engine's log-probs
+        assert "rollout_corr/is_weight_mean" in r and "actor/pg_clipfrac" in r
+    assert rows[0]["rollout_corr/log_ratio_mean"] == pytest.approx(0.0, abs=0.02)  # v0 trains v0's tokens
+    assert any(abs(r["rollout_corr/log_ratio_mean"]) > 0.02 for r in rows[1:])  # stale tokens differ
+
+
 @pytest.mark.timeout(900)
-def test_sigkill_mid_run_then_resume_ends_with_the_same_weights(straight, workspace):
+@pytest.mark.parametrize("mode", ["whole", "partial"])
+def test_sigkill_mid_run_then_resume_ends_with_the_same_weights(mode, workspace, request):
     root, model = workspace
-    cmd = command(root, model, "crashed")
-    crashed, log = root / "crashed", root / "crashed" / "metrics.jsonl"
+    reference = request.getfixturevalue("straight" if mode == "whole" else "straight_partial")
+    cmd = command(root, model, f"crashed_{mode}", *(PARTIAL if mode == "partial" else ()))
+    crashed, log = root / f"crashed_{mode}", root / f"crashed_{mode}" / "metrics.jsonl"
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def wait_for_step(step: int) -> None:
@@ -119,11 +161,16 @@ def test_sigkill_mid_run_then_resume_ends_with_the_same_weights(straight, worksp
     resumed = subprocess.run(cmd, capture_output=True, text=True, timeout=400)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "continuing at step 5" in resumed.stdout
-    want_rows, got_rows = metrics(straight), metrics(crashed)
+    want_rows, got_rows = metrics(reference), metrics(crashed)
     assert [r["step"] for r in got_rows][-2:] == [5, 6]
     for a, b in zip(want_rows[4:], got_rows[-2:]):
         assert b["training/policy_version"] == a["training/policy_version"]
         assert b["critic/score/mean"] == a["critic/score/mean"]
-    want, got = actor_weights(straight, 6), actor_weights(crashed, 6)
+    if mode == "partial":  # the step-4 checkpoint held batches 5 and 6 paused mid-response
+        paused = torch.load(crashed / "global_step_4" / "rollout_inflight.pt", weights_only=False)
+        assert [item[3] for item in paused] == [True, True]
+        for a, b in zip(want_rows[4:], got_rows[-2:]):
+            assert b["fully_async/resumed_tokens"] == a["fully_async/resumed_tokens"]
+    want, got = actor_weights(reference, 6), actor_weights(crashed, 6)
     assert want.keys() == got.keys()
     assert all(torch.equal(want[k], got[k]) for k in want)

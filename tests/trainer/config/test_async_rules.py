@@ -36,9 +36,25 @@ def test_separate_async_reads_the_queue_from_v1(small_cfg):
     ({"trainer.v1.sampler.sampler_kwargs": {"a": 1}}, "not supported yet: trainer.v1.sampler.sampler_kwargs="),
     ({"trainer.v1.separate_async.hybrid_rollout.enable_switch": True},
      "not supported yet: trainer.v1.separate_async.hybrid_rollout.enable_switch=true"),
+    ({"trainer.v1.trainer_mode": "sync", "trainer.v1.separate_async.partial_rollout": True},
+     "use trainer.v1.trainer_mode=separate_async (or trainer.v1.separate_async.partial_rollout=false)"),
+    ({"trainer.v1.separate_async.partial_rollout": True, f"{ARR}.rollout.multi_turn.enable": True},
+     "not supported yet: trainer.v1.separate_async.partial_rollout=true with"),
+    ({"trainer.v1.separate_async.partial_rollout": True, f"{ARR}.rollout.mode": "async",
+      f"{ARR}.rollout.over_sample_rate": 0.2, "data.gen_batch_size": 10},
+     "the tail cut is not applied to resumed segments"),
+    ({"trainer.v1.separate_async.partial_rollout_tokens": 0},
+     "trainer.v1.separate_async.partial_rollout_tokens=0"),
 ])
 def test_bad_async_settings_fail_at_start_up_naming_a_value_that_works(config_error, values, expected):
     assert expected in config_error({**ASYNC, **values})
+
+
+def test_partial_rollouts_are_read_with_their_pause_point(small_cfg):
+    typed = typed_config(small_cfg({**ASYNC, "trainer.v1.separate_async.partial_rollout": True,
+                                    "trainer.v1.separate_async.partial_rollout_tokens": 8}))
+    sa = typed.trainer.v1.separate_async
+    assert (sa.partial_rollout, sa.partial_rollout_tokens) == (True, 8)
 
 
 def test_dry_run_plan_shows_the_queue(small_cfg):
