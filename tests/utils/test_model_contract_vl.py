@@ -195,10 +195,12 @@ def _ulysses_rank(rank: int, out_dir: str) -> None:
     from rlpost.engine.ulysses import new_sequence_parallel, use_ulysses_attention
     from rlpost.utils.distributed import init_distributed
 
+    # built before the process group: transformers saves from the main process only once one exists
+    cases = {arch: vl_case(arch, Path(out_dir) / f"rank{rank}") for arch in ARCHS}
     init_distributed("cpu")
     sp = new_sequence_parallel(2)
     for arch in ARCHS:
-        model, batch, mm, image_id = vl_case(arch, Path(out_dir) / f"rank{rank}")
+        model, batch, mm, image_id = cases[arch]
         want, want_grads = per_row_truth(model, batch, mm, image_id)
         m = copy.deepcopy(model)
         use_packed_attention(m)
