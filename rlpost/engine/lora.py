@@ -98,11 +98,13 @@ def check_target_modules(model_cfg: Any, group: str) -> None:
     The model is built on the meta device from its config, then PEFT matches the names as it will at load.
     """
     from peft import get_peft_model
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
     hf_config = AutoConfig.from_pretrained(str(model_cfg.path), trust_remote_code=bool(model_cfg.trust_remote_code))
+    # a vision-language config (a vision tower beside the language model) builds the image-text model
+    cls = AutoModelForImageTextToText if getattr(hf_config, "vision_config", None) is not None else AutoModelForCausalLM
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(hf_config, trust_remote_code=bool(model_cfg.trust_remote_code))
+        model = cls.from_config(hf_config, trust_remote_code=bool(model_cfg.trust_remote_code))
     try:
         get_peft_model(model, peft_config(model_cfg))
     except ValueError as err:

@@ -270,7 +270,13 @@ def select_attention(model: torch.nn.Module, name: str, fn: Callable[..., Any]) 
     hf_model = hf_model_of(model)
     AttentionInterface.register(name, fn)
     ALL_MASK_ATTENTION_FUNCTIONS.register(name, mask_unless_packed)
+    tower = getattr(getattr(hf_model, "model", None), "visual", None)
+    tower_attn = None if tower is None else tower.config._attn_implementation
     hf_model.set_attn_implementation(name)
+    if tower is not None:
+        # a vision tower attends over whole images (not causal, its own bounds): it keeps its attention and never
+        # sees the text's packed layout
+        tower.set_attn_implementation(tower_attn)
     if hf_model.config._attn_implementation != name:
         raise ValueError(f"{type(hf_model).__name__} does not dispatch attention through transformers' "
                          "AttentionInterface; packed attention cannot patch it")

@@ -138,7 +138,7 @@ class PackedShard:
     """This rank's slice of a packed row and what attention needs of the whole row.
 
     Attributes:
-        input_ids: (1, L) token ids of the slice. position_ids: (1, L) their positions.
+        input_ids: (1, L) token ids of the slice. position_ids: (1, L) their positions ((3, 1, L) mrope).
         start: index of the slice's first token in the padded row (rank * L).
         seqs: sequence layout of the padded row of N = size * L tokens; the padding appended to the row is one
             more sequence.
@@ -161,26 +161,40 @@ class PackedShard:
         return self.seqs.bounds
 
 
+def pad_packed_row(packed_ids: torch.Tensor, packed_pos: torch.Tensor, size: int
+                   ) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Pad a packed row to a multiple of `size` tokens: ids 0, positions 0, 1, ... (on every mrope axis).
+
+    Args:
+        packed_ids: (1, N0). packed_pos: (1, N0), or (3, 1, N0) mrope positions.
+
+    Returns:
+        (1, N) ids, positions of the same layout (.., N), the number of pad tokens appended.
+    """
+    pad = -packed_ids.shape[1] % size
+    ids = F.pad(packed_ids, (0, pad))
+    tail = torch.arange(pad, device=packed_pos.device, dtype=packed_pos.dtype)
+    pos = torch.cat([packed_pos, tail.expand(*packed_pos.shape[:-1], pad)], -1)
+    return ids, pos, pad
+
+
 def shard_packed_row(packed_ids: torch.Tensor, packed_pos: torch.Tensor, seq_lens: torch.Tensor,
                      sp: SequenceParallel) -> PackedShard:
     """Pad a packed row to a multiple of the group size and keep this rank's slice.
 
     Args:
         packed_ids: (1, N0) real tokens, sequence after sequence (`rlpost.utils.padding.unpad_input`).
-        packed_pos: (1, N0) their position ids (restarting at 0 per sequence).
+        packed_pos: (1, N0) their position ids (restarting at 0 per sequence), or (3, 1, N0) mrope positions.
         seq_lens: (S,) real tokens of each sequence, in packing order (rows with 0 tokens allowed).
 
     Returns:
-        the `PackedShard` of this rank; the appended pad tokens get ids 0 and positions 0, 1, ...
+        the `PackedShard` of this rank (`pad_packed_row`'s padding).
     """
-    n0 = packed_ids.shape[1]
-    pad = -n0 % sp.size
-    ids = F.pad(packed_ids, (0, pad))
-    pos = torch.cat([packed_pos, torch.arange(pad, device=packed_pos.device, dtype=packed_pos.dtype)[None]], 1)
+    ids, pos, pad = pad_packed_row(packed_ids, packed_pos, sp.size)
     seqs = packed_sequences([*seq_lens.tolist(), pad], packed_ids.device)
-    local = (n0 + pad) // sp.size
+    local = ids.shape[1] // sp.size
     start = sp.rank * local
-    return PackedShard(ids[:, start:start + local], pos[:, start:start + local], start, seqs, sp)
+    return PackedShard(ids[:, start:start + local], pos[..., start:start + local], start, seqs, sp)
 
 
 def _repeat_kv_for_group(key: torch.Tensor, value: torch.Tensor, size: int

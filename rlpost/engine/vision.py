@@ -3,22 +3,27 @@
 
 Rows carry their processor outputs as non-tensor `multi_modal_inputs` (ragged: each row its own patches); the
 micro-batches carry `mm_row`, each row's index into that list, so dynamic batching and shuffling keep each row
-with its pixels. Only the padded path is built: packed rows (`use_remove_padding`) and Ulysses would need the
-mrope positions packed too, and are refused at start-up for these models.
+with its pixels. The mrope positions are computed on the padded micro-batch; the packed path (`use_remove_padding`)
+keeps those of the real tokens, (3, 1, N), so every packed sequence keeps its own 3-D positions (they need not
+restart at 0 on each axis, hence the explicit sequence bounds of `rlpost.engine.packed_attention`). Under Ulysses
+every rank runs the vision tower and the embedding on the whole packed row (the image features must meet their
+placeholder tokens) and the language model on its slice (`language_model_slice`).
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import contextlib
+from typing import Any, Iterator, Sequence
 
 import torch
 
 from rlpost import keys
+from rlpost.engine.packed_attention import hf_model_of
 
 
 def vision_tower(module: torch.nn.Module) -> torch.nn.Module | None:
     """The vision encoder (`model.visual` in transformers' VL models), None for a text model."""
-    inner = getattr(module, "model", None)
+    inner = getattr(hf_model_of(module), "model", None)
     return getattr(inner, "visual", None)
 
 
@@ -40,7 +45,7 @@ def freeze_vision_tower(module: torch.nn.Module) -> int:
 
 
 def _rope_model(module: torch.nn.Module) -> Any:
-    inner = getattr(module, "model", None)
+    inner = getattr(hf_model_of(module), "model", None)
     if inner is None or not hasattr(inner, "get_rope_index"):
         raise ValueError(f"{type(module).__name__} has no get_rope_index: rows with images need a Qwen2-VL-family "
                          "model")
@@ -71,6 +76,41 @@ def vision_inputs(module: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor
     position_ids, _ = inner.get_rope_index(ids, mm_token_type_ids=types, image_grid_thw=grid, attention_mask=mask)
     return {"pixel_values": torch.cat([r["pixel_values"] for r in with_images]).to(ids.device),
             "image_grid_thw": grid, "position_ids": position_ids}
+
+
+def pack_positions(position_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(3, b, T) mrope positions of a padded micro-batch -> (3, 1, N) those of its real tokens, row after row
+    (the order of `rlpost.utils.padding.unpad_input`)."""
+    return position_ids[:, mask.bool()].unsqueeze(1)
+
+
+def language_model(module: torch.nn.Module) -> torch.nn.Module:
+    """The decoder stack that takes the merged text + image embeddings (`model.language_model`)."""
+    lm = getattr(getattr(hf_model_of(module), "model", None), "language_model", None)
+    if lm is None:
+        raise ValueError(f"{type(module).__name__} has no model.language_model: rows with images need a "
+                         "Qwen2-VL-family model")
+    return lm
+
+
+@contextlib.contextmanager
+def language_model_slice(module: torch.nn.Module, start: int, length: int) -> Iterator[None]:
+    """While active, the language model of `module` sees tokens start .. start+length-1 of its input only.
+
+    The model embeds the whole row and scatters the image features into it first (every placeholder meets its
+    feature); this forward pre-hook then cuts `inputs_embeds` (1, N, H) and `position_ids` (3, 1, N) to this
+    Ulysses rank's slice."""
+
+    def cut(_mod: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        kwargs["inputs_embeds"] = kwargs["inputs_embeds"][:, start:start + length]
+        kwargs["position_ids"] = kwargs["position_ids"][..., start:start + length]
+        return args, kwargs
+
+    handle = language_model(module).register_forward_pre_hook(cut, with_kwargs=True)
+    try:
+        yield
+    finally:
+        handle.remove()
 
 
 def mm_rows(data: Any) -> list[dict] | None:

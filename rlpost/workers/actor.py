@@ -7,6 +7,7 @@ the mini-batch in rows per rank comes from the worker (`mini_batch_rows`).
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from typing import Any
 
@@ -18,12 +19,12 @@ from rlpost.algos.distillation import distillation_loss
 from rlpost.engine import triton_logprob
 from rlpost.engine.fused_logprob import FusedHeadOptions, chunk_stats, compiled, eager, fused_lm_head
 from rlpost.engine.packed_attention import PACKED_KWARG, packed_sequences
-from rlpost.engine.vision import mm_rows, vision_inputs
+from rlpost.engine.vision import language_model_slice, mm_rows, pack_positions, vision_inputs
 from rlpost.utils.moe_aux_loss import router_aux_loss
 from rlpost.utils.router_replay import ReplayState, from_grid, replay_metrics, to_grid
 from rlpost.utils.padding import next_token_labels, pad_output, unpad_input
-from rlpost.engine.ulysses import (SHARD_KWARG, SequenceParallel, gather_sequence, shard_packed_row, sp_size,
-                                  sync_rng)
+from rlpost.engine.ulysses import (SHARD_KWARG, SequenceParallel, gather_sequence, pad_packed_row,
+                                  shard_packed_row, sp_size, sync_rng)
 from rlpost.workers.batching import TensorDict, micro_batches, train_epochs
 
 _MODEL_INPUTS = (keys.INPUT_IDS, keys.ATTENTION_MASK, keys.POSITION_IDS, keys.RESPONSES)
@@ -81,15 +82,19 @@ def _run_head(module: torch.nn.Module, labels: torch.Tensor, logits_fn: Any, fus
 
 def sequence_parallel_forward(module: torch.nn.Module, packed_ids: torch.Tensor, packed_pos: torch.Tensor,
                                mask: torch.Tensor, keep: torch.Tensor, logits_fn: Any,
-                               sp: SequenceParallel, fused: FusedHeadOptions | None) -> torch.Tensor:
+                               sp: SequenceParallel, fused: FusedHeadOptions | None,
+                               pixels: dict | None = None) -> torch.Tensor:
     """`logits_fn` at the packed positions `keep`, each rank of the SP group running its slice of the row.
 
     Every rank applies the head to the kept positions of its own slice, writes them into an (L, K) buffer and
     the buffers are gathered along the sequence (`rlpost.engine.ulysses`), so all ranks return the same values.
 
     Args:
-        packed_ids, packed_pos: (1, N) packed row. mask: (b, T) attention mask (sequence lengths).
+        packed_ids: (1, N) packed row. packed_pos: (1, N) its positions, or (3, 1, N) mrope positions.
+        mask: (b, T) attention mask (sequence lengths).
         keep: (n,) sorted packed positions whose output is wanted. fused: see `_run_head`.
+        pixels: `pixel_values` and `image_grid_thw` of the row's images (a vision-language model), or None: the
+            model then embeds the whole row and its language model runs this rank's slice.
 
     Returns:
         (n, K) or (n,) per-token tensor, identical on every rank of the group.
@@ -99,10 +104,18 @@ def sequence_parallel_forward(module: torch.nn.Module, packed_ids: torch.Tensor,
     local = keep[(keep >= shard.start) & (keep < shard.start + shard.length)] - shard.start
     inputs = {"input_ids": shard.input_ids, "position_ids": shard.position_ids, "attention_mask": None,
               "use_cache": False, SHARD_KWARG: shard}
+    sliced = contextlib.nullcontext()
+    if pixels:
+        full_ids, full_pos, _ = pad_packed_row(packed_ids, packed_pos, sp.size)
+        inputs.update(input_ids=full_ids, position_ids=full_pos, **pixels)
+        sliced = language_model_slice(module, shard.start, shard.length)
     if _accepts_logits_to_keep(module):
-        per_tok = _run_head(module, labels[local + shard.start], logits_fn, fused, logits_to_keep=local, **inputs)
+        with sliced:
+            per_tok = _run_head(module, labels[local + shard.start], logits_fn, fused, logits_to_keep=local,
+                                **inputs)
     else:
-        logits = module(**inputs).logits.squeeze(0)
+        with sliced:
+            logits = module(**inputs).logits.squeeze(0)
         per_tok = logits_fn(logits[local], labels[local + shard.start])
         if local.numel() == 0 and logits.requires_grad:
             # No kept token in this slice, but the backward must still run through this rank's model: its
@@ -131,7 +144,7 @@ def forward_response_logits(module: torch.nn.Module, mb: TensorDict, use_remove_
         fused: fused LM head + log-prob options (a causal LM taking `logits_to_keep`; `logits_fn` unused);
             None: the model's head, then `logits_fn`.
         vision: the micro-batch's vision inputs (`rlpost.engine.vision.vision_inputs`: pixels, grids and mrope
-            `position_ids`), padded path only; None or {} for text rows.
+            `position_ids` (3, b, T), packed to (3, 1, N) with remove-padding); None or {} for text rows.
 
     Returns:
         (b, R) or (b, R, K) tensor.
@@ -145,16 +158,19 @@ def forward_response_logits(module: torch.nn.Module, mb: TensorDict, use_remove_
     if fused is not None and not head_only:
         raise ValueError(f"use_fused_kernels needs a causal LM whose forward takes logits_to_keep; "
                          f"{type(module).__name__} does not: set actor_rollout_ref.model.use_fused_kernels=false")
-    if vision and use_remove_padding:  # start-up refuses this; guards direct use
-        raise ValueError("not supported yet: actor_rollout_ref.model.use_remove_padding=true with images")
     if use_remove_padding:
         packed_ids, packed_pos, idx = unpad_input(ids, mask, pos)
+        pixels = {k: v for k, v in (vision or {}).items() if k != keys.POSITION_IDS}
+        if vision:
+            packed_pos = pack_positions(vision[keys.POSITION_IDS], mask)
         if sp is not None:
             keep, grid = _response_positions(mask, r)
-            per_tok = sequence_parallel_forward(module, packed_ids, packed_pos, mask, keep, logits_fn, sp, fused)
+            per_tok = sequence_parallel_forward(module, packed_ids, packed_pos, mask, keep, logits_fn, sp, fused,
+                                                pixels)
             return pad_output(per_tok, grid, b, t)[:, -r - 1:-1]
         labels = next_token_labels(packed_ids)
-        inputs = {"input_ids": packed_ids, "position_ids": packed_pos, "attention_mask": None, "use_cache": False}
+        inputs = {"input_ids": packed_ids, "position_ids": packed_pos, "attention_mask": None, "use_cache": False,
+                  **pixels}
         if _takes_extra_kwargs(module):  # else the attention finds the sequences from the position ids
             inputs[PACKED_KWARG] = packed_sequences(mask.sum(-1), ids.device)
         if not head_only:

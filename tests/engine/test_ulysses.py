@@ -17,6 +17,10 @@ def test_packed_row_is_padded_and_sliced_per_rank():
     assert shards[0].bounds == (0, 3, 5, 7, 8)  # the one pad token is a sequence of its own
     even = shard_packed_row(ids[:, :6], pos[:, :6], torch.tensor([3, 2, 1]), SequenceParallel(None, 2, 1))
     assert even.input_ids.tolist() == [[8, 9, 10]] and even.bounds == (0, 3, 5, 6)
+    # mrope positions (3, 1, N): every axis padded with 0, 1, ... and sliced like the ids
+    mrope = torch.stack([pos, pos * 10, pos * 100])
+    last = shard_packed_row(ids, mrope, lens, SequenceParallel(None, 4, 3))
+    assert last.position_ids.shape == (3, 1, 2) and last.position_ids[:, 0].tolist() == [[1, 0], [10, 0], [100, 0]]
 
 
 def test_kv_heads_repeat_so_each_rank_keeps_its_query_groups():

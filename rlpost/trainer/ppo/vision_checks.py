@@ -43,6 +43,30 @@ def load_processor(config: Any) -> Any:
     return processor
 
 
+def lora_adapts_vision_tower(model_cfg: Any) -> bool:
+    """True when LoRA is on and its `target_modules` / `exclude_modules` put an adapter into the vision tower
+    (matched by PEFT on the architecture built on the meta device: no weights read)."""
+    import torch
+    from peft import get_peft_model
+    from transformers import AutoModelForImageTextToText
+
+    from rlpost.engine.lora import peft_config
+    from rlpost.utils.lora_config import lora_enabled
+    from rlpost.utils.model import load_hf_config
+
+    if not lora_enabled(model_cfg) or model_cfg.lora_adapter_path:  # a saved adapter: its own targets
+        return False
+    hf_config = load_hf_config(os.path.expanduser(str(model_cfg.path)), model_cfg.trust_remote_code,
+                               model_cfg.override_config)
+    with torch.device("meta"):
+        model = AutoModelForImageTextToText.from_config(hf_config)
+    try:
+        wrapped = get_peft_model(model, peft_config(model_cfg))
+    except ValueError:  # matches nothing: reported with the model's layers where LoRA is applied
+        return False
+    return any(".visual." in f".{n}" and ".lora_A." in n for n, _ in wrapped.named_parameters())
+
+
 def vision_refusals(config: Any) -> list[str]:
     """Why a vision-language policy cannot run with this config ([] when it can, or for a text model)."""
     from rlpost.trainer.config.roles import need_critic
@@ -54,14 +78,9 @@ def vision_refusals(config: Any) -> list[str]:
     arr = config.actor_rollout_ref
     name = type(hf_config).__name__
     why = []
-    sp = max(int(arr.actor.ulysses_sequence_parallel_size), int(arr.ref.ulysses_sequence_parallel_size))
     checks = [
-        (arr.model.use_remove_padding, "actor_rollout_ref.model.use_remove_padding=true",
-         "the packed path does not carry 3-D rotary positions yet; set it to false"),
-        (sp > 1, f"actor_rollout_ref.actor.ulysses_sequence_parallel_size={sp}",
-         "Ulysses runs on packed rows, which do not carry 3-D rotary positions yet; set it to 1"),
-        (int(arr.model.lora_rank) > 0 or bool(arr.model.lora_adapter_path), "actor_rollout_ref.model.lora_rank",
-         "LoRA on a vision-language model is not built; set lora_rank=0"),
+        (lora_adapts_vision_tower(arr.model), "actor_rollout_ref.model.target_modules with a LoRA adapter in the "
+         "vision tower", "LoRA trains the language model; set actor_rollout_ref.model.exclude_modules='.*visual.*'"),
         (arr.rollout.name != "vllm", f"actor_rollout_ref.rollout.name={arr.rollout.name}",
          "only the vLLM engine gets the images; set it to vllm"),
         (bool(arr.rollout.multi_turn.enable), "actor_rollout_ref.rollout.multi_turn.enable=true",

@@ -92,8 +92,8 @@ def _check_merged_checkpoint(actor_dir, start_dir, target):
 
 
 @pytest.mark.parametrize("extra, key", [
-    (["actor_rollout_ref.model.use_remove_padding=true"],
-     "error: not supported yet: actor_rollout_ref.model.use_remove_padding=true with a vision-language model"),
+    (["actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.target_modules=all-linear"],
+     "error: not supported yet: actor_rollout_ref.model.target_modules with a LoRA adapter in the vision tower"),
     (["actor_rollout_ref.rollout.name=hf"],
      "error: not supported yet: actor_rollout_ref.rollout.name=hf with a vision-language model"),
     (["data.return_multi_modal_inputs=false"], "error: not supported yet: data.return_multi_modal_inputs=false"),
