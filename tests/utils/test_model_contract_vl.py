@@ -27,6 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workers"))  # _fsd
 
 pytestmark = pytest.mark.timeout(300)
 ARCHS = ("qwen2_vl", "qwen2_5_vl")
+# Ulysses slices the language model's input the same way for both (the hook sits after the tower): the newer one
+ULYSSES_ARCHS = ("qwen2_5_vl",)
 R = 6
 TEMPERATURE = 0.7
 VALUE_ATOL = 5e-5
@@ -196,10 +198,10 @@ def _ulysses_rank(rank: int, out_dir: str) -> None:
     from rlpost.utils.distributed import init_distributed
 
     # built before the process group: transformers saves from the main process only once one exists
-    cases = {arch: vl_case(arch, Path(out_dir) / f"rank{rank}") for arch in ARCHS}
+    cases = {arch: vl_case(arch, Path(out_dir) / f"rank{rank}") for arch in ULYSSES_ARCHS}
     init_distributed("cpu")
     sp = new_sequence_parallel(2)
-    for arch in ARCHS:
+    for arch in ULYSSES_ARCHS:
         model, batch, mm, image_id = cases[arch]
         want, want_grads = per_row_truth(model, batch, mm, image_id)
         m = copy.deepcopy(model)
@@ -214,11 +216,11 @@ def _ulysses_rank(rank: int, out_dir: str) -> None:
             g /= sp.size
         close(got.detach(), want, grads, want_grads, batch[keys.RESPONSE_MASK], f"{arch}/ulysses")
     if rank == 0:
-        Path(out_dir, "ulysses.txt").write_text(" ".join(ARCHS))
+        Path(out_dir, "ulysses.txt").write_text(" ".join(ULYSSES_ARCHS))
 
 
 def test_vl_ulysses_on_two_gloo_ranks_equals_each_row_alone(tmp_path):
     from _fsdp_helpers import spawn  # noqa: E402
 
     spawn(_ulysses_rank, (str(tmp_path),), str(tmp_path))
-    assert (tmp_path / "ulysses.txt").read_text() == " ".join(ARCHS)
+    assert (tmp_path / "ulysses.txt").read_text() == " ".join(ULYSSES_ARCHS)

@@ -1,6 +1,6 @@
 """`main_ppo` on a tiny Qwen2.5-VL model, 2 GRPO steps through vLLM on CPU with images in every prompt, on the
-packed path (use_remove_padding) with the vision tower frozen, under Ulysses SP=2 (the tower trained), and with
-LoRA on the language model (the tower frozen, the adapter served by vLLM): finite metrics, a KL loss against the
+packed path (use_remove_padding) under Ulysses SP=2 (the tower trained) and with LoRA on the language model
+(the tower frozen, the adapter served by vLLM): finite metrics, a KL loss against the
 reference, and the engine's log-probs near the actor's on step 2, after one update and one weight sync."""
 
 import json
@@ -12,8 +12,8 @@ import pytest
 
 pytestmark = pytest.mark.timeout(900)
 
+# every run is on the packed path (use_remove_padding=true): Ulysses with the tower trained, LoRA with it frozen
 PATHS = {
-    "remove_padding": ["actor_rollout_ref.actor.freeze_vision_tower=true"],
     "ulysses_sp2": ["actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"],
     "lora": ["actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.lora_alpha=16",
              "actor_rollout_ref.model.target_modules=all-linear",
