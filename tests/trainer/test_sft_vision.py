@@ -35,7 +35,7 @@ def _rows(n: int) -> list[dict]:
 
 def _config(model_dir: str, tmp_path, files, **data):
     over = {"data": {"train_files": files, "val_files": None, "prompt_key": "prompt", "response_key": "response",
-                     "image_key": "images", "max_length": 48, "train_batch_size": 4, "micro_batch_size_per_gpu": 2,
+                     "image_key": "images", "max_length": 64, "train_batch_size": 4, "micro_batch_size_per_gpu": 2,
                      **data},
             "model": {"partial_pretrain": model_dir},
             "optim": {"lr": 3e-3, "weight_decay": 0.0, "warmup_steps_ratio": 0.0},
@@ -67,9 +67,9 @@ def test_dataset_expands_images_and_stops_on_bad_rows(tiny_vl_model_dir, tmp_pat
     response = tok("#### blue", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
     n = int(small[ATTENTION_MASK].sum())
     assert small[INPUT_IDS][n - len(response):n].tolist() == response
-    assert small[LOSS_MASK].tolist() == [0] * (n - len(response)) + [1] * len(response) + [0] * (48 - n)
+    assert small[LOSS_MASK].tolist() == [0] * (n - len(response)) + [1] * len(response) + [0] * (64 - n)
     batch = collate([small, large])
-    assert batch[INPUT_IDS].shape == (2, 48) and len(batch[MULTI_MODAL_INPUTS]) == 2
+    assert batch[INPUT_IDS].shape == (2, 64) and len(batch[MULTI_MODAL_INPUTS]) == 2
 
     bad = tmp_path / "bad.parquet"
     pd.DataFrame(_rows(2) + [{"prompt": "no placeholder", "response": "x", "images": [{"bytes": _png("red", 56)}]}]
@@ -125,4 +125,4 @@ def test_sft_with_images_matches_the_models_own_loss(tiny_vl_model_dir, tmp_path
     trained, saved_processor = AutoModelForImageTextToText.from_pretrained(saved), hf_processor(str(saved))
     assert saved_processor is not None  # the processor files are in the checkpoint
     after = _hf_response_loss(trained, saved_processor, rows)
-    assert after < 0.5 * history[0]["train/loss"]
+    assert after < 0.7 * history[0]["train/loss"]
