@@ -11,7 +11,9 @@
 # - use_fused_kernels and enforce_eager=False are GPU settings: left at rlpost's CPU defaults.
 # - +actor_rollout_ref.rollout.engine_kwargs.vllm.disable_mm_preprocessor_cache=True is left out (vLLM's
 #   preprocessor cache option; rlpost resets the engine's encoder cache at every weight sync).
-# - lora: refused before Ray (actor_rollout_ref.model.lora_rank: LoRA on a VL model is not built yet).
+# - lora: LoRA on a VL model is not built yet; today this stops before Ray in the LoRA target-module check
+#   (rlpost/engine/lora.py builds the model as AutoModelForCausalLM), not yet with the refusal naming
+#   actor_rollout_ref.model.lora_rank.
 set -euo pipefail
 VARIANT=${1:-base}; shift || true
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
