@@ -7,6 +7,7 @@
 #   QUICKSTART_DIR=/tmp/qs bash scripts/quickstart.sh
 #   TASK=calculator bash scripts/quickstart.sh # multi-turn: GRPO teaches the model to use a calculator tool
 #   TASK=code bash scripts/quickstart.sh       # code RL: programs scored on hidden tests in rlpost's sandbox
+#   TASK=vision bash scripts/quickstart.sh     # vision-language RL: a tiny Qwen2-VL model learns to read colours
 #
 # 1. set up .venv (scripts/setup_env.sh)
 # 2. build a tiny Qwen2-architecture model and its tokenizer (random weights, offline)
@@ -24,12 +25,13 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
-TASK=${TASK:-times_ten}                 # times_ten, calculator (multi-turn, with a tool), or code (the sandbox)
+TASK=${TASK:-times_ten}                 # times_ten, calculator (multi-turn, with a tool), code (the sandbox), vision
 case "$TASK" in
   times_ten) WORK=${QUICKSTART_DIR:-/tmp/rlpost_quickstart}; SFT_STEPS=${SFT_STEPS:-100} ;;
   calculator) WORK=${QUICKSTART_DIR:-/tmp/rlpost_quickstart_calculator}; SFT_STEPS=${SFT_STEPS:-300} ;;
   code) WORK=${QUICKSTART_DIR:-/tmp/rlpost_quickstart_code}; SFT_STEPS=${SFT_STEPS:-200} ;;
-  *) echo "TASK=$TASK: not a quickstart task; use TASK=times_ten (the default), TASK=calculator or TASK=code" >&2
+  vision) WORK=${QUICKSTART_DIR:-/tmp/rlpost_quickstart_vision}; SFT_STEPS=${SFT_STEPS:-100} ;;
+  *) echo "TASK=$TASK: not a quickstart task; use TASK=times_ten (the default), TASK=calculator, TASK=code or TASK=vision" >&2
      exit 2 ;;
 esac
 if [ "$TASK" != times_ten ] && { [ "${ALGO:-grpo}" != grpo ] || [ "${LORA_RANK:-0}" -gt 0 ]; }; then
@@ -109,6 +111,11 @@ fi
 if [ "$TASK" = code ]; then
   # shellcheck source=scripts/quickstart_code.sh
   source "$ROOT/scripts/quickstart_code.sh"
+  exit 0
+fi
+if [ "$TASK" = vision ]; then
+  # shellcheck source=scripts/quickstart_vision.sh
+  source "$ROOT/scripts/quickstart_vision.sh"
   exit 0
 fi
 

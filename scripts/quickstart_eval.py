@@ -1,13 +1,15 @@
 """Held-out accuracy before and after RL, read from a run's `metrics.jsonl` (the trainer's `file` logger).
 
     python scripts/quickstart_eval.py /abs/run_dir [--metric val-core/rlpost/arith/reward/mean@1] [--label TEXT]
-        [--tool_calls]
+        [--tool_calls] [--blank_metric val-core/rlpost/colour_blank/reward/mean@1]
 
 The trainer validates greedily on the held-out split before the first step (`trainer.val_before_train`)
 and after the last one; this prints, as the last line,
     held-out accuracy: before=0.31 after=0.62
 With --tool_calls (multi-turn runs) it then also prints the share of held-out trajectories with a tool call:
     tool-call rate: before=0.05 after=0.97
+With --blank_metric (the vision task's control: the held-out rows with blank pictures) it prints last
+    images blanked: after=0.25
 Exits with status 1 when the file holds fewer than two validations of the metric.
 """
 
@@ -55,10 +57,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--metric", default=DEFAULT_METRIC)
     parser.add_argument("--label", default="held-out accuracy", help="what the closing line calls the metric")
     parser.add_argument("--tool_calls", action="store_true", help=f"also print the tool-call rate ({TOOL_CALL_METRIC})")
+    parser.add_argument("--blank_metric", default=None, help="also print this metric after training, as the "
+                        "accuracy with the images blanked")
     args = parser.parse_args(argv)
     wanted = [(args.metric, args.label)] + ([(TOOL_CALL_METRIC, "tool-call rate")] if args.tool_calls else [])
     try:
         lines = [summary_line(*before_after(args.run, metric), what) for metric, what in wanted]
+        if args.blank_metric:
+            lines.append(f"images blanked: after={before_after(args.run, args.blank_metric)[1]:.2f}")
     except (OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -45,6 +45,7 @@ class SFTDataConfig(BaseConfig):
     prompt_dict_keys: list[str] | None
     response_dict_keys: list[str] | None
     tools_key: str | None
+    image_key: str | None
     max_length: Annotated[int, SEQUENCE_LENGTH]
     truncation: str
     train_batch_size: Annotated[int, POSITIVE]

@@ -5,6 +5,11 @@ Each row becomes one right-padded sequence of `data.max_length` tokens:
 a string or a list of chat messages (e.g. a conversation with a tool call and its result), and the tools
 come from the `data.tools_key` column when set. The loss mask is 1 on the
 response tokens (EOS included) and 0 on the prompt and the padding, so only the answer is learned.
+
+With `data.image_key` set, rows are verl's multi-modal rows (one `<image>` in the prompt per image, the images
+column as in `rlpost.data.multimodal`): the model's processor renders the prompt, each image becomes its vision
+tokens, and the item carries the row's `multi_modal_inputs` (pixel_values, image_grid_thw); `collate` keeps
+those as a per-row list (their patch counts differ between rows).
 """
 
 from __future__ import annotations
@@ -15,12 +20,11 @@ from typing import Any, Sequence
 import pandas as pd
 import torch
 
-from rlpost import keys
 from torch.utils.data import Dataset
 
-from rlpost.keys import ATTENTION_MASK, INPUT_IDS, POSITION_IDS
-
-# Not in rlpost/keys.py yet (requested from the lead): 1 on tokens that the SFT loss is computed on.
+from rlpost import keys
+from rlpost.data.multimodal import MultiModalEncoder
+from rlpost.keys import ATTENTION_MASK, INPUT_IDS, MULTI_MODAL_INPUTS, POSITION_IDS
 
 TRUNCATION_MODES = ("error", "left", "right")
 
@@ -73,13 +77,19 @@ class SFTDataset(Dataset):
         parquet_files: One path or a list of parquet paths.
         tokenizer: A HF tokenizer with a chat template and an EOS token.
         config: The `data` config group; reads prompt_key, response_key, prompt_dict_keys,
-            response_dict_keys, tools_key, max_length, truncation.
+            response_dict_keys, tools_key, image_key, max_length, truncation.
+        processor: The model's multimodal processor (`rlpost.utils.tokenizer.hf_processor`); needed when
+            `config.image_key` is set.
 
     Items are dicts of tensors, each of shape (L,) with L = max_length: `input_ids`,
-    `attention_mask`, `position_ids`, `loss_mask`.
+    `attention_mask`, `position_ids`, `loss_mask`; with `image_key` also `multi_modal_inputs` (a dict).
+
+    Raises:
+        MultiModalRowError: (image_key set) a row whose images cannot be read or whose `<image>` count differs
+            from its image count, naming the file and the row.
     """
 
-    def __init__(self, parquet_files: str | Sequence[str], tokenizer, config) -> None:
+    def __init__(self, parquet_files: str | Sequence[str], tokenizer, config, processor: Any = None) -> None:
         self.tokenizer = tokenizer
         self.max_length = int(config.max_length)
         self.truncation = config.truncation
@@ -89,7 +99,8 @@ class SFTDataset(Dataset):
             )
         if tokenizer.eos_token_id is None or tokenizer.pad_token_id is None:
             raise ValueError("the tokenizer needs an eos_token and a pad_token for SFT")
-        frame = pd.concat([pd.read_parquet(f) for f in _as_list(parquet_files)], ignore_index=True)
+        frames = [pd.read_parquet(f) for f in _as_list(parquet_files)]
+        frame = pd.concat(frames, ignore_index=True)
         for key in (config.prompt_key, config.response_key):
             if key not in frame.columns:
                 raise KeyError(f"column {key!r} not in {list(frame.columns)} (data.prompt_key/response_key)")
@@ -100,6 +111,21 @@ class SFTDataset(Dataset):
             if config.tools_key not in frame.columns:
                 raise KeyError(f"data.tools_key: column {config.tools_key!r} not in {list(frame.columns)}")
             self.tools = [_tool_list(t) for t in frame[config.tools_key]]
+        self.encoder, self.images = None, None
+        if config.image_key is not None:
+            where = [f"{f} row {i}" for f, part in zip(_as_list(parquet_files), frames) for i in range(len(part))]
+            self._load_images(frame, config.image_key, processor, where)
+
+    def _load_images(self, frame: pd.DataFrame, image_key: str, processor: Any, where: list[str]) -> None:
+        """Decode every row's images once (bad rows stop here, before training, naming file and row)."""
+        if processor is None:
+            raise ValueError(f"data.image_key={image_key!r} needs the model's processor (a Qwen2-VL-family model "
+                             "folder with preprocessor_config.json); set data.image_key=null for a text model")
+        if image_key not in frame.columns:
+            raise KeyError(f"data.image_key: column {image_key!r} not in {list(frame.columns)}")
+        self.encoder = MultiModalEncoder(processor, {}, {})
+        self.images = [self.encoder.images(column, _to_messages(prompt), at)
+                       for column, prompt, at in zip(frame[image_key], self.prompts, where)]
 
     def __len__(self) -> int:
         return len(self.prompts)
@@ -116,23 +142,45 @@ class SFTDataset(Dataset):
             "or set data.truncation to 'left' or 'right'"
         )
 
-    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+    def _prompt(self, index: int) -> tuple[list[int], dict[str, Any] | None]:
+        """The row's prompt ids (vision tokens expanded) and its multi_modal_inputs (None without image_key)."""
+        messages = _to_messages(self.prompts[index])
+        if self.encoder is not None:
+            text = self.encoder.template(messages)
+            ids, _, mm = self.encoder.encode(text, self.images[index])
+            return ids, mm
         tok = self.tokenizer
-        prompt_text = tok.apply_chat_template(
-            _to_messages(self.prompts[index]), tools=self.tools[index], add_generation_prompt=True, tokenize=False
-        )
-        prompt_ids = tok(prompt_text, add_special_tokens=False)["input_ids"]
+        text = tok.apply_chat_template(messages, tools=self.tools[index], add_generation_prompt=True, tokenize=False)
+        return tok(text, add_special_tokens=False)["input_ids"], None
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        tok = self.tokenizer
+        prompt_ids, mm = self._prompt(index)
         response_ids = tok(str(self.responses[index]), add_special_tokens=False)["input_ids"]
         response_ids = response_ids + [tok.eos_token_id]
         ids = prompt_ids + response_ids
         loss = [0] * len(prompt_ids) + [1] * len(response_ids)
+        if mm and len(ids) > self.max_length:  # cutting vision tokens would part them from their pixels
+            raise ValueError(f"row {index} has {len(ids)} tokens (vision tokens included) > data.max_length="
+                             f"{self.max_length}; rows with images are not truncated: raise data.max_length")
         ids, loss = self._truncate(ids, loss, index)
         n_pad = self.max_length - len(ids)
         attn = [1] * len(ids) + [0] * n_pad
         positions = list(range(len(ids))) + [0] * n_pad
-        return {
+        item: dict[str, Any] = {
             INPUT_IDS: torch.tensor(ids + [tok.pad_token_id] * n_pad, dtype=torch.long),
             ATTENTION_MASK: torch.tensor(attn, dtype=torch.long),
             POSITION_IDS: torch.tensor(positions, dtype=torch.long),
             keys.LOSS_MASK: torch.tensor(loss + [0] * n_pad, dtype=torch.long),
         }
+        if mm is not None:
+            item[MULTI_MODAL_INPUTS] = mm
+        return item
+
+
+def collate(items: list[dict[str, Any]]) -> dict[str, Any]:
+    """Stack the (L,) tensors of `items` into (b, L); `multi_modal_inputs` stays a list of b dicts."""
+    out: dict[str, Any] = {k: torch.stack([it[k] for it in items]) for k in items[0] if k != MULTI_MODAL_INPUTS}
+    if MULTI_MODAL_INPUTS in items[0]:
+        out[MULTI_MODAL_INPUTS] = [it[MULTI_MODAL_INPUTS] for it in items]
+    return out

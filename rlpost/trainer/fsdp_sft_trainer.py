@@ -7,7 +7,11 @@ Launch (config: rlpost/trainer/config/sft_trainer.yaml):
     python -m rlpost.trainer.fsdp_sft_trainer ...   # one plain process (world size 1)
 
 Checkpoints: `<default_local_dir>/global_step_<N>/` holds config, tokenizer and safetensors, loadable
-with `AutoModelForCausalLM.from_pretrained`.
+with `AutoModelForCausalLM.from_pretrained` (a vision-language model: `AutoModelForImageTextToText`, with its
+processor files).
+
+With `data.image_key` (verl's multi-modal rows, a Qwen2-VL-family model) each micro-batch gives the model its
+rows' pixels and the 3-D rotary positions of `rlpost.engine.vision`.
 """
 
 from __future__ import annotations
@@ -27,14 +31,14 @@ from torch.utils.data import DataLoader, DistributedSampler
 from rlpost.config.constraints import check_fields
 from rlpost.config.convert import to_typed_root
 from rlpost.config.schema_sft import SFTTrainerConfig
-from rlpost.data.sft_dataset import SFTDataset
-from rlpost.keys import LOSS_MASK
-from rlpost.keys import ATTENTION_MASK, INPUT_IDS, POSITION_IDS
+from rlpost.data.sft_dataset import SFTDataset, collate
+from rlpost.keys import ATTENTION_MASK, INPUT_IDS, LOSS_MASK, MULTI_MODAL_INPUTS, POSITION_IDS
 from rlpost.trainer.config.rules import check_liger_run
 from rlpost.checkpoint.manager import prune_oldest
 from rlpost.utils.distributed import free_port, init_distributed
 from rlpost.engine.fsdp import apply_fsdp2, clip_grad_norm, iter_full_params
 from rlpost.engine.liger import apply_liger
+from rlpost.engine.vision import vision_inputs
 from rlpost.utils.tracking import StepProgress, Tracking
 from rlpost.utils.optim import lr_schedule, build_optimizer
 
@@ -123,7 +127,7 @@ class FSDPSFTTrainer:
 
     Args:
         config: The full sft_trainer config (groups data, model, optim, trainer).
-        tokenizer: HF tokenizer saved next to every checkpoint.
+        tokenizer: HF tokenizer (or, for a vision-language model, its processor) saved next to every checkpoint.
         train_dataset: Items as produced by `SFTDataset` (input_ids, attention_mask, position_ids,
             loss_mask; each (L,)).
         val_dataset: Same layout, or None for no validation.
@@ -154,15 +158,18 @@ class FSDPSFTTrainer:
         )
         if len(dataset) < global_batch:
             raise ValueError(f"dataset has {len(dataset)} rows < one global batch of {global_batch}")
-        return DataLoader(dataset, batch_size=global_batch // self.world_size, sampler=sampler, drop_last=True)
+        return DataLoader(dataset, batch_size=global_batch // self.world_size, sampler=sampler, drop_last=True,
+                          collate_fn=collate)
 
     def _build_model(self) -> torch.nn.Module:
         """Load the HF model in fp32, put Liger's kernels in (`model.use_liger`), enable checkpointing, shard it
         through rlpost.engine.fsdp."""
-        from transformers import AutoModelForCausalLM
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
         model_cfg = self.config.model
-        model = AutoModelForCausalLM.from_pretrained(
+        hf_config = AutoConfig.from_pretrained(model_cfg.partial_pretrain, trust_remote_code=model_cfg.trust_remote_code)
+        vision = getattr(hf_config, "vision_config", None) is not None
+        model = (AutoModelForImageTextToText if vision else AutoModelForCausalLM).from_pretrained(
             model_cfg.partial_pretrain, dtype=torch.float32,
             trust_remote_code=model_cfg.trust_remote_code,
         )
@@ -184,11 +191,12 @@ class FSDPSFTTrainer:
 
     def _loss_sum(self, micro: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """Summed next-token NLL over response tokens of a micro batch (b, L); returns (sum, n_tokens)."""
-        ids = micro[INPUT_IDS].to(self.device)
-        logits = self.model(
-            input_ids=ids, attention_mask=micro[ATTENTION_MASK].to(self.device),
-            position_ids=micro[POSITION_IDS].to(self.device), use_cache=False,
-        ).logits  # (b, L, V)
+        ids, attn = micro[INPUT_IDS].to(self.device), micro[ATTENTION_MASK].to(self.device)
+        inputs = {"position_ids": micro[POSITION_IDS].to(self.device)}
+        if MULTI_MODAL_INPUTS in micro:  # pixels, grids and 3-D positions (3, b, L) replace the 1-D positions
+            rows = micro[MULTI_MODAL_INPUTS]
+            inputs.update(vision_inputs(self.model, ids, attn, torch.arange(len(rows)), rows))
+        logits = self.model(input_ids=ids, attention_mask=attn, use_cache=False, **inputs).logits  # (b, L, V)
         mask = micro[LOSS_MASK][:, 1:].to(self.device).float()  # (b, L-1): targets that are response
         nll = F.cross_entropy(logits[:, :-1].float().transpose(1, 2), ids[:, 1:], reduction="none")
         return (nll * mask).sum(), mask.sum()
@@ -316,9 +324,14 @@ def run_sft(config: DictConfig | SFTTrainerConfig) -> list[dict[str, float]]:
         )
         if config.data.chat_template:
             tokenizer.chat_template = config.data.chat_template
-        train = SFTDataset(config.data.train_files, tokenizer, config.data)
-        val = SFTDataset(config.data.val_files, tokenizer, config.data) if config.data.val_files else None
-        return FSDPSFTTrainer(config, tokenizer, train, val).fit()
+        processor = None
+        if config.data.image_key is not None:
+            from rlpost.utils.tokenizer import hf_processor
+
+            processor = hf_processor(config.model.partial_pretrain, trust_remote_code=config.model.trust_remote_code)
+        train = SFTDataset(config.data.train_files, tokenizer, config.data, processor)
+        val = SFTDataset(config.data.val_files, tokenizer, config.data, processor) if config.data.val_files else None
+        return FSDPSFTTrainer(config, processor or tokenizer, train, val).fit()
     finally:
         if owns_group:
             dist.destroy_process_group()

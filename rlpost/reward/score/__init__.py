@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from rlpost.reward.score import arith, geo3k, gsm8k, math_boxed
+from rlpost.reward.score import arith, colour, geo3k, gsm8k, math_boxed
 
 ARITH_DATA_SOURCE = "rlpost/arith"
 # Code data sources scored by running the response in the sandbox (`reward_model.sandbox_fusion.url`);
@@ -28,6 +28,10 @@ def _arith(solution_str: str, ground_truth: Any, extra_info: Any) -> float:
     return arith.compute_score(solution_str, ground_truth)
 
 
+def _colour(solution_str: str, ground_truth: Any, extra_info: Any) -> float:
+    return colour.compute_score(solution_str, ground_truth)
+
+
 SCORERS: dict[str, Callable[[str, Any, Any], float]] = {
     "openai/gsm8k": _gsm8k,
     "lighteval/MATH": _math,
@@ -35,6 +39,7 @@ SCORERS: dict[str, Callable[[str, Any, Any], float]] = {
     "HuggingFaceH4/MATH-500": _math,
     ARITH_DATA_SOURCE: _arith,
     geo3k.DATA_SOURCE: _geo3k,
+    **{source: _colour for source in colour.DATA_SOURCES},
 }
 
 
