@@ -59,9 +59,16 @@ def run_bare(program: str, stdin: str, expected: str) -> None:
         shutil.rmtree(folder)
 
 
-def run_boxed(url: str, slots: SandboxSlots, program: str, stdin: str, expected: str) -> None:
+def run_boxed(url: str, slots: SandboxSlots, program: str, stdin: str, expected: str) -> dict:
     result = run_code(url, program, stdin, run_timeout=30, slots=slots)
     assert result["run_result"]["stdout"] == expected, result
+    return result
+
+
+def boxed_once(url: str, job: tuple[str, str, str]) -> dict:
+    """Seconds of one program through the service, and the program's own CPU seconds (its rusage in the jail)."""
+    seconds, result = harness.timed(lambda: run_boxed(url, None, *job))
+    return {"s": seconds, "cpu_s": result["run_result"]["cpu_time"]}
 
 
 def throughput(fn, jobs: list[tuple[str, str, str]], concurrency: int) -> dict:
@@ -101,8 +108,8 @@ def main() -> None:
                   f"{res.metrics[f'sandbox_programs_per_s_c{c}']['value']:.1f}/s", flush=True)
         pairs = harness.alternate({
             "bare": lambda: harness.timed(lambda: run_bare(*jobs[0]))[0],
-            "sandbox": lambda: harness.timed(lambda: run_boxed(service.url, None, *jobs[0]))[0],
-            "no_seccomp": lambda: harness.timed(lambda: run_boxed(plain.url, None, *jobs[0]))[0]}, rounds=args.pairs)
+            "sandbox": lambda: boxed_once(service.url, jobs[0]),
+            "no_seccomp": lambda: boxed_once(plain.url, jobs[0])}, rounds=args.pairs)
         diffs_ms = [(p["sandbox"]["s"] - p["bare"]["s"]) * 1e3 for p in pairs]
         spread = harness.spread(diffs_ms)
         res.metric("overhead_ms_per_program", spread["median"], spread["q1"], spread["q3"], unit="ms",
@@ -112,6 +119,13 @@ def main() -> None:
         filter_ms = harness.spread([(p["sandbox"]["s"] - p["no_seccomp"]["s"]) * 1e3 for p in pairs])
         res.metric("seccomp_ms_per_program", filter_ms["median"], filter_ms["q1"], filter_ms["q3"], unit="ms",
                    note="paired: the service with the seccomp filter minus one started with --no-seccomp")
+        filter_cpu = harness.spread([(p["sandbox"]["cpu_s"] - p["no_seccomp"]["cpu_s"]) * 1e3 for p in pairs])
+        res.metric("seccomp_cpu_ms_per_program", filter_cpu["median"], filter_cpu["q1"], filter_cpu["q3"], unit="ms",
+                   note="the program's own CPU time (user + system), with the filter minus without, paired",
+                   with_median_ms=statistics.median(p["sandbox"]["cpu_s"] for p in pairs) * 1e3,
+                   without_median_ms=statistics.median(p["no_seccomp"]["cpu_s"] for p in pairs) * 1e3)
+        print(f"seccomp filter: {filter_ms['median']:+.1f} ms wall, {filter_cpu['median']:+.1f} ms CPU per program "
+              f"(median of {args.pairs} pairs)", flush=True)
     finally:
         service.stop()
         plain.stop()
