@@ -29,7 +29,7 @@ TASK=${TASK:-times_ten}                 # times_ten, calculator (multi-turn, wit
 case "$TASK" in
   times_ten) WORK=${QUICKSTART_DIR:-/tmp/rlpost_quickstart}; SFT_STEPS=${SFT_STEPS:-100} ;;
   calculator) WORK=${QUICKSTART_DIR:-/tmp/rlpost_quickstart_calculator}; SFT_STEPS=${SFT_STEPS:-300} ;;
-  code) WORK=${QUICKSTART_DIR:-/tmp/rlpost_quickstart_code}; SFT_STEPS=${SFT_STEPS:-200} ;;
+  code) WORK=${QUICKSTART_DIR:-/tmp/rlpost_quickstart_code}; SFT_STEPS=${SFT_STEPS:-200}; GRPO_STEPS=${GRPO_STEPS:-12} ;;
   vision) WORK=${QUICKSTART_DIR:-/tmp/rlpost_quickstart_vision}; SFT_STEPS=${SFT_STEPS:-100} ;;
   *) echo "TASK=$TASK: not a quickstart task; use TASK=times_ten (the default), TASK=calculator, TASK=code or TASK=vision" >&2
      exit 2 ;;

@@ -3,7 +3,8 @@
 # functions log, sft and rl).
 #
 # 1. the task: "Write a Python program that reads N and prints N times 37." (plus, minus, times, modulo; K in
-#    [2, 99], the held-out K values never seen in training), 3 hidden stdin/stdout tests per question
+#    [2, 99]; 48 held-out (operator, K) pairs never seen in training, each of their K seen there with the other
+#    operators), 3 hidden stdin/stdout tests per question
 #    (examples/data_preprocess/code_synth.py --family ops). The SFT teacher writes the wrong operator in 70% of its
 #    programs (plus -> *, times -> +, minus -> +, modulo -> //).
 # 2. a tiny model whose tokenizer is trained on that text

@@ -9,10 +9,11 @@ cases `{"inputs": [...], "outputs": [...]}` as codecontests / APPS rows carry th
 Scored by running the program in the sandbox (`reward_model.sandbox_fusion.url=local`): the pass fraction of
 its test cases. `--data_source` picks the scorer's data source (codecontests, apps, taco, ... or rlpost/code).
 
-`--family ops` (the `TASK=code` quickstart): "... prints N times 37." with K in [2, 99], the test split's K values
-never in the training split; also writes `sft_train.parquet` (columns question/answer and prompt/response) from an
-imperfect teacher that uses the wrong operator in a `--sft_slip` fraction of its programs, and `corpus.txt` (the
-texts, for the tiny model's tokenizer).
+`--family ops` (the `TASK=code` quickstart): "... prints N times 37." with K in [2, 99], the test split's
+(operator, K) pairs never in the training split (each held-out K is there with the other three operators); also
+writes `sft_train.parquet` (columns question/answer and prompt/response) from an imperfect teacher that uses the
+wrong operator in a `--sft_slip` fraction of its programs, and `corpus.txt` (the texts, for the tiny model's
+tokenizer).
 """
 
 from __future__ import annotations
@@ -74,12 +75,17 @@ def generate_ops(local_dir: str, train_size: int, test_size: int, seed: int, n_c
     if not 0.0 <= sft_slip <= 1.0:
         raise ValueError(f"--sft_slip must be in [0, 1], got {sft_slip}")
     rng = random.Random(seed)
-    ks = list(range(2, 100))
-    rng.shuffle(ks)
-    test_ks, train_ks = ks[:20], ks[20:]
     words = sorted(OPS)
-    train = [(rng.choice(words), rng.choice(train_ks)) for _ in range(train_size)]
-    test = [(words[i % len(words)], test_ks[i % len(test_ks)]) for i in range(test_size)]
+    ks = list(range(2, 100))
+    if not 0 < test_size <= len(ks):
+        raise ValueError(f"--test_size must be in [1, {len(ks)}] for --family ops, got {test_size}")
+    rng.shuffle(ks)
+    # Held out: (operator word, K) pairs, one per K, each K's other three words in training. The model then
+    # sees every K copied in SFT, and what the held-out prompts test is the operator the word asks for.
+    test = [(words[i % len(words)], k) for i, k in enumerate(ks[:test_size])]
+    held_out = set(test)
+    train_pairs = [(w, k) for w in words for k in range(2, 100) if (w, k) not in held_out]
+    train = [rng.choice(train_pairs) for _ in range(train_size)]
     out = Path(local_dir).expanduser()
     out.mkdir(parents=True, exist_ok=True)
     paths = {name: out / f"{name}.parquet" for name in ("train", "test", "sft_train")}

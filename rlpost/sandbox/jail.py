@@ -14,7 +14,9 @@ Layers, in order:
 2. a fresh tmpfs working directory `/tmp/box` (gone with the namespace: nothing is left on disk);
 3. per stage (compile, run) a child in its own session with rlimits (CPU, address space, processes, file
    size, open files), no capabilities (bounding set dropped, securebits `noroot` locked, no_new_privs), no
-   inherited descriptors but stdin/stdout/stderr files in the box;
+   inherited descriptors but stdin/stdout/stderr files in the box, and the seccomp filter of
+   `rlpost.sandbox.seccomp_filter` where the machine has one (no sockets but AF_UNIX; ptrace, mount, unshare,
+   kexec, bpf, ... kill the program);
 4. a wall-clock limit: on expiry, and after every stage, `kill(-1, SIGKILL)` ends every process of the
    namespace (PID 1 survives; when it exits the kernel kills whatever is left).
 """
@@ -28,6 +30,9 @@ import signal
 import socket
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # `python -I` puts no script directory there
+import seccomp_filter  # noqa: E402 - after the path it is found on
 
 KEEP_TOP = {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "proc", "dev"}
 BOX = "/tmp/box"
@@ -117,6 +122,8 @@ def _child(argv: list[str], limits: dict, stdin_path: str, out_path: str, err_pa
                            (resource.RLIMIT_NOFILE, (limits["nofile"],) * 2), (resource.RLIMIT_CORE, (0, 0))):
             resource.setrlimit(res, value)
         _drop_privileges()
+        if limits["seccomp"]:
+            seccomp_filter.install(LIBC)
         os.execve(argv[0], argv, {"PATH": "/usr/bin:/bin", "HOME": BOX, "LANG": "C.UTF-8", "TMPDIR": BOX})
     except BaseException as exc:  # noqa: BLE001 - report anything, then leave without running Python's exit path
         os.write(2, f"sandbox: could not start {argv[0]}: {exc!r}\n".encode())
@@ -179,13 +186,15 @@ def run_stage(argv: list[str], stdin_text: str, timeout: float, limits: dict, na
 
 
 def _reason(timed_out: bool, code: int, stderr: str, usage, limits: dict) -> str:
-    """Why a stage ended: ok, wall_time, cpu_time, memory, output_limit, runtime_error."""
+    """Why a stage ended: ok, wall_time, cpu_time, memory, output_limit, syscall_denied, runtime_error."""
     if timed_out:
         return "wall_time"
     if code == -signal.SIGXCPU or (code == -signal.SIGKILL and usage.ru_utime + usage.ru_stime >= limits["cpu_s"]):
         return "cpu_time"
     if code == -signal.SIGXFSZ:
         return "output_limit"
+    if code == -signal.SIGSYS:
+        return "syscall_denied"
     if code != 0 and ("MemoryError" in stderr or "std::bad_alloc" in stderr or "Cannot allocate memory" in stderr):
         return "memory"
     return "ok" if code == 0 else "runtime_error"

@@ -20,8 +20,8 @@ START_TIMEOUT_S = 60.0
 class LocalSandbox:
     """`python -m rlpost.sandbox.serve` in a child process; `url` is its `/run_code` address."""
 
-    def __init__(self, workers: int, queue: int = 1024):
-        self.workers, self.queue = workers, queue
+    def __init__(self, workers: int, queue: int = 1024, seccomp: bool = True):
+        self.workers, self.queue, self.seccomp = workers, queue, seccomp
         self._dir = tempfile.mkdtemp(prefix="rlpost-sandbox-")
         self.port = 0
         self.restarts = 0
@@ -45,7 +45,7 @@ class LocalSandbox:
             os.unlink(port_file)
         log = open(os.path.join(self._dir, "serve.log"), "ab")
         cmd = [sys.executable, "-m", "rlpost.sandbox.serve", "--port", str(self.port), "--port-file", port_file,
-               "--workers", str(self.workers), "--queue", str(self.queue)]
+               "--workers", str(self.workers), "--queue", str(self.queue)] + ([] if self.seccomp else ["--no-seccomp"])
         self._proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         deadline = time.monotonic() + START_TIMEOUT_S

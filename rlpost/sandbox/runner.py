@@ -7,7 +7,7 @@ namespace) if it overruns its limits by `GRACE_S`.
 Response (SandboxFusion's `RunCodeResponse`): `status` Success | Failed | SandboxError, `message`,
 `compile_result` / `run_result` (`status` Finished | TimeLimitExceeded, `execution_time`, `return_code`,
 `stdout`, `stderr`), `files`; rlpost adds `reason` (ok, wall_time, cpu_time, memory, output_limit,
-runtime_error, compile_error, sandbox_error) at the top and in each stage result.
+syscall_denied, runtime_error, compile_error, sandbox_error) at the top and in each stage result.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from typing import Any
+
+from rlpost.sandbox import seccomp_filter
 
 JAIL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jail.py")
 GRACE_S = 5.0
@@ -64,6 +66,7 @@ class Limits:
     nofile: int = 64
     output_bytes: int = 1 << 20
     tmp_mb: int = 64
+    seccomp: bool = True  # the filter of rlpost.sandbox.seccomp_filter, where the machine has one
 
 
 @dataclass
@@ -78,6 +81,7 @@ class Runner:
     def __post_init__(self) -> None:
         prefix = os.path.dirname(os.path.dirname(self.python))
         self.keep = sorted({prefix, os.path.dirname(os.path.realpath(self.gxx)) if self.gxx else prefix})
+        self.seccomp_off = seccomp_filter.unavailable_reason() if self.limits.seccomp else "turned off"
         self.address = f"rlpost-sandbox-{os.getpid()}-{secrets.token_hex(6)}"
         self._zygote: subprocess.Popen | None = None
         self._start_zygote()
@@ -121,7 +125,8 @@ class Runner:
                 "compile_timeout": float(req.get("compile_timeout") or 10), "run_timeout": run_timeout,
                 "limits": {"cpu_s": max(int(run_timeout + 0.999), 1), "memory_mb": memory_mb,
                            "nproc": self.limits.nproc, "fsize_mb": self.limits.fsize_mb,
-                           "nofile": self.limits.nofile, "output_bytes": self.limits.output_bytes}}
+                           "nofile": self.limits.nofile, "output_bytes": self.limits.output_bytes,
+                           "seccomp": self.seccomp_off is None}}
         if language == "python":
             return {**base, "source_name": "main.py", "run": [self.python, "-I", "main.py"]}
         return {**base, "source_name": "main.cpp", "run": ["./main"],

@@ -101,11 +101,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--queue", type=int, default=1024, help="requests that may wait for a worker")
     parser.add_argument("--max-processes", type=int, default=Limits.nproc, help="RLIMIT_NPROC per program")
     parser.add_argument("--max-output-mb", type=int, default=Limits.fsize_mb, help="RLIMIT_FSIZE per program")
+    parser.add_argument("--no-seccomp", action="store_true", help="run programs without the seccomp filter")
     args = parser.parse_args(argv)
     if args.workers < 1 or args.queue < 0:
         parser.error(f"--workers must be >= 1 and --queue >= 0 (got {args.workers}, {args.queue}); e.g. --workers 2")
     try:
-        runner = Runner(limits=Limits(nproc=args.max_processes, fsize_mb=args.max_output_mb))
+        runner = Runner(limits=Limits(nproc=args.max_processes, fsize_mb=args.max_output_mb,
+                                     seccomp=not args.no_seccomp))
         probe(runner)
     except SandboxUnavailable as err:
         print(f"sandbox: {err}", file=sys.stderr)
@@ -123,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     config = uvicorn.Config(build_app(runner, args.workers, args.queue), log_level="warning", access_log=False)
     server = uvicorn.Server(config)
     print(f"sandbox: serving http://{args.host}:{port}/run_code ({', '.join(runner.languages())}; "
-          f"{args.workers} at once)", flush=True)
+          f"{args.workers} at once; seccomp filter: {runner.seccomp_off or 'on'})", flush=True)
     if args.port_file:
         tmp = f"{args.port_file}.tmp"
         with open(tmp, "w") as f:

@@ -138,7 +138,7 @@ def test_quickstart_code_smoke(tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "grpo" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1]
     statuses = sum(rows[1][f"reward/sandbox/{s}_count"] for s in ("wrong_answer", "runtime_error", "no_code",
-                                                                     "wall_time", "cpu_time", "memory", "output_limit",
+                                                                     "wall_time", "cpu_time", "memory", "output_limit", "syscall_denied",
                                                                      "sandbox_error", "compile_error", "bad_tests"))
     passed = rows[1]["reward/sandbox/solved"] * 16 * 8  # every one of the 128 samples has one status
     assert round(statuses + passed) == 128

@@ -100,7 +100,8 @@ def test_network_is_unreachable(sandbox):
     result = score(sandbox, program)
     assert (result["score"], result["sandbox_status"]) == (0.0, "runtime_error")
     raw = run_code(sandbox.url, program, "5")
-    assert "Network is unreachable" in raw["run_result"]["stderr"] or "refused" in raw["run_result"]["stderr"]
+    # the seccomp filter refuses the AF_INET socket itself; without it the empty network namespace has no route
+    assert any(m in raw["run_result"]["stderr"] for m in ("Operation not permitted", "Network is unreachable"))
 
 
 def test_killing_the_parent_and_the_service_does_nothing(sandbox):

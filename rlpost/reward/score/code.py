@@ -9,7 +9,7 @@ Test cases (`ground_truth`, a dict or its JSON string), as codecontests / APPS /
 The score is the pass fraction of the first `max_cases` cases (`continuous`, verl's partial credit), or 1.0 only
 when every case passes. A compile error stops at the first case. The dict result carries `score`,
 `sandbox_pass_rate`, `sandbox_status` (passed, wrong_answer, no_code, bad_tests, or the sandbox's reason:
-runtime_error, wall_time, cpu_time, memory, output_limit, compile_error, sandbox_error) and
+runtime_error, wall_time, cpu_time, memory, output_limit, syscall_denied, compile_error, sandbox_error) and
 `sandbox_seconds` (the slowest case).
 """
 
@@ -26,7 +26,7 @@ from rlpost.sandbox.client import run_code
 
 logger = logging.getLogger(__name__)
 FAILURES = ("wrong_answer", "runtime_error", "compile_error", "wall_time", "cpu_time", "memory", "output_limit",
-            "sandbox_error", "no_code", "bad_tests")
+            "syscall_denied", "sandbox_error", "no_code", "bad_tests")
 CODE_BLOCK = re.compile(r"```([A-Za-z0-9_+-]*)[ \t]*\n(.*?)```", re.DOTALL)
 OPEN_FENCE = re.compile(r"```([A-Za-z0-9_+-]*)[ \t]*\n(.*)\Z", re.DOTALL)
 LANGUAGE_NAMES = {"python": "python", "py": "python", "python3": "python", "cpp": "cpp", "c++": "cpp"}
