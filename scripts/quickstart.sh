@@ -7,6 +7,7 @@
 #   QUICKSTART_DIR=/tmp/qs bash scripts/quickstart.sh
 #   TASK=calculator bash scripts/quickstart.sh # multi-turn: GRPO teaches the model to use a calculator tool
 #   TASK=code bash scripts/quickstart.sh       # code RL: programs scored on hidden tests in rlpost's sandbox
+#   TASK=distill bash scripts/quickstart.sh    # on-policy distillation from an SFT'd teacher vs GRPO alone
 #
 # 1. set up .venv (scripts/setup_env.sh)
 # 2. build a tiny Qwen2-architecture model and its tokenizer (random weights, offline)
@@ -29,7 +30,8 @@ case "$TASK" in
   times_ten) WORK=${QUICKSTART_DIR:-/tmp/rlpost_quickstart}; SFT_STEPS=${SFT_STEPS:-100} ;;
   calculator) WORK=${QUICKSTART_DIR:-/tmp/rlpost_quickstart_calculator}; SFT_STEPS=${SFT_STEPS:-300} ;;
   code) WORK=${QUICKSTART_DIR:-/tmp/rlpost_quickstart_code}; SFT_STEPS=${SFT_STEPS:-200} ;;
-  *) echo "TASK=$TASK: not a quickstart task; use TASK=times_ten (the default), TASK=calculator or TASK=code" >&2
+  distill) WORK=${QUICKSTART_DIR:-/tmp/rlpost_quickstart_distill}; SFT_STEPS=${SFT_STEPS:-100} ;;
+  *) echo "TASK=$TASK: not a quickstart task; use TASK=times_ten (the default), TASK=calculator, TASK=code or TASK=distill" >&2
      exit 2 ;;
 esac
 if [ "$TASK" != times_ten ] && { [ "${ALGO:-grpo}" != grpo ] || [ "${LORA_RANK:-0}" -gt 0 ]; }; then
@@ -104,6 +106,11 @@ rl() {
 if [ "$TASK" = calculator ]; then
   # shellcheck source=scripts/quickstart_calculator.sh
   source "$ROOT/scripts/quickstart_calculator.sh"
+  exit 0
+fi
+if [ "$TASK" = distill ]; then
+  # shellcheck source=scripts/quickstart_distill.sh
+  source "$ROOT/scripts/quickstart_distill.sh"
   exit 0
 fi
 if [ "$TASK" = code ]; then
