@@ -26,6 +26,13 @@ SUM_PI_SQUARED = "sum_pi_squared"  # (B, R) sum over the vocabulary of the actor
 ROUTED_EXPERTS = "routed_experts"  # (B, T, L, K) int: the experts each token was routed to (MoE router replay)
 REF_LOG_PROB = "ref_log_prob"  # (B, R) reference-policy log-probs
 TEACHER_LOG_PROBS = "teacher_log_probs"  # (B, R) log-probs of the sampled tokens under the row's teacher (distillation)
+# top-k distillation: the student's k likeliest token ids at each response position (from the old-log-prob pass)
+STUDENT_TOPK_IDS = "student_topk_ids"  # (B, R, k) int64
+# the union of the student's and the teacher's top-k, sorted, and the teacher's log-probs of those ids (a
+# duplicate id's earlier entry at -inf)
+TEACHER_TOPK_IDS = "teacher_topk_ids"  # (B, R, 2k) int64
+TEACHER_TOPK_LOG_PROBS = "teacher_topk_log_probs"  # (B, R, 2k)
+TEACHER_OWN_TOPK_IDS = "teacher_own_topk_ids"  # (B, R, k) int64: the teacher's own k likeliest ids (overlap metric)
 VALUES = "values"  # (B, R) critic values
 RM_SCORES = "rm_scores"  # (B, R) reward-model score placed on the last response token
 TOKEN_LEVEL_SCORES = "token_level_scores"  # (B, R) task score placed on the last response token
@@ -76,3 +83,5 @@ ROLLOUT_IS_WEIGHTS = "rollout_is_weights"  # (B, R) rollout-correction weights p
 # dict: the distillation loss the actor adds ({loss_mode, coef, loss_max_clamp, log_prob_min_clamp}), with
 # `teacher_log_probs` in the batch
 META_DISTILLATION = "distillation"
+# int k: the old-log-prob pass also writes `student_topk_ids` (top-k distillation)
+META_STUDENT_TOPK = "student_topk"

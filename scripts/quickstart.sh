@@ -8,6 +8,7 @@
 #   TASK=calculator bash scripts/quickstart.sh # multi-turn: GRPO teaches the model to use a calculator tool
 #   TASK=code bash scripts/quickstart.sh       # code RL: programs scored on hidden tests in rlpost's sandbox
 #   TASK=vision bash scripts/quickstart.sh     # vision-language RL: a tiny Qwen2-VL model learns to read colours
+#   TASK=distill bash scripts/quickstart.sh    # on-policy distillation from an SFT'd teacher vs GRPO alone
 #
 # 1. set up .venv (scripts/setup_env.sh)
 # 2. build a tiny Qwen2-architecture model and its tokenizer (random weights, offline)
@@ -25,13 +26,14 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
-TASK=${TASK:-times_ten}                 # times_ten, calculator (multi-turn, with a tool), code (the sandbox), vision
+TASK=${TASK:-times_ten}                 # times_ten, calculator (multi-turn, with a tool), code (the sandbox), vision, distill
 case "$TASK" in
   times_ten) WORK=${QUICKSTART_DIR:-/tmp/rlpost_quickstart}; SFT_STEPS=${SFT_STEPS:-100} ;;
   calculator) WORK=${QUICKSTART_DIR:-/tmp/rlpost_quickstart_calculator}; SFT_STEPS=${SFT_STEPS:-300} ;;
   code) WORK=${QUICKSTART_DIR:-/tmp/rlpost_quickstart_code}; SFT_STEPS=${SFT_STEPS:-200}; GRPO_STEPS=${GRPO_STEPS:-12} ;;
   vision) WORK=${QUICKSTART_DIR:-/tmp/rlpost_quickstart_vision}; SFT_STEPS=${SFT_STEPS:-100} ;;
-  *) echo "TASK=$TASK: not a quickstart task; use TASK=times_ten (the default), TASK=calculator, TASK=code or TASK=vision" >&2
+  distill) WORK=${QUICKSTART_DIR:-/tmp/rlpost_quickstart_distill}; SFT_STEPS=${SFT_STEPS:-100} ;;
+  *) echo "TASK=$TASK: not a quickstart task; use TASK=times_ten (the default), TASK=calculator, TASK=code, TASK=vision or TASK=distill" >&2
      exit 2 ;;
 esac
 if [ "$TASK" != times_ten ] && { [ "${ALGO:-grpo}" != grpo ] || [ "${LORA_RANK:-0}" -gt 0 ]; }; then
@@ -106,6 +108,11 @@ rl() {
 if [ "$TASK" = calculator ]; then
   # shellcheck source=scripts/quickstart_calculator.sh
   source "$ROOT/scripts/quickstart_calculator.sh"
+  exit 0
+fi
+if [ "$TASK" = distill ]; then
+  # shellcheck source=scripts/quickstart_distill.sh
+  source "$ROOT/scripts/quickstart_distill.sh"
   exit 0
 fi
 if [ "$TASK" = code ]; then

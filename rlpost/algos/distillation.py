@@ -110,6 +110,33 @@ def topk_divergence(student_topk_log_probs: torch.Tensor, teacher_topk_log_probs
     return value.clamp_min(0.0)
 
 
+def mask_duplicate_ids(log_probs: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """`log_probs` with -inf at every entry whose id equals the next one's (ids sorted along the last axis), so
+    an id in both models' top-k counts once.
+
+    Args:
+        log_probs: (..., m) log-probs of `ids`. ids: (..., m) sorted ascending.
+    """
+    dup = torch.nn.functional.pad(ids.diff(dim=-1), (0, 1), value=1).eq(0)
+    return log_probs.masked_fill(dup, float("-inf"))
+
+
+def merge_topk(at_student_ids: torch.Tensor, student_ids: torch.Tensor, own_log_probs: torch.Tensor,
+               own_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The teacher's log-probs over the union of the student's and its own top-k (verl's top-k support).
+
+    Args:
+        at_student_ids: (B, R, k) the teacher's log-probs of the student's top-k ids `student_ids` (B, R, k).
+        own_log_probs / own_ids: (B, R, k) the teacher's own top-k.
+
+    Returns:
+        (log_probs, ids), each (B, R, 2k), sorted by id; an id in both halves keeps one entry, the other at -inf.
+    """
+    ids, order = torch.cat([student_ids, own_ids], dim=-1).sort(dim=-1)
+    log_probs = torch.cat([at_student_ids, own_log_probs], dim=-1).gather(-1, order)
+    return mask_duplicate_ids(log_probs, ids), ids
+
+
 def distillation_loss(student_log_probs: torch.Tensor, teacher_log_probs: torch.Tensor, response_mask: torch.Tensor,
                       loss_mode: str, loss_agg_mode: str = "token-mean", log_prob_min_clamp: float | None = None,
                       loss_max_clamp: float | None = None, jsd_beta: float = 0.5) -> torch.Tensor:

@@ -15,7 +15,7 @@ import torch
 
 from rlpost import keys
 from rlpost.algos import agg_loss, get_policy_loss_fn, kl_penalty
-from rlpost.algos.distillation import distillation_loss
+from rlpost.algos.distillation import distillation_loss, is_topk_mode, mask_duplicate_ids
 from rlpost.engine import triton_logprob
 from rlpost.engine.fused_logprob import FusedHeadOptions, chunk_stats, compiled, eager, fused_lm_head
 from rlpost.engine.packed_attention import PACKED_KWARG, packed_sequences
@@ -344,6 +344,46 @@ class DataParallelPPOActor:
                                    self._mm_rows)
         return forward_response_logits(self.module, mb, self.use_remove_padding, fn, self.sp, fused, vision)
 
+    def _topk_forward(self, mb: TensorDict, temperature: float, k: int, at_ids: torch.Tensor | None,
+                      calculate_entropy: bool) -> dict[str, torch.Tensor]:
+        """One padded forward (no packing, SP or fused head: the (b R, V) log-probs of the micro-batch are built)
+        returning, per response position, `log_probs` (b, R) of the sampled token, `entropys` (b, R) when asked,
+        the k likeliest tokens `topk_log_probs` / `topk_ids` (b, R, k) when k > 0, and `at_ids` (b, R, m): the
+        log-probs of the ids `at_ids` (b, R, m) when given."""
+        b, r = mb[keys.RESPONSES].shape
+        held: dict[str, torch.Tensor] = {}
+
+        def fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:  # the padded path calls it once
+            log_probs = torch.log_softmax(logits.float() / temperature, dim=-1)
+            if k > 0:
+                held["topk_log_probs"], held["topk_ids"] = log_probs.topk(k, dim=-1)
+            if at_ids is not None:
+                held["at_ids"] = log_probs.gather(-1, at_ids.reshape(b * r, -1))
+            return token_logp_entropy(logits, labels, temperature, calculate_entropy, self._chunk,
+                                      bool(self.config.entropy_checkpointing), self._compile_fn, self.logprob_kernel)
+
+        stats = forward_response_logits(self.module, mb, False, fn).reshape(b, r, -1)
+        out = {name: value.reshape(b, r, -1) for name, value in held.items()}
+        out[keys.OLD_LOG_PROBS] = stats[..., 0]
+        if calculate_entropy:
+            out[keys.ENTROPYS] = stats[..., 1]
+        return out
+
+    @torch.no_grad()
+    def compute_topk(self, data: Any, k: int, at_ids: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """`_topk_forward` over the rows (micro-batched like `compute_log_prob`): {old_log_probs (B, R),
+        topk_log_probs, topk_ids (B, R, k) when k > 0, at_ids (B, R, m) when `at_ids` is given}."""
+        meta = data.meta_info
+        tensors = {name: data.batch[name] for name in _MODEL_INPUTS}
+        if at_ids is not None:
+            tensors["at_ids"] = at_ids
+        micros, rev = micro_batches(tensors, int(meta.get("micro_batch_size") or 1),
+                                    bool(meta.get("use_dynamic_bsz", False)), int(meta.get("max_token_len") or 0))
+        temperature = float(meta.get(keys.META_TEMPERATURE, 1.0))
+        parts = [self._topk_forward(mb, temperature, k, mb.get("at_ids"), False) for mb in micros]
+        out = {name: torch.cat([p[name] for p in parts]) for name in parts[0]}
+        return out if rev is None else {name: value[rev] for name, value in out.items()}
+
     @torch.no_grad()
     def compute_log_prob(self, data: Any, calculate_entropy: bool = False
                          ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -405,7 +445,13 @@ class DataParallelPPOActor:
         if replay is not None:  # stays set through this micro-batch's backward (checkpointed layers re-route)
             replay.mode = "replay"
             replay.indices = from_grid(mb[keys.ROUTED_EXPERTS], mb[keys.ATTENTION_MASK], self.use_remove_padding)
-        ent, logp = self._forward_micro_batch(mb, temperature, calculate_entropy=entropy_coeff != 0)
+        topk = self._distill is not None and is_topk_mode(self._distill["loss_mode"])
+        if topk:  # the student's log-probs of the teacher's top-k support, with gradient
+            out = self._topk_forward(mb, temperature, 0, mb[keys.TEACHER_TOPK_IDS], entropy_coeff != 0)
+            ent, logp = out.get(keys.ENTROPYS), out[keys.OLD_LOG_PROBS]
+            student_topk = mask_duplicate_ids(out["at_ids"], mb[keys.TEACHER_TOPK_IDS])
+        else:
+            ent, logp = self._forward_micro_batch(mb, temperature, calculate_entropy=entropy_coeff != 0)
         mask = mb[keys.RESPONSE_MASK]
         pg_loss, clipfrac, ppo_kl, clipfrac_lower = get_policy_loss_fn(cfg.policy_loss.loss_mode)(
             old_log_prob=mb[keys.OLD_LOG_PROBS], log_prob=logp, advantages=mb[keys.ADVANTAGES],
@@ -431,10 +477,12 @@ class DataParallelPPOActor:
             loss = loss + float(cfg.kl_loss_coef) * kl_loss
             metrics["actor/kl_loss"] = kl_loss.detach()
             metrics["actor/kl_coef"] = float(cfg.kl_loss_coef)
-        if keys.TEACHER_LOG_PROBS in mb:  # on-policy distillation: towards the teacher on the student's samples
+        if self._distill is not None:  # on-policy distillation: towards the teacher on the student's samples
             d = self._distill
-            distill = distillation_loss(logp, mb[keys.TEACHER_LOG_PROBS], mask, d["loss_mode"], mode,
-                                        d["log_prob_min_clamp"], d["loss_max_clamp"])
+            student, teacher = (student_topk, mb[keys.TEACHER_TOPK_LOG_PROBS]) if topk else \
+                (logp, mb[keys.TEACHER_LOG_PROBS])
+            distill = distillation_loss(student, teacher, mask, d["loss_mode"], mode, d["log_prob_min_clamp"],
+                                        d["loss_max_clamp"])
             loss = loss + d["coef"] * distill
             metrics["actor/distillation_loss"] = distill.detach()
         return loss, metrics
@@ -444,7 +492,8 @@ class DataParallelPPOActor:
 
         Reads batch `input_ids`, `attention_mask`, `position_ids`, `responses`, `response_mask`,
         `old_log_probs`, `advantages` (+ `ref_log_prob` when use_kl_loss, + `rollout_is_weights` when
-        present, + `teacher_log_probs` with meta_info `distillation`: the distillation loss); meta_info
+        present, + `teacher_log_probs`, or in a top-k mode `teacher_topk_ids` and `teacher_topk_log_probs`, with meta_info
+        `distillation`: the distillation loss); meta_info
         `temperature`.
 
         Returns:
@@ -458,7 +507,8 @@ class DataParallelPPOActor:
             wanted.append(keys.ROLLOUT_IS_WEIGHTS)
         self._distill = data.meta_info.get(keys.META_DISTILLATION)
         if self._distill is not None:
-            wanted.append(keys.TEACHER_LOG_PROBS)
+            wanted += [keys.TEACHER_TOPK_IDS, keys.TEACHER_TOPK_LOG_PROBS] if is_topk_mode(self._distill["loss_mode"]) \
+                else [keys.TEACHER_LOG_PROBS]
         if self.router_replay is not None and keys.ROUTED_EXPERTS in data.batch.keys():
             wanted.append(keys.ROUTED_EXPERTS)
         tensors = self._with_mm_rows(data, {k: data.batch[k] for k in wanted})

@@ -401,8 +401,8 @@ class ActorRolloutRefWorker(_FSDPRole):
     @phase("old_log_prob")
     def compute_log_prob(self, data: DataProto) -> DataProto:
         """Reads `input_ids`, `attention_mask`, `position_ids`, `responses`; writes `old_log_probs`,
-        `entropys` (B, R), and `sum_pi_squared` (B, R) with actor.calculate_sum_pi_squared. Micro-batching from
-        rollout.log_prob_* keys."""
+        `entropys` (B, R), `sum_pi_squared` (B, R) with actor.calculate_sum_pi_squared, and `student_topk_ids`
+        (B, R, k) with meta_info `student_topk` = k. Micro-batching from rollout.log_prob_* keys."""
         fsdp_cfg = self.config.actor.fsdp_config
         self._onload(self.actor_module, None, fsdp_cfg)
         rows = len(data)
@@ -411,6 +411,9 @@ class ActorRolloutRefWorker(_FSDPRole):
         stats = self.actor.compute_log_prob_stats(
             _on_device(data, self.device), calculate_entropy=True,
             calculate_sum_pi_squared=self.config.actor.calculate_sum_pi_squared)
+        if data.meta_info.get(keys.META_STUDENT_TOPK):  # top-k distillation: the student's k likeliest ids
+            stats[keys.STUDENT_TOPK_IDS] = self.actor.compute_topk(
+                _on_device(data, self.device), int(data.meta_info[keys.META_STUDENT_TOPK]))["topk_ids"]
         self._offload(self.actor_module, None, fsdp_cfg)
         out = DataProto.from_dict(tensors=_to_cpu(stats),
                                   meta_info={keys.META_TEMPERATURE: data.meta_info[keys.META_TEMPERATURE]})

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from rlpost import keys
-from rlpost.algos.distillation import mix_teacher_log_probs
+from rlpost.algos.distillation import merge_topk, mix_teacher_log_probs
 from rlpost.protocol import DataProto
 from rlpost.single_controller.base import Dispatch, register
 from rlpost.engine.fsdp import compute_dtype, to_dtype
@@ -98,12 +98,8 @@ class TeacherWorker(_FSDPRole):
         whatever the rows' teachers); each row keeps its own teacher's values, or the weighted mixture of the
         teachers when none has a key (`rlpost.algos.distillation.mix_teacher_log_probs`).
         """
-        ref, fsdp_cfg = self.arr.ref, self.arr.ref.fsdp_config
-        meta = data.meta_info
-        meta.setdefault(keys.META_TEMPERATURE, float(self.arr.rollout.temperature))
-        meta["micro_batch_size"] = ref.log_prob_micro_batch_size_per_gpu
-        meta["use_dynamic_bsz"] = bool(ref.log_prob_use_dynamic_bsz)
-        meta["max_token_len"] = int(ref.log_prob_max_token_len_per_gpu)
+        fsdp_cfg = self.arr.ref.fsdp_config
+        self._log_prob_meta(data)
         teacher_keys = {name: t.key for name, t in self.config.teachers().items()}
         masks = rows_of_teacher(data.non_tensor_batch.get(self.config.teacher_key), teacher_keys)
         per_teacher = {}
@@ -114,3 +110,40 @@ class TeacherWorker(_FSDPRole):
         weights = {name: t.weight for name, t in self.config.teachers().items()}
         out = mix_teacher_log_probs(per_teacher, {n: torch.as_tensor(m) for n, m in masks.items()}, weights)
         return DataProto.from_dict(tensors=_to_cpu({keys.TEACHER_LOG_PROBS: out}))
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @phase("teacher")
+    def compute_teacher_topk(self, data: DataProto) -> DataProto:
+        """Top-k distillation. Reads `compute_teacher_log_prob`'s keys and `student_topk_ids` (B, R, k); writes
+        `teacher_log_probs` (B, R), `teacher_topk_ids` / `teacher_topk_log_probs` (B, R, 2k): the row's teacher's
+        log-probs of the union of the student's top-k and its own (`rlpost.algos.distillation.merge_topk`), and
+        `teacher_own_topk_ids` (B, R, k). Each row gets its own teacher's values (start-up refuses several
+        teachers without a key in a top-k mode)."""
+        fsdp_cfg = self.arr.ref.fsdp_config
+        self._log_prob_meta(data)
+        k = int(self.config.distillation_loss.topk)
+        masks = rows_of_teacher(data.non_tensor_batch.get(self.config.teacher_key),
+                                {name: t.key for name, t in self.config.teachers().items()})
+        student_ids = data.batch[keys.STUDENT_TOPK_IDS]
+        out: dict[str, torch.Tensor] = {}
+        for name, actor in self.teachers.items():
+            self._onload(actor.module, None, fsdp_cfg)
+            got = actor.compute_topk(_on_device(data, self.device), k, student_ids.to(self.device))
+            self._offload(actor.module, None, fsdp_cfg)
+            got = {n: v.cpu() for n, v in got.items()}
+            log_probs, ids = merge_topk(got["at_ids"], student_ids, got["topk_log_probs"], got["topk_ids"])
+            mine = {keys.TEACHER_LOG_PROBS: got[keys.OLD_LOG_PROBS], keys.TEACHER_TOPK_LOG_PROBS: log_probs,
+                    keys.TEACHER_TOPK_IDS: ids, keys.TEACHER_OWN_TOPK_IDS: got["topk_ids"]}
+            rows = torch.as_tensor(masks[name])
+            for key, value in mine.items():
+                keep = rows.view(-1, *([1] * (value.dim() - 1)))
+                out[key] = value if key not in out else torch.where(keep, value, out[key])
+        return DataProto.from_dict(tensors=_to_cpu(out))
+
+    def _log_prob_meta(self, data: DataProto) -> None:
+        """The reference's log-prob micro-batching and the rollout temperature into `data.meta_info`."""
+        ref, meta = self.arr.ref, data.meta_info
+        meta.setdefault(keys.META_TEMPERATURE, float(self.arr.rollout.temperature))
+        meta["micro_batch_size"] = ref.log_prob_micro_batch_size_per_gpu
+        meta["use_dynamic_bsz"] = bool(ref.log_prob_use_dynamic_bsz)
+        meta["max_token_len"] = int(ref.log_prob_max_token_len_per_gpu)

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from rlpost.algos.distillation import (distillation_advantages, distillation_loss, distillation_metrics,
-                                       estimator_divergence, is_topk_mode, mix_teacher_log_probs, topk_divergence,
+                                       estimator_divergence, is_topk_mode, mask_duplicate_ids, merge_topk,
+                                       mix_teacher_log_probs, topk_divergence,
                                        topk_overlap)
 
 LN2 = math.log(2.0)
@@ -128,3 +129,33 @@ def test_teachers_by_row_or_mixed_by_weight():
     every = {"a": torch.tensor([True, True]), "b": torch.tensor([True, True])}
     assert torch.allclose(mix_teacher_log_probs({"a": a, "b": b}, every, {"a": 3.0, "b": 1.0}),
                           torch.tensor([[-2.0, -3.0], [-4.0, -5.0]]))
+
+
+@pytest.mark.timeout(30)
+def test_merge_topk_is_the_sorted_union_with_a_shared_id_counted_once():
+    # student's top-2 ids (7, 3), teacher's own top-2 (3, 9); teacher probs: id 7 -> 0.1, 3 -> 0.6, 9 -> 0.2
+    student_ids = torch.tensor([[[7, 3]]])
+    at_student = torch.log(torch.tensor([[[0.1, 0.6]]]))
+    own_ids, own = torch.tensor([[[3, 9]]]), torch.log(torch.tensor([[[0.6, 0.2]]]))
+    log_probs, ids = merge_topk(at_student, student_ids, own, own_ids)
+    assert ids.tolist() == [[[3, 3, 7, 9]]]
+    # the first 3 is the duplicate: -inf; the rest keep the teacher's log-probs of their ids
+    assert log_probs[0, 0, 0].item() == float("-inf")
+    assert torch.allclose(log_probs[0, 0, 1:].exp(), torch.tensor([0.6, 0.1, 0.2]))
+    # the student's log-probs of the same ids, masked the same way: the divergence counts id 3 once
+    student = mask_duplicate_ids(torch.log(torch.tensor([[[0.5, 0.5, 0.3, 0.1]]])), ids)
+    fwd = topk_divergence(student, log_probs, "forward_kl_topk").item()
+    want = 0.6 * math.log(0.6 / 0.5) + 0.1 * math.log(0.1 / 0.3) + 0.2 * math.log(0.2 / 0.1)
+    assert fwd == pytest.approx(want, rel=1e-5)  # the duplicate pair adds 1e-8 * 0
+
+
+@pytest.mark.timeout(30)
+def test_topk_loss_over_the_mask_has_gradient_on_every_support_entry():
+    s = torch.log(torch.tensor([[[0.25, 0.75], [0.5, 0.5]]])).requires_grad_(True)
+    t = torch.log(torch.tensor([[[0.5, 0.5], [0.9, 0.1]]]))
+    loss = distillation_loss(s, t, torch.tensor([[1.0, 0.0]]), "forward_kl_topk")
+    fwd = 0.5 * math.log(0.5 / 0.25) + 0.5 * math.log(0.5 / 0.75)
+    assert loss.item() == pytest.approx(fwd, rel=1e-5)  # the masked position does not count
+    loss.backward()
+    # d/d log s_i of sum_i t_i (log t_i - log s_i) = -t_i at the kept position, 0 at the masked one
+    assert torch.allclose(s.grad, torch.tensor([[[-0.5, -0.5], [0.0, 0.0]]]))

@@ -47,8 +47,7 @@ def check_distillation(c: PPOTrainerConfig) -> None:
                  f"is created (set {D}.enabled=true to distil)")
         return
     if loss.loss_mode in TOPK_MODES:
-        fail(f"not supported yet: {LOSS}.loss_mode={loss.loss_mode}", "the teachers return the log-probs of the "
-             "sampled tokens, not top-k distributions", f"{LOSS}.loss_mode=k1 (or k3, k2, abs)")
+        _check_topk(c)
     if loss.policy_loss_mode != "vanilla":
         fail(f"not supported yet: {LOSS}.policy_loss_mode={loss.policy_loss_mode}", "the distillation advantages "
              "go through the actor's own policy loss (actor_rollout_ref.actor.policy_loss.loss_mode)",
@@ -87,6 +86,27 @@ def check_distillation(c: PPOTrainerConfig) -> None:
                  f"(the reference's fsdp_config and log_prob_* micro-batching), not an inference engine; these "
                  f"settings are not used")
             break
+
+
+def _check_topk(c: PPOTrainerConfig) -> None:
+    """A top-k mode: k >= 1, a loss term (not advantages), one teacher per row, no sequence parallelism."""
+    d, loss = c.distillation, c.distillation.distillation_loss
+    if loss.topk is None or loss.topk < 1:
+        fail(f"{LOSS}.topk={loss.topk} with {LOSS}.loss_mode={loss.loss_mode}", "a top-k mode needs k >= 1",
+             f"{LOSS}.topk=32")
+    if loss.use_policy_gradient:
+        fail(f"not supported yet: {LOSS}.use_policy_gradient=true with {LOSS}.loss_mode={loss.loss_mode}",
+             "the top-k divergence is a term of the actor's loss", f"{LOSS}.use_policy_gradient=false")
+    unkeyed = [n for n, t in d.teachers().items() if t.key is None]
+    if len(d.teachers()) > 1 and unkeyed:
+        fail(f"not supported yet: {LOSS}.loss_mode={loss.loss_mode} with several teachers without a key",
+             "teachers' top-k supports differ, so they are not mixed", f"{D}.teacher_models.<name>.key per teacher, "
+             f"or {LOSS}.loss_mode=k3")
+    sp = c.actor_rollout_ref.actor.ulysses_sequence_parallel_size
+    if sp > 1:
+        fail(f"not supported yet: {LOSS}.loss_mode={loss.loss_mode} with "
+             f"actor_rollout_ref.actor.ulysses_sequence_parallel_size={sp}", "the top-k forward runs whole rows",
+             "actor_rollout_ref.actor.ulysses_sequence_parallel_size=1")
 
 
 def _written_inference() -> dict:
@@ -130,6 +150,8 @@ def distillation_plan(c: PPOTrainerConfig) -> list[str]:
     how = ("advantage = -divergence per token" + (" + task advantage" if loss.use_task_rewards else "")
            if loss.use_policy_gradient else
            "actor loss += coef x divergence" + ("" if loss.use_task_rewards else " (task advantages zeroed)"))
-    lines.append(f"distillation: {loss.loss_mode} reverse KL on the student's samples, coef="
+    what = (f"over the union of the student's and the teacher's top-{loss.topk}" if loss.loss_mode in TOPK_MODES
+            else "reverse KL")
+    lines.append(f"distillation: {loss.loss_mode} {what} on the student's samples, coef="
                  f"{loss.distillation_loss_coef}; {how}")
     return lines

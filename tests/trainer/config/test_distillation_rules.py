@@ -34,8 +34,20 @@ def test_default_is_off_and_a_teacher_beside_the_actor(small_cfg):
 @pytest.mark.parametrize("values, message", [
     ({"distillation.enabled": True}, "distillation.enabled=true, every distillation.teacher_models.<name>.model_path="
                                      "null: distillation needs a teacher"),
-    ({**ON, "distillation.distillation_loss.loss_mode": "forward_kl_topk"},
-     "not supported yet: distillation.distillation_loss.loss_mode=forward_kl_topk"),
+    ({**ON, "distillation.distillation_loss.loss_mode": "forward_kl_topk", "distillation.distillation_loss.topk": 0},
+     "distillation.distillation_loss.topk=0 with distillation.distillation_loss.loss_mode=forward_kl_topk: a top-k "
+     "mode needs k >= 1"),
+    ({**ON, "distillation.distillation_loss.loss_mode": "jsd_topk",
+      "distillation.distillation_loss.use_policy_gradient": True},
+     "not supported yet: distillation.distillation_loss.use_policy_gradient=true with "
+     "distillation.distillation_loss.loss_mode=jsd_topk"),
+    ({**ON, "distillation.distillation_loss.loss_mode": "reverse_kl_topk",
+      "distillation.teacher_models.b.model_path": "/m/b"},
+     "not supported yet: distillation.distillation_loss.loss_mode=reverse_kl_topk with several teachers without a key"),
+    ({**ON, "distillation.distillation_loss.loss_mode": "forward_kl_topk",
+      "actor_rollout_ref.actor.ulysses_sequence_parallel_size": 2},
+     "not supported yet: distillation.distillation_loss.loss_mode=forward_kl_topk with "
+     "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"),
     ({**ON, "distillation.distillation_loss.loss_mode": "k4"}, "distillation.distillation_loss.loss_mode=k4: not a "
                                                                "distillation loss mode"),
     ({**ON, "distillation.distillation_loss.policy_loss_mode": "gspo"},
@@ -81,3 +93,12 @@ def test_unkeyed_teachers_are_a_weighted_mixture_in_the_plan(small_cfg):
                                                 "distillation.teacher_models.b.weight": 3.0})))
     assert "teacher teacher_model: /m/teacher (every row, weight 1.0)" in plan
     assert "teacher b: /m/b (every row, weight 3.0)" in plan
+
+
+@pytest.mark.timeout(30)
+def test_a_topk_mode_is_accepted_and_the_plan_names_its_support(small_cfg):
+    typed = typed_config(small_cfg({**ON, "distillation.distillation_loss.loss_mode": "forward_kl_topk",
+                                    "distillation.distillation_loss.topk": 4}))
+    assert typed.distillation.distillation_loss.topk == 4
+    assert ("distillation: forward_kl_topk over the union of the student's and the teacher's top-4 on the student's "
+            "samples, coef=1.0; actor loss += coef x divergence") in dry_run_plan(typed)

@@ -94,6 +94,37 @@ def test_self_distillation_loss_term_teacher_beside_the_actor(models, tmp_path):
     assert "actor/pg_loss" in first and first["timing_s/teacher"] > 0
 
 
+TOPK = ("distillation.distillation_loss.loss_mode=forward_kl_topk", "distillation.distillation_loss.topk=4",
+        "distillation.distillation_loss.use_task_rewards=false", "actor_rollout_ref.rollout.n=2",
+        "trainer.total_training_steps=1")
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(600)
+def test_topk_self_distillation_has_full_overlap_and_no_divergence(models, tmp_path):
+    """forward_kl_topk over the union of the two top-4s, the only signal (no task reward), the teacher a frozen copy
+    beside the actor: at step 1 the same weights give the same top-k (overlap 1) and a divergence of ~0."""
+    rows = _train(_args(models, tmp_path, *TOPK,
+                        f"distillation.teacher_models.teacher_model.model_path={models['student']}"), tmp_path)
+    first = rows[0]
+    assert first["distillation/topk_overlap"] > 0.9, first["distillation/topk_overlap"]
+    assert 0 <= first["actor/distillation_loss"] < 2e-2, first["actor/distillation_loss"]
+    assert 0 < first["distillation/teacher_topk_mass"] <= 1 + 1e-5
+    assert first["actor/pg_loss"] == pytest.approx(0.0, abs=1e-6)  # the task advantages are zeroed
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(600)
+def test_topk_distillation_from_another_teacher_in_its_own_pool(models, tmp_path):
+    """The same with a teacher of other (random) weights in a pool of its own: the top-4s differ and the divergence
+    over their union is positive."""
+    rows = _train(_args(models, tmp_path, *TOPK, "distillation.n_gpus_per_node=1", "distillation.nnodes=1",
+                        f"distillation.teacher_models.teacher_model.model_path={models['teacher']}"), tmp_path)
+    first = rows[0]
+    assert 0 <= first["distillation/topk_overlap"] < 1
+    assert first["actor/distillation_loss"] > 0 and math.isfinite(first["actor/distillation_loss"])
+
+
 def _in_process(args: list[str]) -> int:
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
         return run(compose("ppo_trainer", overrides=args))
@@ -105,8 +136,10 @@ def _in_process(args: list[str]) -> int:
      "error: distillation.teacher_models.teacher_model.model_path='/no/such/teacher' is not a local folder"),
     (["distillation.teacher_models.teacher_model.model_path={other_tokenizer}"],
      "error: distillation.teacher_models.teacher_model.model_path="),
-    (["distillation.teacher_models.teacher_model.model_path={teacher}", "distillation.distillation_loss.loss_mode=jsd_topk"],
-     "config error: not supported yet: distillation.distillation_loss.loss_mode=jsd_topk"),
+    (["distillation.teacher_models.teacher_model.model_path={teacher}", "distillation.distillation_loss.loss_mode=jsd_topk",
+      "distillation.distillation_loss.use_policy_gradient=true"],
+     "config error: not supported yet: distillation.distillation_loss.use_policy_gradient=true with "
+     "distillation.distillation_loss.loss_mode=jsd_topk"),
     (["distillation.teacher_models.teacher_model.model_path={teacher}", "+distillation.teacher_models.b.model_path={teacher}",
       "+distillation.teacher_models.b.key=rlpost/arith"],
      "config error: distillation.teacher_models.teacher_model.key=null beside teachers with a key"),
