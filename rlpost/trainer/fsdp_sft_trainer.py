@@ -167,7 +167,8 @@ class FSDPSFTTrainer:
         from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
         model_cfg = self.config.model
-        hf_config = AutoConfig.from_pretrained(model_cfg.partial_pretrain, trust_remote_code=model_cfg.trust_remote_code)
+        hf_config = AutoConfig.from_pretrained(model_cfg.partial_pretrain,
+                                               trust_remote_code=model_cfg.trust_remote_code)
         vision = getattr(hf_config, "vision_config", None) is not None
         model = (AutoModelForImageTextToText if vision else AutoModelForCausalLM).from_pretrained(
             model_cfg.partial_pretrain, dtype=torch.float32,

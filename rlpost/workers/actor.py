@@ -492,7 +492,8 @@ class DataParallelPPOActor:
 
         Reads batch `input_ids`, `attention_mask`, `position_ids`, `responses`, `response_mask`,
         `old_log_probs`, `advantages` (+ `ref_log_prob` when use_kl_loss, + `rollout_is_weights` when
-        present, + `teacher_log_probs`, or in a top-k mode `teacher_topk_ids` and `teacher_topk_log_probs`, with meta_info
+        present, + `teacher_log_probs`, or in a top-k mode `teacher_topk_ids` and `teacher_topk_log_probs`,
+        with meta_info
         `distillation`: the distillation loss); meta_info
         `temperature`.
 
