@@ -27,7 +27,7 @@ def main() -> None:
     p.add_argument("--num_kv_heads", type=int, default=1)
     p.add_argument("--intermediate_size", type=int, default=256)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--arch", default="qwen2", 
+    p.add_argument("--arch", default="qwen2",
                    help="qwen2, qwen2_vl, qwen2_5_vl, or a family of rlpost.utils.tiny_families")
     p.add_argument("--corpus_file", default=None, help="tokenizer corpus (one text per line), added to the default")
     a = p.parse_args()
