@@ -55,18 +55,7 @@ def test_two_grpo_steps_on_tiny_qwen2_vl_with_vllm(vl_run, tmp_path):
     args = _args(root, model, tmp_path / "run", f"custom_reward_function.path={root / 'spread_reward.py'}")
     proc = subprocess.run([sys.executable, "-m", "rlpost.trainer.main_ppo", *args],
                           capture_output=True, text=True, timeout=550)
-    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-4000:]}"
-    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    train = [r for r in rows if "timing_s/step" in r]
-    assert len(train) == 2
-    for row in train:
-        for key in ("actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "critic/score/mean"):
-            assert math.isfinite(row[key]), (key, row)
-        # bf16 engine vs float32 actor on the same weights and pixels; wrong positions or a missed vision
-        # weight would put whole probabilities apart
-        assert row["training/rollout_probs_diff_max"] < 0.2, row
-        assert row["response_length/mean"] > 0 and row["actor/grad_norm"] > 0
-    assert train[1]["actor/kl_loss"] > 0  # step 2's policy moved away from the reference
+    rows = check_two_vl_steps(proc, tmp_path / "run")
     val = [r for r in rows if "val-core/rlpost/arith/reward/mean@1" in r]
     assert len(val) == 2, rows  # before training and after the last step, on the same two pictures
     _check_merged_checkpoint(tmp_path / "run" / "global_step_2" / "actor", model, tmp_path / "merged")
@@ -114,3 +103,22 @@ def test_images_for_a_text_only_model_stop_before_ray(vl_run, tiny_model_dir, tm
         status = run(compose("ppo_trainer", overrides=_args(root, tiny_model_dir, tmp_path / "run")))
     err = capsys.readouterr().err
     assert status == 2 and "holds images, but the model has no multimodal processor" in err, err
+
+
+def check_two_vl_steps(proc: subprocess.CompletedProcess, run_dir) -> list[dict]:
+    """A 2-step VL run ended well: finite losses, a moving policy, the engine's log-probs near the actor's.
+    Returns the rows of its metrics.jsonl."""
+    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-4000:]}"
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in rows if "timing_s/step" in r]
+    assert len(train) == 2
+    for row in train:
+        for key in ("actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "critic/score/mean"):
+            assert math.isfinite(row[key]), (key, row)
+        # bf16 engine vs float32 actor on the same weights and pixels: wrong (mrope) positions, a slice of the
+        # row lost under Ulysses, a missed vision weight or an adapter vLLM did not apply put whole probabilities
+        # apart
+        assert row["training/rollout_probs_diff_max"] < 0.2, row
+        assert row["response_length/mean"] > 0 and row["actor/grad_norm"] > 0
+    assert train[1]["actor/kl_loss"] > 0  # step 2's policy moved away from the reference
+    return rows
