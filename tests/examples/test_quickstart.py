@@ -148,7 +148,7 @@ def test_quickstart_code_smoke(tmp_path):
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("env, message", [
     ({"TASK": "sorting"}, "TASK=sorting: not a quickstart task; use TASK=times_ten (the default), TASK=calculator, "
-                          "TASK=code or TASK=distill"),
+                          "TASK=code, TASK=vision or TASK=distill"),
     ({"TASK": "code", "LORA_RANK": "8"}, "TASK=code: not supported yet with ALGO=grpo LORA_RANK=8"),
     ({"TASK": "calculator", "ALGO": "ppo"}, "TASK=calculator: not supported yet with ALGO=ppo LORA_RANK=0"),
 ])
