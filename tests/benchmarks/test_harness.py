@@ -123,9 +123,16 @@ def test_result_summary_index_and_current_page(tmp_path) -> None:
     assert "- [old_shape.json](2026-12-02_h200/old_shape.json)" in index
     assert "gen_alternate, commit c0ffee1, 12 reps; goals A3=1" in index
     page = current_numbers.render(tmp_path)
-    assert "session `2026-12-02_h200`" in page and "2026-11-30" not in page
-    assert "| C3 | – | – | <= 0.5 | not measured | 0 | verl did not start |" in page
-    assert "| A3 | 1 | 1–1 | >= 0.95, ci_low >= 0.90 | yes | 12 |" in page
+    assert "session `2026-12-02_h200`" in page and "2026-11-30" not in page  # A3's newer value wins
+    assert "| C3 | – | – | <= 0.5 | not measured | 0 | 2026-12-02_h200 | verl did not start |" in page
+    assert "| A3 | 1 | 1–1 | >= 0.95, ci_low >= 0.90 | yes | 12 | 2026-12-02_h200 |" in page
+    newer = harness.Result("y", command="e1", reps=5, env=_env("2026-12-03T00:00:00+00:00"))
+    newer.goal("E1", {"value": 1.0, "ci_low": 0.9, "ci_high": 1.1}, target=">= 0.90")
+    harness.write_summary(newer.write(root=tmp_path).parent, {"A3": ">= 0.95", "E1": ">= 0.90"})
+    page = current_numbers.render(tmp_path)  # a session that ran only E1 keeps A3 from the one before
+    assert "| E1 | 1 | 0.9–1.1 | >= 0.90 | yes | 5 | 2026-12-03_h200 |" in page
+    assert "| A3 | 1 | 1–1 | >= 0.95, ci_low >= 0.90 | yes | 12 | 2026-12-02_h200 |" in page
+    assert "session `2026-12-03_h200`" in page and "session `2026-12-02_h200`" in page
     with pytest.raises(ValueError, match="no rlpost-bench/1 result file"):
         harness.write_summary(tmp_path / "2026-11-30_h200" / "..", None)
 
