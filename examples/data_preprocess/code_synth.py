@@ -9,8 +9,9 @@ cases `{"inputs": [...], "outputs": [...]}` as codecontests / APPS rows carry th
 Scored by running the program in the sandbox (`reward_model.sandbox_fusion.url=local`): the pass fraction of
 its test cases. `--data_source` picks the scorer's data source (codecontests, apps, taco, ... or rlpost/code).
 
-`--family ops` (the `TASK=code` quickstart): "... prints N times 37." with K in [2, 99], the test split's
-(operator, K) pairs never in the training split (each held-out K is there with the other three operators); also
+`--family ops` (the `TASK=code` quickstart): "... prints N times 7." with K in [2, --k_max], the test split's
+(operator, K) pairs never in the training split (one operator per K held out in a first round over the K values,
+a second in a second round, ...; each held-out K is there with its other operators); also
 writes `sft_train.parquet` (columns question/answer and prompt/response) from an imperfect teacher that uses the
 wrong operator in a `--sft_slip` fraction of its programs, and `corpus.txt` (the texts, for the tiny model's
 tokenizer).
