@@ -2,9 +2,9 @@
 # The TASK=code stage list of scripts/quickstart.sh (sourced by it: uses its ROOT, MODEL, DATA, RUN_DIR and its
 # functions log, sft and rl).
 #
-# 1. the task: "Write a Python program that reads N and prints N times 37." (plus, minus, times, modulo; K in
-#    [2, 99]; 48 held-out (operator, K) pairs never seen in training, each of their K seen there with the other
-#    operators), 3 hidden stdin/stdout tests per question
+# 1. the task: "Write a Python program that reads N and prints N times 7." (plus, minus, times, modulo; K in
+#    [2, 9], one digit, one token to copy; 16 held-out (operator, K) pairs, two per K, never seen in training,
+#    each K seen there with the other two operators), 3 hidden stdin/stdout tests per question
 #    (examples/data_preprocess/code_synth.py --family ops). The SFT teacher writes the wrong operator in 70% of its
 #    programs (plus -> *, times -> +, minus -> +, modulo -> //).
 # 2. a tiny model whose tokenizer is trained on that text
@@ -14,8 +14,8 @@
 # 5. prints `held-out pass rate: before=.. after=..` (greedy, the last line)
 if [ ! -f "$DATA/train.parquet" ]; then
   log "writing the code task to $DATA"
-  python examples/data_preprocess/code_synth.py --family ops --local_dir "$DATA" --train_size 3000 --test_size 48 --n_cases 3 \
-      --sft_slip 0.7 --seed 0
+  python examples/data_preprocess/code_synth.py --family ops --local_dir "$DATA" --train_size 3000 --test_size 16 --n_cases 3 \
+      --sft_slip 0.7 --k_max 9 --seed 0
 fi
 if [ ! -f "$MODEL/config.json" ]; then
   log "building the tiny model in $MODEL (tokenizer trained on the task's text)"

@@ -9,8 +9,9 @@ cases `{"inputs": [...], "outputs": [...]}` as codecontests / APPS rows carry th
 Scored by running the program in the sandbox (`reward_model.sandbox_fusion.url=local`): the pass fraction of
 its test cases. `--data_source` picks the scorer's data source (codecontests, apps, taco, ... or rlpost/code).
 
-`--family ops` (the `TASK=code` quickstart): "... prints N times 37." with K in [2, 99], the test split's
-(operator, K) pairs never in the training split (each held-out K is there with the other three operators); also
+`--family ops` (the `TASK=code` quickstart): "... prints N times 7." with K in [2, --k_max], the test split's
+(operator, K) pairs never in the training split (one operator per K held out in a first round over the K values,
+a second in a second round, ...; each held-out K is there with its other operators); also
 writes `sft_train.parquet` (columns question/answer and prompt/response) from an imperfect teacher that uses the
 wrong operator in a `--sft_slip` fraction of its programs, and `corpus.txt` (the texts, for the tiny model's
 tokenizer).
@@ -68,23 +69,27 @@ def ops_sft_rows(pairs: list[tuple[str, int]], slip: float, rng: random.Random) 
 
 
 def generate_ops(local_dir: str, train_size: int, test_size: int, seed: int, n_cases: int,
-                 sft_slip: float) -> dict[str, Path]:
+                 sft_slip: float, k_max: int = 99) -> dict[str, Path]:
     """The ops family: train/test/sft_train parquet files and corpus.txt; test K values unseen in training."""
     import pandas as pd
 
     if not 0.0 <= sft_slip <= 1.0:
         raise ValueError(f"--sft_slip must be in [0, 1], got {sft_slip}")
+    if k_max < 2:
+        raise ValueError(f"--k_max must be at least 2 (K runs from 2 to it), got {k_max}")
     rng = random.Random(seed)
     words = sorted(OPS)
-    ks = list(range(2, 100))
-    if not 0 < test_size <= len(ks):
-        raise ValueError(f"--test_size must be in [1, {len(ks)}] for --family ops, got {test_size}")
+    ks = list(range(2, k_max + 1))
+    if not 0 < test_size <= 3 * len(ks):
+        raise ValueError(f"--test_size must be in [1, {3 * len(ks)}] for --family ops with --k_max {k_max} "
+                         f"(at most 3 held-out operators per K), got {test_size}")
     rng.shuffle(ks)
-    # Held out: (operator word, K) pairs, one per K, each K's other three words in training. The model then
-    # sees every K copied in SFT, and what the held-out prompts test is the operator the word asks for.
-    test = [(words[i % len(words)], k) for i, k in enumerate(ks[:test_size])]
+    # Held out: (operator word, K) pairs, one per K in a first round over the K values, a second operator per K in
+    # a second round, ...; each K stays in training with its other words. The model then sees every K copied in
+    # SFT, and what the held-out prompts test is the operator the word asks for.
+    test = [(words[(i % len(ks) + i // len(ks)) % len(words)], ks[i % len(ks)]) for i in range(test_size)]
     held_out = set(test)
-    train_pairs = [(w, k) for w in words for k in range(2, 100) if (w, k) not in held_out]
+    train_pairs = [(w, k) for w in words for k in range(2, k_max + 1) if (w, k) not in held_out]
     train = [rng.choice(train_pairs) for _ in range(train_size)]
     out = Path(local_dir).expanduser()
     out.mkdir(parents=True, exist_ok=True)
@@ -94,7 +99,7 @@ def generate_ops(local_dir: str, train_size: int, test_size: int, seed: int, n_c
     sft = ops_sft_rows(train, sft_slip, random.Random(seed + 1))
     pd.DataFrame(sft).to_parquet(paths["sft_train"])
     paths["corpus"] = out / "corpus.txt"
-    texts = [r["question"] for r in sft] + [ops_program(op, k) for k in range(2, 100) for op in
+    texts = [r["question"] for r in sft] + [ops_program(op, k) for k in range(2, k_max + 1) for op in
                                             (*OPS.values(), "//")]
     paths["corpus"].write_text("\n".join(t.replace("\n", " ") for t in texts) + "\n")
     return paths
@@ -154,9 +159,11 @@ def main() -> None:
     parser.add_argument("--n_cases", type=int, default=10)
     parser.add_argument("--family", choices=("fixed", "ops"), default="fixed")
     parser.add_argument("--sft_slip", type=float, default=0.7, help="ops: share of wrong-operator SFT programs")
+    parser.add_argument("--k_max", type=int, default=99, help="ops: K runs from 2 to this")
     args = parser.parse_args()
     if args.family == "ops":
-        paths = generate_ops(args.local_dir, args.train_size, args.test_size, args.seed, args.n_cases, args.sft_slip)
+        paths = generate_ops(args.local_dir, args.train_size, args.test_size, args.seed, args.n_cases, args.sft_slip,
+                             args.k_max)
     else:
         paths = generate(args.local_dir, args.train_size, args.test_size, args.seed, args.data_source, args.n_cases)
     for name, path in paths.items():

@@ -98,17 +98,21 @@ def test_gsm8k_missing_files_and_bad_answer(tmp_path):
 
 @pytest.mark.timeout(30)
 def test_code_ops_holds_out_operator_k_pairs(tmp_path):
-    """The TASK=code split: held-out (operator, K) pairs never in training, each held-out K there with other
-    operators; hidden outputs are N <op> K; the teacher's programs use the wrong operator ~70% of the time."""
+    """The TASK=code split (the quickstart's settings): 16 held-out (operator, K) pairs, two per one-digit K, never
+    in training, each held-out K there with its other two operators; hidden outputs are N <op> K; the teacher's
+    programs use the wrong operator ~70% of the time."""
     code_synth = load_script("code_synth")
-    paths = code_synth.generate_ops(str(tmp_path), train_size=3000, test_size=48, seed=0, n_cases=3, sft_slip=0.7)
+    paths = code_synth.generate_ops(str(tmp_path), train_size=3000, test_size=16, seed=0, n_cases=3, sft_slip=0.7,
+                                    k_max=9)
     train, test, sft = (pd.read_parquet(paths[k]) for k in ("train", "test", "sft_train"))
     pairs = lambda frame: [(e["op"], int(e["k"])) for e in frame["extra_info"]]  # noqa: E731
     held_out = set(pairs(test))
-    assert len(held_out) == 48 and not held_out & set(pairs(train))
-    assert sorted(w for w, _ in held_out) == sorted(["minus", "modulo", "plus", "times"] * 12)
-    for word, k in held_out:
-        assert {w for w, kk in pairs(train) if kk == k} == {"minus", "modulo", "plus", "times"} - {word}
+    assert len(held_out) == 16 and not held_out & set(pairs(train))
+    assert sorted(w for w, _ in held_out) == sorted(["minus", "modulo", "plus", "times"] * 4)
+    words = {"minus", "modulo", "plus", "times"}
+    for k in range(2, 10):
+        assert {w for w, kk in pairs(train) if kk == k} == words - {w for w, kk in held_out if kk == k}
+        assert len([1 for _, kk in held_out if kk == k]) == 2
     ops = {"plus": lambda n, k: n + k, "minus": lambda n, k: n - k, "times": lambda n, k: n * k,
            "modulo": lambda n, k: n % k}
     for (word, k), truth in zip(pairs(test), test["reward_model"]):
@@ -117,7 +121,9 @@ def test_code_ops_holds_out_operator_k_pairs(tmp_path):
     wrong = [f"print(n {code_synth.OPS[w]} {k})" not in r for (w, k), r in zip(pairs(train), sft["response"])]
     assert 0.65 < sum(wrong) / len(wrong) < 0.75
     with pytest.raises(ValueError, match="test_size"):
-        code_synth.generate_ops(str(tmp_path), train_size=10, test_size=99, seed=0, n_cases=3, sft_slip=0.7)
+        code_synth.generate_ops(str(tmp_path), train_size=10, test_size=25, seed=0, n_cases=3, sft_slip=0.7, k_max=9)
+    with pytest.raises(ValueError, match="k_max"):
+        code_synth.generate_ops(str(tmp_path), train_size=10, test_size=1, seed=0, n_cases=3, sft_slip=0.7, k_max=1)
 
 
 def test_times_ten_task_and_imperfect_teacher(tmp_path):
