@@ -13,6 +13,8 @@ rlpost side: its own `CriticWorker` (FSDP2, `critic.model.use_remove_padding=tru
 same token budgets, one mini-batch, one epoch) called in this process, `compute_values` then `update_critic` on
 the same rows. Rounds alternate the order (`harness.alternate`). Goals: E1 (values, bare / rlpost >= 0.90) and
 E1_update (update_critic, >= 0.95); both sides' MFU (2·N·tokens and 6·N·tokens over 989 TFLOP/s) beside them.
+`--fp32-master 1` adds a third side, the bare loop with rlpost's precision (fp32 parameters and AdamW state, bf16
+autocast): `update_bare_fp32_over_rlpost` then splits E1_update's gap into what the precision costs and the rest.
 Writes `benchmarks/results/<date>_<gpu>/critic.json` (`--session` for another folder).
 """
 
@@ -74,14 +76,15 @@ class ValueLimits:
     """The bare value-head loops over one packed batch; `values()` / `update()` return seconds."""
 
     def __init__(self, value_dir: Path, seqs: list[tuple[list[int], list[int]]], fwd_tokens: int,
-                 train_tokens: int, grad_ckpt: bool, device: str) -> None:
+                 train_tokens: int, grad_ckpt: bool, device: str, fp32_master: bool = False) -> None:
         from transformers import AutoModelForTokenClassification
 
         from benchmarks.strong_limits import pack
         from rlpost.engine.packed_attention import use_packed_attention
 
-        self.device = device
-        self.model = AutoModelForTokenClassification.from_pretrained(str(value_dir), dtype=torch.bfloat16).to(device)
+        self.device, self.fp32_master = device, fp32_master
+        dtype = torch.float32 if fp32_master else torch.bfloat16  # fp32: parameters and AdamW state, bf16 autocast
+        self.model = AutoModelForTokenClassification.from_pretrained(str(value_dir), dtype=dtype).to(device)
         use_packed_attention(self.model)
         if grad_ckpt:
             self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -92,13 +95,15 @@ class ValueLimits:
         g = torch.Generator().manual_seed(2)
         self.old = [torch.randn(r.where.numel(), generator=g).to(device) for r in self.train_rows]
         self.ret = [torch.randn(r.where.numel(), generator=g).to(device) for r in self.train_rows]
-        self.applied = {"dtype": "bfloat16", "attention": "packed", "grad_ckpt": grad_ckpt, "head": "scored only",
+        self.applied = {"dtype": "float32 + bf16 autocast" if fp32_master else "bfloat16", "attention": "packed", "grad_ckpt": grad_ckpt, "head": "scored only",
                         "optimizer": "AdamW fused" if device == "cuda" else "AdamW"}
 
     def row_values(self, row: Any) -> torch.Tensor:
         """(k,) float32 values at the row's scored positions (the head on those positions only)."""
-        hidden = self.model.model(input_ids=row.ids, position_ids=row.positions, use_cache=False).last_hidden_state
-        return self.model.score(hidden[0, row.where])[:, 0].float()
+        with torch.autocast(self.device, dtype=torch.bfloat16, enabled=self.fp32_master):
+            hidden = self.model.model(input_ids=row.ids, position_ids=row.positions,
+                                      use_cache=False).last_hidden_state
+            return self.model.score(hidden[0, row.where])[:, 0].float()
 
     def _sync(self) -> None:
         if self.device == "cuda":
@@ -193,8 +198,14 @@ def values_gap(bare: ValueLimits, worker: Any, batch: Any, seqs: list[tuple[list
 
 
 def summarize(res: harness.Result, rounds: list[dict[str, Any]], params: int, tokens: int) -> None:
-    """Per-round ratios bare / rlpost (goals E1, E1_update), both sides' MFU and seconds into `res`."""
+    """Per-round ratios bare / rlpost (goals E1, E1_update), both sides' MFU and seconds into `res`; with a
+    `bare_fp32` side, its update over rlpost's as a metric (not a goal)."""
     bare, ours = [r["bare"] for r in rounds], [r["rlpost"] for r in rounds]
+    if all("bare_fp32" in r for r in rounds):
+        stats = harness.paired_ratio([r["bare_fp32"]["update_s"] for r in rounds], [o["update_s"] for o in ours])
+        res.metric("update_bare_fp32_over_rlpost", **{k: stats[k] for k in ("value", "ci_low", "ci_high", "values")},
+                   unit="bare fp32-master / rlpost")
+        res.timing("bare_fp32_update_s", [r["bare_fp32"]["update_s"] for r in rounds])
     res.reps = len(rounds)  # a run cut short counts the rounds it finished
     for gid, key in (("E1", "values_s"), ("E1_update", "update_s")):
         stats = harness.paired_ratio([b[key] for b in bare], [o[key] for o in ours])
@@ -227,11 +238,17 @@ def run(args: argparse.Namespace) -> harness.Result:
         assert out.batch["values"].shape == batch.batch["responses"].shape
         return {"s": v_s + u_s, "values_s": v_s, "update_s": u_s}
 
-    def bare_round() -> dict[str, float]:
-        v_s, u_s = bare.values(), bare.update()
+    def bare_round(side: ValueLimits = bare) -> dict[str, float]:
+        v_s, u_s = side.values(), side.update()
         return {"s": v_s + u_s, "values_s": v_s, "update_s": u_s}
 
-    bare_round(), rlpost_round()  # warm-up: allocator, optimiser state, kernels
+    sides: dict[str, Any] = {"bare": bare_round, "rlpost": rlpost_round}
+    if args.fp32_master:
+        bare32 = ValueLimits(value_dir, seqs, args.fwd_tokens, args.train_tokens, bool(args.grad_ckpt), device,
+                             fp32_master=True)
+        sides["bare_fp32"] = lambda: bare_round(bare32)
+    for side in sides.values():  # warm-up: allocator, optimiser state, kernels
+        side()
     res = harness.Result("critic", harness.command_line(), args.rounds)
     res.metric("values_gap_before_update", gap, unit="max |bare - rlpost| / max |value|")
     res.extra.update(args=harness.params(args), bare_applied=bare.applied, params=bare.params, tokens=bare.tokens,
@@ -239,14 +256,16 @@ def run(args: argparse.Namespace) -> harness.Result:
 
     def on_round(row: dict[str, Any]) -> None:
         b, o = row["bare"], row["rlpost"]
+        fp32 = f" | bare fp32-master update {row['bare_fp32']['update_s']:.3f}s" if "bare_fp32" in row else ""
         print(f"[critic] round {row['round']} {row['order']}: bare values {b['values_s']:.3f}s update "
-              f"{b['update_s']:.3f}s | rlpost values {o['values_s']:.3f}s update {o['update_s']:.3f}s", flush=True)
+              f"{b['update_s']:.3f}s | rlpost values {o['values_s']:.3f}s update {o['update_s']:.3f}s{fp32}",
+              flush=True)
         res.extra.setdefault("rounds", []).append(row)
         if len(res.extra["rounds"]) >= 2:  # a run cut short keeps what it measured
             summarize(res, res.extra["rounds"], bare.params, bare.tokens)
             res.write(session=args.session)
 
-    harness.alternate({"bare": bare_round, "rlpost": rlpost_round}, args.rounds, on_round=on_round)
+    harness.alternate(sides, args.rounds, on_round=on_round)
     return res
 
 
@@ -258,6 +277,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--max-value-gap", type=float, default=0.3,
                     help="largest |bare - rlpost| value over the largest |value| allowed before any update (the "
                          "same weights; bf16 kernels and batching apart, a wrong position reads as ~1 or more)")
+    ap.add_argument("--fp32-master", type=int, default=1,
+                    help="1: also time the bare loop with fp32 parameters and AdamW state under bf16 autocast "
+                         "(rlpost's precision), to split E1_update's gap; 0: the two sides only")
     return ap.parse_args(argv)
 
 

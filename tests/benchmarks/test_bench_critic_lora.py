@@ -61,7 +61,8 @@ def test_bench_critic_runs_on_a_tiny_model(tiny_model_dir, tmp_path) -> None:
     harness.validate(data)
     assert set(data["goals"]) == {"E1", "E1_update"} and data["goals"]["E1"]["value"] > 0
     assert data["metrics"]["values_gap_before_update"]["value"] < 0.05  # same weights, relative to the values' scale
-    assert len(data["rounds"]) == 2 and data["rounds"][1]["order"] == ["rlpost", "bare"]
+    assert len(data["rounds"]) == 2 and data["rounds"][1]["order"] == ["bare_fp32", "rlpost", "bare"]
+    assert data["metrics"]["update_bare_fp32_over_rlpost"]["value"] > 0  # the third side: rlpost's precision
     assert res.extra["scored_tokens"] == int(workload.gsm8k_shaped(1, 2, 16, 0).caps.sum())  # every response token
     assert (tmp_path / "m_value" / "config.json").exists()
 
