@@ -95,7 +95,8 @@ class ValueLimits:
         g = torch.Generator().manual_seed(2)
         self.old = [torch.randn(r.where.numel(), generator=g).to(device) for r in self.train_rows]
         self.ret = [torch.randn(r.where.numel(), generator=g).to(device) for r in self.train_rows]
-        self.applied = {"dtype": "float32 + bf16 autocast" if fp32_master else "bfloat16", "attention": "packed", "grad_ckpt": grad_ckpt, "head": "scored only",
+        self.applied = {"dtype": "float32 + bf16 autocast" if fp32_master else "bfloat16", "attention": "packed",
+                        "grad_ckpt": grad_ckpt, "head": "scored only",
                         "optimizer": "AdamW fused" if device == "cuda" else "AdamW"}
 
     def row_values(self, row: Any) -> torch.Tensor:
