@@ -12,7 +12,8 @@
 # the greedy answer is a guess; GRPO on the exact-product reward has to make the model call the tool.
 # Output in $WORK (default /tmp/gpu_learn): sft/metrics.jsonl, grpo/metrics.jsonl (validation every
 # $TEST_FREQ steps: the curve), console.log; the last lines are quickstart_eval.py's before/after lines and
-# the wall times.
+# the wall times. The rollout's log-probs are kept (`calculate_log_probs`), so every step logs the rollout/trainer
+# drift (`training/rollout_probs_diff_*`): a policy that collapses can be told from a weight sync that broke.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 SIZE=${SIZE:-0.5b}
@@ -80,6 +81,7 @@ python -m rlpost.trainer.main_ppo --config-path="$PWD/examples/quickstart" --con
     actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu="$MICRO" \
     actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu="$MICRO" \
     actor_rollout_ref.rollout.multi_turn.tool_config_path="$TOOLS" \
+    actor_rollout_ref.rollout.calculate_log_probs=true \
     trainer.device="$DEVICE" trainer.n_gpus_per_node="$GPUS" \
     trainer.total_training_steps="$GRPO_STEPS" trainer.test_freq="$TEST_FREQ" \
     trainer.default_local_dir="$RUN_DIR" trainer.experiment_name="gpu_learn_$SIZE" "${GEN[@]}" "$@"
