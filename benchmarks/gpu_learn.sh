@@ -19,10 +19,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 SIZE=${SIZE:-0.5b}
 DEVICE=${DEVICE:-cuda}
 WORK=${WORK:-/tmp/gpu_learn}
-SFT_STEPS=${SFT_STEPS:-400}
+SFT_STEPS=${SFT_STEPS:-300}
 SFT_LR=${SFT_LR:-5e-4}
 GRPO_STEPS=${GRPO_STEPS:-12}
-GRPO_LR=${GRPO_LR:-3e-5}
+GRPO_LR=${GRPO_LR:-1e-5}  # 3e-5 collapsed at step 6 (README.md)
 TEST_FREQ=${TEST_FREQ:-3}
 PROMPTS=${PROMPTS:-64}
 DIGITS=${DIGITS:-5}
