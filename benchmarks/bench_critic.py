@@ -13,7 +13,8 @@ rlpost side: its own `CriticWorker` (FSDP2, `critic.model.use_remove_padding=tru
 same token budgets, one mini-batch, one epoch) called in this process, `compute_values` then `update_critic` on
 the same rows. Rounds alternate the order (`harness.alternate`). Goals: E1 (values, bare / rlpost >= 0.90) and
 E1_update (update_critic, >= 0.95); both sides' MFU (2·N·tokens and 6·N·tokens over 989 TFLOP/s) beside them.
-`--fp32-master 1` adds a third side, the bare loop with rlpost's precision (fp32 parameters and AdamW state, bf16
+`--profile 1` (GPU) ends with a torch.profiler pass over each side's update. `--fp32-master 1` adds a third
+side, the bare loop with rlpost's precision (fp32 parameters and AdamW state, bf16
 autocast): `update_bare_fp32_over_rlpost` then splits E1_update's gap into what the precision costs and the rest.
 Writes `benchmarks/results/<date>_<gpu>/critic.json` (`--session` for another folder).
 """
@@ -267,6 +268,13 @@ def run(args: argparse.Namespace) -> harness.Result:
             res.write(session=args.session)
 
     harness.alternate(sides, args.rounds, on_round=on_round)
+    if args.profile and device == "cuda":  # last: CUPTI can slow what runs after it
+        from bench_update_profile import profile_call
+
+        res.extra["profile"] = {"rlpost_update_critic": profile_call(lambda: worker.update_critic(batch),
+                                                                     "profile rlpost update_critic"),
+                                "bare_update": profile_call(bare._update_pass, "profile bare update")}
+        res.write(session=args.session)
     return res
 
 
@@ -278,6 +286,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--max-value-gap", type=float, default=0.3,
                     help="largest |bare - rlpost| value over the largest |value| allowed before any update (the "
                          "same weights; bf16 kernels and batching apart, a wrong position reads as ~1 or more)")
+    ap.add_argument("--profile", type=int, default=1,
+                    help="1 (GPU only): after the rounds, a torch.profiler pass over one rlpost update_critic and one "
+                         "bare update (top ops by device time and by count, device busy vs wall), kept under "
+                         "`profile` in critic.json")
     ap.add_argument("--fp32-master", type=int, default=1,
                     help="1: also time the bare loop with fp32 parameters and AdamW state under bf16 autocast "
                          "(rlpost's precision), to split E1_update's gap; 0: the two sides only")

@@ -63,12 +63,17 @@ def bare_autocast_train(model_dir: Path, ids: torch.Tensor, args: argparse.Names
 
 def profile_update(worker, batch: DataProto) -> dict:
     """torch.profiler over one `update_actor`: top ops by device time and by count, busy vs wall time."""
+    return profile_call(lambda: worker.update_actor(batch))
+
+
+def profile_call(fn: Any, label: str = "profile") -> dict:
+    """torch.profiler over one call of `fn` on the GPU: top ops by device time and by count, busy vs wall time."""
     from torch.profiler import ProfilerActivity, profile
 
     torch.cuda.synchronize()
     start = time.perf_counter()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        worker.update_actor(batch)
+        fn()
         torch.cuda.synchronize()
     wall = time.perf_counter() - start
     events = prof.key_averages()
@@ -77,7 +82,8 @@ def profile_update(worker, batch: DataProto) -> dict:
     by_time = events.table(sort_by="self_cuda_time_total", row_limit=25)
     by_count = events.table(sort_by="count", row_limit=25)
     print(by_time, by_count, sep="\n", flush=True)
-    print(f"[profile] wall {wall:.2f}s, device busy {busy_us / 1e6:.2f}s, ops with device time {launches}", flush=True)
+    print(f"[{label}] wall {wall:.2f}s, device busy {busy_us / 1e6:.2f}s, ops with device time {launches}",
+          flush=True)
     return {"profile_wall_s": wall, "profile_device_busy_s": busy_us / 1e6, "profile_device_ops": launches,
             "profile_top_by_time": by_time, "profile_top_by_count": by_count}
 
