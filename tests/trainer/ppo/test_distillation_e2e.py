@@ -113,18 +113,6 @@ def test_topk_self_distillation_has_full_overlap_and_no_divergence(models, tmp_p
     assert first["actor/pg_loss"] == pytest.approx(0.0, abs=1e-6)  # the task advantages are zeroed
 
 
-@pytest.mark.e2e
-@pytest.mark.timeout(600)
-def test_topk_distillation_from_another_teacher_in_its_own_pool(models, tmp_path):
-    """The same with a teacher of other (random) weights in a pool of its own: the top-4s differ and the divergence
-    over their union is positive."""
-    rows = _train(_args(models, tmp_path, *TOPK, "distillation.n_gpus_per_node=1", "distillation.nnodes=1",
-                        f"distillation.teacher_models.teacher_model.model_path={models['teacher']}"), tmp_path)
-    first = rows[0]
-    assert 0 <= first["distillation/topk_overlap"] < 1
-    assert first["actor/distillation_loss"] > 0 and math.isfinite(first["actor/distillation_loss"])
-
-
 def _in_process(args: list[str]) -> int:
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
         return run(compose("ppo_trainer", overrides=args))
