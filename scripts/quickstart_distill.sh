@@ -44,12 +44,21 @@ done
 
 DATA=$WORK/data_slip0.0 SFT_DIR=$WORK/sft_teacher SFT_STEPS=$TEACHER_SFT_STEPS
 SFT_MODEL=$SFT_DIR/global_step_$SFT_STEPS
-sft "correct demonstrations (the teacher)" data.max_length=48 trainer.logger='[file]'
+# The smoke's two SFT launches overlap (start-up is most of their time); the demo's run one after the other (two
+# OMP_NUM_THREADS=2 processes on 2 cores would slow each other's matmuls).
+TEACHER_SFT_PID=
+if [ "$SMOKE" = 1 ]; then
+  sft "correct demonstrations (the teacher)" data.max_length=48 trainer.logger='[file]' &
+  TEACHER_SFT_PID=$!
+else
+  sft "correct demonstrations (the teacher)" data.max_length=48 trainer.logger='[file]'
+fi
 TEACHER=$SFT_MODEL
 DATA=$WORK/data_slip0.7 SFT_DIR=$WORK/sft_student SFT_STEPS=$STUDENT_SFT_RUN
 SFT_MODEL=$SFT_DIR/global_step_$STUDENT_SFT_STEPS
 sft "demonstrations from the imperfect teacher (the student: its step-$STUDENT_SFT_STEPS checkpoint)" \
     data.max_length=48 trainer.logger='[file]' trainer.save_freq="$STUDENT_SFT_STEPS"
+if [ -n "$TEACHER_SFT_PID" ]; then wait "$TEACHER_SFT_PID"; fi
 
 RUN_DIR=$WORK/teacher_eval
 if [ "$SMOKE" != 1 ] && [ ! -f "$RUN_DIR/metrics.jsonl" ]; then
