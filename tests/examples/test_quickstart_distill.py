@@ -1,11 +1,10 @@
-"""TASK=distill of the quickstart: its report on hand-written metrics, and a 1-step run of the whole stage list."""
+"""TASK=distill of the quickstart: its report on hand-written metrics, and its smoke mode (one main_ppo launch)."""
 
 from __future__ import annotations
 
 import json
 import math
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -50,27 +49,31 @@ def test_report_fails_on_a_run_without_validations(tmp_path, capsys):
     assert "no validation of" in capsys.readouterr().err
 
 
-@pytest.mark.skip(reason="over the CI budget (3 main_ppo launches, 391 s under load): to be cut to one launch")
 @pytest.mark.e2e
-@pytest.mark.timeout(400)
+@pytest.mark.timeout(300)
 def test_quickstart_distill_smoke(tmp_path):
-    """Every stage with 2 / 1 SFT steps, 1 RL step and 16 held-out questions: the teacher's evaluation, the
-    distillation run (the teacher scored the student's samples), GRPO alone, the closing lines and the plot."""
+    """DISTILL_SMOKE=1: the stage list with 2 / 1 SFT steps and one main_ppo launch, the distillation run (1 step,
+    16 held-out questions). The script passes its arguments to that run: here the teacher goes to a pool of its
+    own, so the run also covers top-k distillation from another model's weights across pools."""
     env = {**os.environ, "TASK": "distill", "QUICKSTART_DIR": str(tmp_path), "QUICKSTART_SKIP_SETUP": "1",
-           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "SFT_STEPS": "2",
-           "DISTILL_STUDENT_SFT_STEPS": "1", "DISTILL_STEPS": "1", "DISTILL_VAL_FREQ": "1", "DISTILL_TEST_SIZE": "16"}
-    proc = subprocess.run(["bash", str(ROOT / "scripts" / "quickstart.sh")], cwd=ROOT, env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=390)
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "DISTILL_SMOKE": "1"}
+    pool = ["distillation.n_gpus_per_node=1", "distillation.nnodes=1", "ray_init.num_cpus=3"]
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "quickstart.sh"), *pool], cwd=ROOT, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=290)
     console = proc.stdout.decode(errors="replace")
     assert proc.returncode == 0, console[-4000:]
-    last = console.strip().splitlines()[-3:]
-    assert re.fullmatch(r"teacher: \d\.\d\d", last[0]), last
-    assert re.fullmatch(r"student after distillation: \d\.\d\d \(step [01]\)(, below \d\.\d\d)?", last[1]), last
-    assert re.fullmatch(r"student after GRPO alone: \d\.\d\d \(step [01]\)(, below \d\.\d\d)?", last[2]), last
-    assert (tmp_path / "distill_vs_grpo.png").stat().st_size > 1000
-    steps = [json.loads(line) for line in (tmp_path / "distill" / "metrics.jsonl").read_text().splitlines()]
-    trained = [r for r in steps if "timing_s/step" in r]
-    assert [r["step"] for r in trained] == [1]
-    assert math.isfinite(trained[0]["distillation/teacher_student_kl"]) and trained[0]["timing_s/teacher"] > 0
-    grpo = [json.loads(line) for line in (tmp_path / "grpo" / "metrics.jsonl").read_text().splitlines()]
-    assert not any("distillation/teacher_student_kl" in r for r in grpo)
+    assert console.strip().splitlines()[-1].endswith("smoke run: the teacher's evaluation, GRPO alone and the "
+                                                     "report skipped"), console[-2000:]
+    assert (tmp_path / "sft_teacher" / "global_step_2" / "config.json").is_file()
+    assert (tmp_path / "sft_student" / "global_step_1" / "config.json").is_file()
+    assert not (tmp_path / "teacher_eval").exists() and not (tmp_path / "grpo").exists()
+    rows = [json.loads(line) for line in (tmp_path / "distill" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "timing_s/step" in r] == [1]
+    assert [r["step"] for r in rows if METRIC in r] == [0, 1]  # validated before and after the step
+    first = next(r for r in rows if "timing_s/step" in r)
+    # two SFT'd models (2 and 1 steps from one start): their top-16s differ somewhere, the divergence is positive
+    assert 0 < first["distillation/topk_overlap"] < 1, first["distillation/topk_overlap"]
+    assert first["actor/distillation_loss"] > 0 and math.isfinite(first["actor/distillation_loss"])
+    assert 0 < first["distillation/teacher_topk_mass"] <= 1 + 1e-5
+    assert math.isfinite(first["distillation/teacher_student_kl"]) and first["timing_s/teacher"] > 0
+    assert first["actor/pg_loss"] == pytest.approx(0.0, abs=1e-6)  # no task reward: the teacher is the only signal

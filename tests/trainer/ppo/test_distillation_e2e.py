@@ -79,21 +79,6 @@ def test_verl_distillation_script_downscaled_teacher_in_its_own_pool(models, tmp
         assert r["actor/pg_loss"] == pytest.approx(r["distillation/teacher_student_kl"], abs=1e-3)
 
 
-@pytest.mark.e2e
-@pytest.mark.timeout(600)
-def test_self_distillation_loss_term_teacher_beside_the_actor(models, tmp_path):
-    """Teacher = a frozen copy of the initial policy, on the trainer's devices, k3 added to the GRPO loss: at step 1
-    the two models are the same weights, so the teacher-student KL and the distillation loss are ~0."""
-    rows = _train(_args(models, tmp_path, "actor_rollout_ref.rollout.n=2",
-                        f"distillation.teacher_models.teacher_model.model_path={models['student']}",
-                        "distillation.distillation_loss.distillation_loss_coef=0.5"), tmp_path)
-    assert [r["step"] for r in rows] == [1, 2]
-    first = rows[0]
-    assert abs(first["distillation/teacher_student_kl"]) < 2e-2, first["distillation/teacher_student_kl"]
-    assert 0 <= first["actor/distillation_loss"] < 2e-2
-    assert "actor/pg_loss" in first and first["timing_s/teacher"] > 0
-
-
 TOPK = ("distillation.distillation_loss.loss_mode=forward_kl_topk", "distillation.distillation_loss.topk=4",
         "distillation.distillation_loss.use_task_rewards=false", "actor_rollout_ref.rollout.n=2",
         "trainer.total_training_steps=1")
@@ -108,21 +93,12 @@ def test_topk_self_distillation_has_full_overlap_and_no_divergence(models, tmp_p
                         f"distillation.teacher_models.teacher_model.model_path={models['student']}"), tmp_path)
     first = rows[0]
     assert first["distillation/topk_overlap"] > 0.9, first["distillation/topk_overlap"]
+    # the sampled tokens' log-probs come back too: the same weights, so the teacher-student KL is ~0
+    assert abs(first["distillation/teacher_student_kl"]) < 2e-2, first["distillation/teacher_student_kl"]
+    assert first["timing_s/teacher"] > 0
     assert 0 <= first["actor/distillation_loss"] < 2e-2, first["actor/distillation_loss"]
     assert 0 < first["distillation/teacher_topk_mass"] <= 1 + 1e-5
     assert first["actor/pg_loss"] == pytest.approx(0.0, abs=1e-6)  # the task advantages are zeroed
-
-
-@pytest.mark.e2e
-@pytest.mark.timeout(600)
-def test_topk_distillation_from_another_teacher_in_its_own_pool(models, tmp_path):
-    """The same with a teacher of other (random) weights in a pool of its own: the top-4s differ and the divergence
-    over their union is positive."""
-    rows = _train(_args(models, tmp_path, *TOPK, "distillation.n_gpus_per_node=1", "distillation.nnodes=1",
-                        f"distillation.teacher_models.teacher_model.model_path={models['teacher']}"), tmp_path)
-    first = rows[0]
-    assert 0 <= first["distillation/topk_overlap"] < 1
-    assert first["actor/distillation_loss"] > 0 and math.isfinite(first["actor/distillation_loss"])
 
 
 def _in_process(args: list[str]) -> int:
