@@ -139,7 +139,7 @@ def build_result(args: argparse.Namespace, results: list[dict[str, Any]], env: d
     return res
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--arch", choices=["0.5b", "7b"], default="0.5b")
     ap.add_argument("--gpus", type=int, nargs="+", default=[1, 2, 4])
@@ -156,7 +156,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--override", nargs="*", default=[], help="extra Hydra overrides for every run")
     ap.add_argument("--json-out", type=Path, default=None)
     ap.add_argument("--log-dir", type=Path, default=REPO / "benchmarks" / "results")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     args.log_dir.mkdir(parents=True, exist_ok=True)
     if not DATA.is_dir():
         subprocess.run([sys.executable, "examples/data_preprocess/times_ten.py", "--local_dir", str(DATA)],

@@ -1,9 +1,12 @@
-"""A GPU session's `summary.json` with every goal id of the efficiency issue, then INDEX.md and the current page.
+"""A GPU session's `summary.json` with every goal id of one issue's goal set, then INDEX.md and the current page.
 
     python -m benchmarks.session_summary benchmarks/results/<date>_h200 [--reason ID=TEXT ...]
+    python -m benchmarks.session_summary benchmarks/results/<date>_h200x4 --goals 49   # the four-GPU issue
 
-Goals a result file of the folder measured come from that file (`harness.write_summary`); every other id of
-`GOALS` is written as not measured, with the reason from `--reason` or `REASONS`.
+Goals a result file of the folder measured come from that file (`harness.write_summary`); every other id of the
+set is written as not measured, with the reason from `--reason` or the set's reasons. Set 48 (the default) is
+`GOALS` below, the one-GPU efficiency issue; set 49 is `benchmarks.goals_49.GOALS`, whose values
+`goals_49.derive` first works out from the session's files into `goals_49.json`.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from benchmarks import current_numbers, harness
+from benchmarks import current_numbers, goals_49, harness
 
 # Goal id -> target: the GPU efficiency goals (one H200, 0.5B architecture, 64 prompts x 8, GSM8K-shaped work).
 GOALS = {
@@ -38,6 +41,9 @@ REASONS = {
     "E2": "benchmarks/bench_lora.py --arch 7b --limits did not run in this session",
 }
 
+# Issue -> (goal id -> target, goal id -> reason when not measured).
+GOAL_SETS = {"48": (GOALS, REASONS), "49": (goals_49.GOALS, goals_49.NOT_BUILT)}
+
 
 def main(argv: list[str] | None = None) -> Path:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -45,14 +51,23 @@ def main(argv: list[str] | None = None) -> Path:
     ap.add_argument("--reason", nargs="*", default=[], metavar="ID=TEXT")
     ap.add_argument("--results", type=Path, default=harness.RESULTS, help="root for INDEX.md and the page")
     ap.add_argument("--page", type=Path, default=current_numbers.OUT)
+    ap.add_argument("--goals", choices=sorted(GOAL_SETS), default="48", help="the issue whose goal ids to file")
     args = ap.parse_args(argv)
-    reasons = dict(REASONS)
+    goals, reasons = GOAL_SETS[args.goals]
+    given = {}
     for item in args.reason:
         gid, _, text = item.partition("=")
-        if gid not in GOALS or not text:
-            ap.error(f"--reason {item!r}: give ID=TEXT with ID one of {', '.join(GOALS)}")
-        reasons[gid] = text
-    path = harness.write_summary(args.folder, GOALS, reasons)
+        if gid not in goals or not text:
+            ap.error(f"--reason {item!r}: give ID=TEXT with ID one of {', '.join(goals)}")
+        given[gid] = text
+    reasons = {**reasons, **given}
+    if args.goals == "49":  # every id is in goals_49.json: a given reason replaces a not-measured goal's own
+        derived = goals_49.derive(args.folder)
+        for gid, text in given.items():
+            if derived.goals[gid]["value"] is None:
+                derived.goals[gid]["reason"] = text
+        derived.write(path=args.folder / "goals_49.json")
+    path = harness.write_summary(args.folder, goals, reasons)
     if args.folder.resolve().parent == args.results.resolve():
         harness.write_index(args.results)
         current_numbers.main(["--results", str(args.results), "--out", str(args.page)])

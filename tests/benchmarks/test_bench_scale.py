@@ -54,7 +54,7 @@ def test_launch_sees_each_metrics_line_and_kills_a_run_past_its_time(tmp_path):
 
     slow = ["bash", "-c", f"mkdir -p {tmp_path}/s; echo '{json.dumps({'step': 1})}' > {tmp_path}/s/metrics.jsonl; "
                           "sleep 30 & wait"]
-    run = launch(slow, {}, tmp_path / "s", tmp_path / "b.log", "t", timeout_s=4, stop_ray=False)
+    run = launch(slow, {}, tmp_path / "s", tmp_path / "b.log", "t", timeout_s=2, stop_ray=False)
     assert run.timed_out and run.rc != 0 and run.rows == [{"step": 1}]
     assert run.wall_s < 15  # the background `sleep` of the killed group does not hold the launcher
 
