@@ -49,6 +49,7 @@ RAW_PROMPT_IDS = "raw_prompt_ids"  # list[int]: prompt ids without padding (engi
 RAW_PROMPT = "raw_prompt"  # list[dict]: the chat messages (data.return_raw_chat)
 MULTI_MODAL_DATA = "multi_modal_data"  # dict: {"image": [PIL images]} of the row, for the engine
 MULTI_MODAL_INPUTS = "multi_modal_inputs"  # dict: the processor's {pixel_values, image_grid_thw} of the row
+IMAGE_MASK = "image_mask"  # (b, T) bool: the real image placeholder tokens of a micro-batch (engine/vision.py)
 MM_ROW = "mm_row"  # (B,) int64: each row's index into the batch's multi_modal_inputs (the actor's micro-batches)
 FULL_PROMPTS = "full_prompts"  # str: prompt text after the chat template (data.return_full_prompt)
 INDEX = "index"  # int: row index in the source file

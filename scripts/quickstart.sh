@@ -31,7 +31,7 @@ case "$TASK" in
   times_ten) WORK=${QUICKSTART_DIR:-/tmp/rlpost_quickstart}; SFT_STEPS=${SFT_STEPS:-100} ;;
   calculator) WORK=${QUICKSTART_DIR:-/tmp/rlpost_quickstart_calculator}; SFT_STEPS=${SFT_STEPS:-300} ;;
   code) WORK=${QUICKSTART_DIR:-/tmp/rlpost_quickstart_code}; SFT_STEPS=${SFT_STEPS:-200}; GRPO_STEPS=${GRPO_STEPS:-12} ;;
-  vision) WORK=${QUICKSTART_DIR:-/tmp/rlpost_quickstart_vision}; SFT_STEPS=${SFT_STEPS:-100} ;;
+  vision) WORK=${QUICKSTART_DIR:-/tmp/rlpost_quickstart_vision}; SFT_STEPS=${SFT_STEPS:-100}; GRPO_STEPS=${GRPO_STEPS:-100} ;;
   distill) WORK=${QUICKSTART_DIR:-/tmp/rlpost_quickstart_distill}; SFT_STEPS=${SFT_STEPS:-100} ;;
   *) echo "TASK=$TASK: not a quickstart task; use TASK=times_ten (the default), TASK=calculator, TASK=code, TASK=vision or TASK=distill" >&2
      exit 2 ;;

@@ -31,6 +31,7 @@ BLANK_DATA_SOURCE = "rlpost/colour_blank"
 QUESTION = "<image>Which colour is the square? Answer with #### followed by the colour."
 COLOURS = {"red": (220, 30, 30), "green": (30, 170, 40), "blue": (30, 60, 220), "yellow": (235, 210, 20)}
 SIZE = 56
+MIN_SIDE = 42  # squares of 42 to 56 px: the colour covers most patches (1240 distinct scenes per colour)
 
 
 def picture(colour: str | None, x: int = 0, y: int = 0, side: int = 0) -> bytes:
@@ -49,7 +50,7 @@ def scenes(n: int, rng: random.Random, seen: set) -> list[tuple[str, int, int, i
     """`n` distinct (colour, x, y, side) not in `seen` (added to it), the colours in turn (balanced)."""
     names, out = list(COLOURS), []
     while len(out) < n:
-        side = rng.randint(28, 48)
+        side = rng.randint(MIN_SIDE, SIZE)
         scene = (names[len(out) % len(names)], rng.randint(0, SIZE - side), rng.randint(0, SIZE - side), side)
         if scene not in seen:
             seen.add(scene)

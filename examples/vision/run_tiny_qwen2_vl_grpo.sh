@@ -5,9 +5,8 @@
 #   bash examples/vision/run_tiny_qwen2_vl_grpo.sh [base|freeze_vision|lora|seq_balance] [key=value ...]
 #
 # Each variant keeps its script's keys and values that matter for what it shows; sizes shrink (batch 512 -> 4,
-# n 5 -> 2, lengths 1024/2048 -> 32/6, 8 GPUs -> 2 CPU processes, tensor parallel 2 -> 1). Differences, named:
-# - use_remove_padding=false (verl: true): the packed path for VL models is not built yet; true is refused
-#   before Ray naming actor_rollout_ref.model.use_remove_padding.
+# n 5 -> 2, lengths 1024/2048 -> 32/6, 8 GPUs -> 2 CPU processes, tensor parallel 2 -> 1); verl's
+# use_remove_padding=True is kept (the packed path). Differences, named:
 # - use_fused_kernels and enforce_eager=False are GPU settings: left at rlpost's CPU defaults.
 # - +actor_rollout_ref.rollout.engine_kwargs.vllm.disable_mm_preprocessor_cache=True is left out (vLLM's
 #   preprocessor cache option; rlpost resets the engine's encoder cache at every weight sync).
@@ -48,7 +47,7 @@ python -m rlpost.trainer.main_ppo \
     data.image_key=images \
     actor_rollout_ref.model.path="$WORK/model" \
     actor_rollout_ref.actor.optim.lr=1e-6 \
-    actor_rollout_ref.model.use_remove_padding=False \
+    actor_rollout_ref.model.use_remove_padding=True \
     actor_rollout_ref.actor.ppo_mini_batch_size=4 \
     actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2 \
     actor_rollout_ref.actor.use_kl_loss=True \

@@ -215,6 +215,29 @@ def _refresh_cpu_packed(model: torch.nn.Module) -> int:
     return count
 
 
+def restore_image_normalization(runner: Any) -> int:
+    """Set the image-normalisation buffers of a vision-language engine model back to the processor's values.
+
+    vLLM normalises pixels on the device with per-channel `weight` / `bias` buffers computed from the processor
+    config (`FusedMMInputNorm`); they are not checkpoint weights, so under `load_format=dummy` they stay random
+    and no weight sync writes them: every image the engine sees would be distorted (the policy samples from
+    other pictures than the actor trains on). Returns the number of modules set (0 on a vLLM without them)."""
+    try:
+        from vllm.model_executor.layers.fusion.mm_input_norm import FusedMMInputNorm, _load_norm_params
+    except ImportError:  # an older vLLM normalises on the host
+        return 0
+    norms = [m for m in runner.model.modules() if isinstance(m, FusedMMInputNorm)]
+    if not norms:
+        return 0
+    params = _load_norm_params(runner.model_config)  # as FusedMMInputNorm's own __init__ computes them
+    mean, std = torch.tensor(params.image_mean), torch.tensor(params.image_std)
+    with torch.no_grad():
+        for module in norms:
+            module.weight.copy_((params.rescale_factor / std).to(module.weight))
+            module.bias.copy_((-mean / std).to(module.bias))
+    return len(norms)
+
+
 @ROLLOUT_REGISTRY.register("vllm")
 class VLLMRollout(BaseRollout):
     """In-process vLLM engine. `name_map` renames HF weight names for archs whose vLLM names differ
@@ -314,9 +337,9 @@ class VLLMRollout(BaseRollout):
         meta device, load into fresh buffers and copy those back - a second copy of every weight.
         Quantized models and CPU keep `reload_weights` (their kernels re-process weights after a load).
         Clears the prefix cache (and a vision model's encoder cache) afterwards: both were computed with the old
-        weights.
+        weights. A vision model gets its image normalisation back (`restore_image_normalization`).
         `last_sync_breakdown` holds the seconds of each part (wake, load, reset)."""
-        weights, device = self._named(named_tensors), self.device
+        weights, device, vision = self._named(named_tensors), self.device, self.vision
         direct = self._direct_load
         start = time.perf_counter()
         self._wake_weights()
@@ -331,6 +354,8 @@ class VLLMRollout(BaseRollout):
                 (getattr(worker, "reload_weights", None) or runner.reload_weights)(weights_iterator=weights)
             if device != "cuda":
                 _refresh_cpu_packed(runner.model)
+            if vision:
+                restore_image_normalization(runner)
 
         self.llm.collective_rpc(_load)
         if device == "cuda":

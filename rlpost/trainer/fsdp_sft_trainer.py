@@ -32,13 +32,13 @@ from rlpost.config.constraints import check_fields
 from rlpost.config.convert import to_typed_root
 from rlpost.config.schema_sft import SFTTrainerConfig
 from rlpost.data.sft_dataset import SFTDataset, collate
-from rlpost.keys import ATTENTION_MASK, INPUT_IDS, LOSS_MASK, MULTI_MODAL_INPUTS, POSITION_IDS
+from rlpost.keys import ATTENTION_MASK, IMAGE_MASK, INPUT_IDS, LOSS_MASK, MULTI_MODAL_INPUTS, POSITION_IDS
 from rlpost.trainer.config.rules import check_liger_run
 from rlpost.checkpoint.manager import prune_oldest
 from rlpost.utils.distributed import free_port, init_distributed
 from rlpost.engine.fsdp import apply_fsdp2, clip_grad_norm, iter_full_params
 from rlpost.engine.liger import apply_liger
-from rlpost.engine.vision import vision_inputs
+from rlpost.engine.vision import model_kwargs, real_placeholders, vision_inputs
 from rlpost.utils.tracking import StepProgress, Tracking
 from rlpost.utils.optim import lr_schedule, build_optimizer
 
@@ -194,10 +194,13 @@ class FSDPSFTTrainer:
         """Summed next-token NLL over response tokens of a micro batch (b, L); returns (sum, n_tokens)."""
         ids, attn = micro[INPUT_IDS].to(self.device), micro[ATTENTION_MASK].to(self.device)
         inputs = {"position_ids": micro[POSITION_IDS].to(self.device)}
+        vision: dict[str, torch.Tensor] = {}
         if MULTI_MODAL_INPUTS in micro:  # pixels, grids and 3-D positions (3, b, L) replace the 1-D positions
             rows = micro[MULTI_MODAL_INPUTS]
-            inputs.update(vision_inputs(self.model, ids, attn, torch.arange(len(rows)), rows))
-        logits = self.model(input_ids=ids, attention_mask=attn, use_cache=False, **inputs).logits  # (b, L, V)
+            vision = vision_inputs(self.model, ids, attn, torch.arange(len(rows)), rows)
+            inputs.update(model_kwargs(vision))
+        with real_placeholders(self.model, vision.get(IMAGE_MASK)):
+            logits = self.model(input_ids=ids, attention_mask=attn, use_cache=False, **inputs).logits  # (b, L, V)
         mask = micro[LOSS_MASK][:, 1:].to(self.device).float()  # (b, L-1): targets that are response
         nll = F.cross_entropy(logits[:, :-1].float().transpose(1, 2), ids[:, 1:], reduction="none")
         return (nll * mask).sum(), mask.sum()

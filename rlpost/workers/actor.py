@@ -19,7 +19,8 @@ from rlpost.algos.distillation import distillation_loss, is_topk_mode, mask_dupl
 from rlpost.engine import triton_logprob
 from rlpost.engine.fused_logprob import FusedHeadOptions, chunk_stats, compiled, eager, fused_lm_head
 from rlpost.engine.packed_attention import PACKED_KWARG, packed_sequences
-from rlpost.engine.vision import language_model_slice, mm_rows, pack_positions, vision_inputs
+from rlpost.engine.vision import (language_model_slice, mm_rows, model_kwargs, pack_positions, real_placeholders,
+                                  vision_inputs)
 from rlpost.utils.moe_aux_loss import router_aux_loss
 from rlpost.utils.router_replay import ReplayState, from_grid, replay_metrics, to_grid
 from rlpost.utils.padding import next_token_labels, pad_output, unpad_input
@@ -83,7 +84,7 @@ def _run_head(module: torch.nn.Module, labels: torch.Tensor, logits_fn: Any, fus
 def sequence_parallel_forward(module: torch.nn.Module, packed_ids: torch.Tensor, packed_pos: torch.Tensor,
                                mask: torch.Tensor, keep: torch.Tensor, logits_fn: Any,
                                sp: SequenceParallel, fused: FusedHeadOptions | None,
-                               pixels: dict | None = None) -> torch.Tensor:
+                               pixels: dict | None = None, image_mask: torch.Tensor | None = None) -> torch.Tensor:
     """`logits_fn` at the packed positions `keep`, each rank of the SP group running its slice of the row.
 
     Every rank applies the head to the kept positions of its own slice, writes them into an (L, K) buffer and
@@ -95,6 +96,7 @@ def sequence_parallel_forward(module: torch.nn.Module, packed_ids: torch.Tensor,
         keep: (n,) sorted packed positions whose output is wanted. fused: see `_run_head`.
         pixels: `pixel_values` and `image_grid_thw` of the row's images (a vision-language model), or None: the
             model then embeds the whole row and its language model runs this rank's slice.
+        image_mask: (1, N0) the row's real image placeholders (`rlpost.engine.vision.real_placeholders`).
 
     Returns:
         (n, K) or (n,) per-token tensor, identical on every rank of the group.
@@ -104,11 +106,14 @@ def sequence_parallel_forward(module: torch.nn.Module, packed_ids: torch.Tensor,
     local = keep[(keep >= shard.start) & (keep < shard.start + shard.length)] - shard.start
     inputs = {"input_ids": shard.input_ids, "position_ids": shard.position_ids, "attention_mask": None,
               "use_cache": False, SHARD_KWARG: shard}
-    sliced = contextlib.nullcontext()
+    sliced: Any = contextlib.nullcontext()
     if pixels:
-        full_ids, full_pos, _ = pad_packed_row(packed_ids, packed_pos, sp.size)
+        full_ids, full_pos, pad = pad_packed_row(packed_ids, packed_pos, sp.size)
         inputs.update(input_ids=full_ids, position_ids=full_pos, **pixels)
-        sliced = language_model_slice(module, shard.start, shard.length)
+        full_mask = None if image_mask is None else torch.nn.functional.pad(image_mask, (0, pad))
+        sliced = contextlib.ExitStack()
+        sliced.enter_context(real_placeholders(module, full_mask))
+        sliced.enter_context(language_model_slice(module, shard.start, shard.length))
     if _accepts_logits_to_keep(module):
         with sliced:
             per_tok = _run_head(module, labels[local + shard.start], logits_fn, fused, logits_to_keep=local,
@@ -158,34 +163,40 @@ def forward_response_logits(module: torch.nn.Module, mb: TensorDict, use_remove_
     if fused is not None and not head_only:
         raise ValueError(f"use_fused_kernels needs a causal LM whose forward takes logits_to_keep; "
                          f"{type(module).__name__} does not: set actor_rollout_ref.model.use_fused_kernels=false")
+    vision = vision or {}
+    image_mask = vision.get(keys.IMAGE_MASK)
     if use_remove_padding:
         packed_ids, packed_pos, idx = unpad_input(ids, mask, pos)
-        pixels = {k: v for k, v in (vision or {}).items() if k != keys.POSITION_IDS}
+        pixels = {k: v for k, v in model_kwargs(vision).items() if k != keys.POSITION_IDS}
         if vision:
             packed_pos = pack_positions(vision[keys.POSITION_IDS], mask)
+            image_mask = pack_positions(image_mask, mask)
         if sp is not None:
             keep, grid = _response_positions(mask, r)
             per_tok = sequence_parallel_forward(module, packed_ids, packed_pos, mask, keep, logits_fn, sp, fused,
-                                                pixels)
+                                                pixels, image_mask)
             return pad_output(per_tok, grid, b, t)[:, -r - 1:-1]
         labels = next_token_labels(packed_ids)
         inputs = {"input_ids": packed_ids, "position_ids": packed_pos, "attention_mask": None, "use_cache": False,
                   **pixels}
         if _takes_extra_kwargs(module):  # else the attention finds the sequences from the position ids
             inputs[PACKED_KWARG] = packed_sequences(mask.sum(-1), ids.device)
-        if not head_only:
-            out = module(**inputs)
-            return pad_output(logits_fn(out.logits.squeeze(0), labels), idx, b, t)[:, -r - 1:-1]
-        keep, grid = _response_positions(mask, r)
-        per_tok = _run_head(module, labels[keep], logits_fn, fused, logits_to_keep=keep, **inputs)
+        with real_placeholders(module, image_mask):
+            if not head_only:
+                out = module(**inputs)
+                return pad_output(logits_fn(out.logits.squeeze(0), labels), idx, b, t)[:, -r - 1:-1]
+            keep, grid = _response_positions(mask, r)
+            per_tok = _run_head(module, labels[keep], logits_fn, fused, logits_to_keep=keep, **inputs)
         return pad_output(per_tok, grid, b, t)[:, -r - 1:-1]
-    inputs = {"input_ids": ids, "attention_mask": mask, "position_ids": pos, "use_cache": False, **(vision or {})}
-    if not head_only:
-        logits = module(**inputs).logits[:, -r - 1:-1]
-        per_tok = logits_fn(logits.reshape(b * r, -1), mb[keys.RESPONSES].reshape(-1))
-        return per_tok.reshape(b, r, *per_tok.shape[1:])
-    wanted = torch.arange(t - r - 1, t - 1, device=ids.device)
-    per_tok = _run_head(module, mb[keys.RESPONSES], logits_fn, fused, logits_to_keep=wanted, **inputs)
+    inputs = {"input_ids": ids, "attention_mask": mask, "position_ids": pos, "use_cache": False,
+              **model_kwargs(vision)}
+    with real_placeholders(module, image_mask):
+        if not head_only:
+            logits = module(**inputs).logits[:, -r - 1:-1]
+            per_tok = logits_fn(logits.reshape(b * r, -1), mb[keys.RESPONSES].reshape(-1))
+            return per_tok.reshape(b, r, *per_tok.shape[1:])
+        wanted = torch.arange(t - r - 1, t - 1, device=ids.device)
+        per_tok = _run_head(module, mb[keys.RESPONSES], logits_fn, fused, logits_to_keep=wanted, **inputs)
     return per_tok.reshape(b, r, *per_tok.shape[1:])
 
 

@@ -164,3 +164,21 @@ def test_freeze_vision_tower_keeps_it_out_of_the_update(vl, tiny_model_dir):
         p.requires_grad_(True)
     with pytest.raises(ValueError, match="freeze_vision_tower=true: Qwen2ForCausalLM has no vision tower"):
         freeze_vision_tower(AutoModelForCausalLM.from_pretrained(tiny_model_dir))
+
+
+def test_real_placeholders_are_the_blocks_after_vision_start():
+    """Each image takes the next <|vision_start|> directly followed by exactly its token count of <|image_pad|>
+    (a tool's image later in the row too); sampled stray or short runs, and padding, stay text."""
+    from rlpost.engine.vision import image_placeholders
+
+    vs, ip, t, pad = 7, 9, 3, 0
+    ids = torch.tensor([[pad, vs, ip, ip, 8, t, ip, vs, ip, pad, pad, pad],  # one image of 2, then sampled look-alikes
+                        [vs, ip, ip, 8, t, ip, t, vs, ip, ip, ip, 8],  # images of 2 and (a tool's, later) 3
+                        [vs, ip, t, vs, ip, ip, 8, ip, ip, t, pad, pad]])  # a short run before the real block
+    mask = (ids != pad).long()
+    got = image_placeholders(ids, mask, [[2], [2, 3], [2]], image_id=ip, start_id=vs)
+    want = torch.zeros_like(got)
+    want[0, 2:4] = want[1, 1:3] = want[1, 8:11] = want[2, 4:6] = True
+    assert torch.equal(got, want)
+    with pytest.raises(ValueError, match=r"row 1 of the micro-batch: image 1 \(4 tokens\) has no <\|vision_start\|>"):
+        image_placeholders(ids, mask, [[2], [2, 4], [2]], image_id=ip, start_id=vs)

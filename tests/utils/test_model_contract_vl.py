@@ -6,6 +6,11 @@ transformers, which builds its own 3-D (mrope) positions from the images.
 Paths: padded, packed (use_remove_padding: mrope positions (3, 1, N) and the pixels on the packed row), packed
 with gradient checkpointing, LoRA on the language model with the vision tower frozen, Ulysses SP=2 on 2 gloo
 ranks. Tolerances as in tests/utils/test_model_contract.py (float32 on CPU).
+
+The responses hold sampled `<|vision_start|>` / `<|image_pad|>` tokens (a whole fake placeholder block in row 0,
+stray ones in the others, the text row included): they are text. The truth embeds each row alone with the image
+features scattered into its prompt's placeholders only and takes `get_rope_index` on those alone (hand-built;
+transformers' own forward refuses these rows: more image tokens than features).
 """
 
 from __future__ import annotations
@@ -70,7 +75,12 @@ def vl_case(arch: str, out_dir: Path):
     vocab = model.config.text_config.vocab_size
     gen = torch.Generator().manual_seed(1)
     response_mask = (torch.arange(R)[None] < torch.tensor([6, 3, 5])[:, None]).long()
-    responses = torch.randint(10, vocab - 10, (3, R), generator=gen) * response_mask
+    responses = torch.randint(10, vocab - 10, (3, R), generator=gen)
+    start, pad = model.config.vision_start_token_id, model.config.image_token_id
+    responses[0, 1:] = torch.tensor([start, pad, pad, pad, pad])  # row 0's own image has 4 tokens: a look-alike
+    responses[1, :3] = torch.tensor([pad, start, pad])
+    responses[2, 1:5] = torch.tensor([pad, pad, start, pad])
+    responses = responses * response_mask
     pos = batch[keys.POSITION_IDS]
     tensors = {keys.INPUT_IDS: torch.cat([batch[keys.INPUT_IDS], responses], -1),
                keys.ATTENTION_MASK: torch.cat([batch[keys.ATTENTION_MASK], response_mask], -1),
@@ -96,12 +106,19 @@ def per_row_truth(model, batch, mm, image_id):
     model.zero_grad(set_to_none=True)
     w = _weights(batch)
     out = torch.zeros(3, R, 2)
+    inner = model.get_base_model().model if hasattr(model, "get_base_model") else model.model
     for i in range(3):
         ids = batch[keys.INPUT_IDS][i][batch[keys.ATTENTION_MASK][i].bool()][None]
-        kwargs = {} if not mm[i] else {"pixel_values": mm[i]["pixel_values"], "image_grid_thw": mm[i]["image_grid_thw"],
-                                       "mm_token_type_ids": (ids == image_id).long()}
-        logits = model(input_ids=ids, use_cache=False, **kwargs).logits[0]
         n, k = ids.shape[1], int(batch[keys.RESPONSE_MASK][i].sum())
+        real = (ids == image_id) & (torch.arange(n) < n - k)  # the prompt's placeholders; the response's are text
+        embeds = inner.get_input_embeddings()(ids)
+        kwargs = {}
+        if mm[i]:
+            feats = inner.get_image_features(mm[i]["pixel_values"], mm[i]["image_grid_thw"], return_dict=True)
+            embeds = embeds.masked_scatter(real[..., None], torch.cat(feats.pooler_output))
+            kwargs["position_ids"], _ = inner.get_rope_index(ids, mm_token_type_ids=real.long(),
+                                                             image_grid_thw=mm[i]["image_grid_thw"])
+        logits = model(inputs_embeds=embeds, use_cache=False, **kwargs).logits[0]
         both = token_logp_entropy(logits[n - k - 1:n - 1], ids[0, n - k:], TEMPERATURE, True)
         (both * w[i, :k]).sum().backward()
         out[i, :k] = both.detach()
@@ -151,6 +168,10 @@ def test_every_vl_path_equals_each_row_alone(cases, arch):
     from rlpost.engine.packed_attention import use_packed_attention
 
     model, batch, mm, image_id = cases[arch]
+    row = batch[keys.INPUT_IDS][0][batch[keys.ATTENTION_MASK][0].bool()][None]
+    with pytest.raises(ValueError, match="do not match"):  # the sampled placeholders break transformers' own count
+        model(input_ids=row, pixel_values=mm[0]["pixel_values"], image_grid_thw=mm[0]["image_grid_thw"],
+              mm_token_type_ids=(row == image_id).long())
     want, want_grads = per_row_truth(model, batch, mm, image_id)
     assert any(".visual." in f".{n}" for n in want_grads)  # the tower is trained through the pixels
     for path in ("padded", "packed", "packed_checkpointing", "lora"):

@@ -1,9 +1,8 @@
-"""`main_ppo` on the tiny Qwen2-VL model: 2 GRPO steps through vLLM on CPU with images in every prompt, the vision
-tower frozen and a KL loss against the reference (both passes see the pixels): finite metrics, the engine's
-log-probs agree with the actor's (the weight sync covers the vision tower's names), validation before and after
-training sees the same images across weight syncs (the engine's encoder cache is reset), and the merged checkpoint
-loads with its processor, its vision tower as it started and its language model trained. The combinations not
-built for vision-language models stop before Ray naming the key."""
+"""`main_ppo` on the tiny Qwen2-VL model: the combinations not built for vision-language models, and images for a
+text-only model, stop before Ray naming the key. The shared checks of a 2-step VL run (`check_two_vl_steps`: finite
+metrics, a moving policy, the engine's log-probs near the actor's; `_check_merged_checkpoint`: the merged model
+loads with its processor, its frozen tower as it started and its language model trained) serve
+tests/examples/test_tiny_vl_scripts.py (the frozen-tower 2-step run, packed) and test_vision_paths_e2e.py."""
 
 import json
 import math
@@ -47,18 +46,6 @@ def _args(root, model: str, run_dir, *extra: str) -> list[str]:
             "trainer.device=cpu", "trainer.n_gpus_per_node=2", "trainer.total_training_steps=2",
             "trainer.save_freq=2", "trainer.test_freq=2", "trainer.logger=[console]", "ray_init.num_cpus=2",
             f"trainer.default_local_dir={run_dir}", *extra]
-
-
-@pytest.mark.e2e
-def test_two_grpo_steps_on_tiny_qwen2_vl_with_vllm(vl_run, tmp_path):
-    root, model = vl_run
-    args = _args(root, model, tmp_path / "run", f"custom_reward_function.path={root / 'spread_reward.py'}")
-    proc = subprocess.run([sys.executable, "-m", "rlpost.trainer.main_ppo", *args],
-                          capture_output=True, text=True, timeout=550)
-    rows = check_two_vl_steps(proc, tmp_path / "run")
-    val = [r for r in rows if "val-core/rlpost/arith/reward/mean@1" in r]
-    assert len(val) == 2, rows  # before training and after the last step, on the same two pictures
-    _check_merged_checkpoint(tmp_path / "run" / "global_step_2" / "actor", model, tmp_path / "merged")
 
 
 def _check_merged_checkpoint(actor_dir, start_dir, target):
