@@ -10,9 +10,10 @@
 # - use_fused_kernels and enforce_eager=False are GPU settings: left at rlpost's CPU defaults.
 # - +actor_rollout_ref.rollout.engine_kwargs.vllm.disable_mm_preprocessor_cache=True is left out (vLLM's
 #   preprocessor cache option; rlpost resets the engine's encoder cache at every weight sync).
-# - lora: LoRA on a VL model is not built yet; today this stops before Ray in the LoRA target-module check
-#   (rlpost/engine/lora.py builds the model as AutoModelForCausalLM), not yet with the refusal naming
-#   actor_rollout_ref.model.lora_rank.
+# - lora: adapters on the language model only (exclude_modules keeps them out of the vision tower, whose weights
+#   stay frozen as PEFT leaves them); vLLM serves the adapter. Adapters in the tower are refused before Ray.
+# All four variants were run for 2 steps on 2 CPU cores (2026-12-03); tests/examples/test_tiny_vl_scripts.py runs
+# freeze_vision in CI.
 set -euo pipefail
 VARIANT=${1:-base}; shift || true
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
