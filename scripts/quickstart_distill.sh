@@ -48,7 +48,8 @@ SFT_MODEL=$SFT_DIR/global_step_$SFT_STEPS
 # OMP_NUM_THREADS=2 processes on 2 cores would slow each other's matmuls).
 TEACHER_SFT_PID=
 if [ "$SMOKE" = 1 ]; then
-  sft "correct demonstrations (the teacher)" data.max_length=48 trainer.logger='[file]' &
+  # two SFT processes at once: each picks a free rendezvous port of its own (an exported MASTER_PORT would be shared)
+  (unset MASTER_PORT; sft "correct demonstrations (the teacher)" data.max_length=48 trainer.logger='[file]') &
   TEACHER_SFT_PID=$!
 else
   sft "correct demonstrations (the teacher)" data.max_length=48 trainer.logger='[file]'

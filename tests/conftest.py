@@ -10,6 +10,22 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 
+# torch.distributed's rendezvous variables: a test that starts a rank in this process (a worker built in-process)
+# sets them; left behind, every later subprocess inherits one MASTER_PORT, and two launches at once then collide
+# (EADDRINUSE). Each test gets them back as they were before it.
+_DIST_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+@pytest.fixture(autouse=True)
+def _restore_dist_env():
+    before = {k: os.environ.get(k) for k in _DIST_ENV}
+    yield
+    for key, value in before.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
