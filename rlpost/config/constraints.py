@@ -43,6 +43,8 @@ STEPS_OR_NEVER = Constraint("must be a number of steps >= 1, or -1 for never", l
                             lambda v: "-1")
 TOP_K = Constraint("must be -1 (off) or >= 0", lambda v: v >= -1, lambda v: "-1")
 ABOVE_ONE = Constraint("the dual-clip constant must be > 1", lambda v: v > 1, lambda v: "3.0")
+MODEL_RUNNER = Constraint("must be null (the engine's choice), v1 or v2", lambda v: v in ("v1", "v2"),
+                          lambda v: "null", allow_none=True)
 BETAS = Constraint("must be two floats in [0, 1)", lambda v: len(v) == 2 and all(0 <= b < 1 for b in v),
                    lambda v: "[0.9,0.999]")
 

@@ -14,6 +14,7 @@ from rlpost.config.constraints import (
     BELOW_ONE,
     BETAS,
     CLOSED_UNIT,
+    MODEL_RUNNER,
     NON_NEGATIVE,
     OPEN_UNIT,
     POSITIVE,
@@ -438,6 +439,7 @@ class RolloutConfig(BaseConfig):
     max_num_batched_tokens: Annotated[int, POSITIVE]
     max_model_len: Annotated[int | None, POSITIVE_OR_NULL]
     max_num_seqs: Annotated[int, POSITIVE]
+    model_runner: Annotated[str | None, MODEL_RUNNER]
     log_prob_micro_batch_size: int | None
     log_prob_micro_batch_size_per_gpu: int | None
     log_prob_use_dynamic_bsz: bool

@@ -134,6 +134,39 @@ def engine_kwargs(config: Any, model_path: str, device: str, lora_rank: int = 0)
     return kwargs
 
 
+_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
+
+
+def engine_env(config: Any, device: str) -> dict[str, str]:
+    """Environment variables the engine must see before it starts (pure; tested directly): `rollout.model_runner`
+    v1 / v2 sets `VLLM_USE_V2_MODEL_RUNNER` (vLLM has no engine argument for it); null sets nothing.
+
+    Raises:
+        ValueError: a model runner named on CPU (vLLM's CPU backend has its own runner).
+    """
+    runner = config.model_runner
+    if runner is None:
+        return {}
+    if device != "cuda":
+        raise ValueError(f"actor_rollout_ref.rollout.model_runner={runner}: vLLM's CPU backend has its own model "
+                         "runner; set it to null (v1 / v2 choose between vLLM's GPU runners)")
+    return {_RUNNER_ENV: "1" if runner == "v2" else "0"}
+
+
+def apply_engine_env(env: dict[str, str]) -> None:
+    """Set `env` (from `engine_env`) in this process before the engine starts. vLLM caches its environment once an
+    engine has started in the process, so a later engine that asks for another runner is refused by name."""
+    os.environ.update(env)
+    if _RUNNER_ENV in env:
+        from vllm import envs
+
+        wanted = env[_RUNNER_ENV] == "1"
+        if envs.VLLM_USE_V2_MODEL_RUNNER != wanted:  # None: cached before it was set
+            raise RuntimeError(
+                f"actor_rollout_ref.rollout.model_runner={'v2' if wanted else 'v1'}: an engine started earlier in "
+                f"this process fixed vLLM's {_RUNNER_ENV}; start this engine in a fresh process")
+
+
 def sampling_params(spec: SamplingSpec, stop_ids: set[int]) -> SamplingParams:
     """One `SamplingParams` for all rows (each row is one sample: n=1)."""
     common = dict(
@@ -265,6 +298,7 @@ class VLLMRollout(BaseRollout):
         self.rank, _ = _rank_world()
         self.last_sync_breakdown: dict[str, float] = {}
         kwargs = engine_kwargs(config, model_path, device, lora_rank)
+        apply_engine_env(engine_env(config, device))
         self.vision = _is_vision_language(model_path)
         if self.vision:
             # the processor loads without torchvision (images only); no video: its dummy profiling input would

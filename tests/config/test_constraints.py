@@ -48,7 +48,7 @@ def test_null_passes_only_where_allowed():
 @pytest.mark.parametrize("rule, bad", [
     (C.POSITIVE, 0), (C.POSITIVE_OR_NULL, -3), (C.NON_NEGATIVE, -0.5), (C.POSITIVE_FLOAT, 0.0),
     (C.OPEN_UNIT, 0.0), (C.OPEN_UNIT, 7.0), (C.CLOSED_UNIT, -0.2), (C.CLOSED_UNIT, 1.5),
-    (C.STEPS_OR_NEVER, 0), (C.TOP_K, -4), (C.ABOVE_ONE, 0.5), (C.BETAS, [0.9, 1.0]),
+    (C.STEPS_OR_NEVER, 0), (C.TOP_K, -4), (C.ABOVE_ONE, 0.5), (C.BETAS, [0.9, 1.0]), (C.MODEL_RUNNER, "v3"),
 ])
 def test_each_fix_satisfies_its_rule(rule, bad):
     assert not rule.ok(bad)

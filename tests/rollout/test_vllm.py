@@ -247,6 +247,32 @@ def test_engine_kwargs_mapping_and_errors(monkeypatch):
         engine_kwargs(_rollout_cfg("actor_rollout_ref.rollout.engine_kwargs.swap_space=4"), "/m", "cpu")
 
 
+def test_model_runner_key_sets_the_engine_environment_on_gpu_and_is_refused_on_cpu(monkeypatch):
+    from rlpost.rollout.vllm import apply_engine_env, engine_env
+    from rlpost.trainer.config import ConfigError
+
+    runner = "actor_rollout_ref.rollout.model_runner"
+    assert engine_env(_rollout_cfg(device="cuda"), "cuda") == {} == engine_env(_rollout_cfg(), "cpu")  # null: unset
+    assert engine_env(_rollout_cfg(f"{runner}=v2", device="cuda"), "cuda") == {"VLLM_USE_V2_MODEL_RUNNER": "1"}
+    assert engine_env(_rollout_cfg(f"{runner}=v1", device="cuda"), "cuda") == {"VLLM_USE_V2_MODEL_RUNNER": "0"}
+    with pytest.raises(ValueError, match="model_runner=v2: vLLM's CPU backend has its own model runner; set it to null"):
+        engine_env(_rollout_cfg(f"{runner}=v2"), "cpu")
+    with pytest.raises(ConfigError, match=r"model_runner=v3: must be null \(the engine's choice\), v1 or v2; use .*=null"):
+        _rollout_cfg(f"{runner}=v3", device="cuda")
+    # the variable reaches vLLM's own reading of it; once an engine of this process has cached vLLM's environment, a
+    # runner other than the cached one is refused by name instead of silently ignored
+    from vllm import envs
+
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "0"))  # restored after
+    if envs._is_envs_cache_enabled():
+        other = "0" if envs.VLLM_USE_V2_MODEL_RUNNER else "1"
+        with pytest.raises(RuntimeError, match="an engine started earlier in this process fixed vLLM's"):
+            apply_engine_env({"VLLM_USE_V2_MODEL_RUNNER": other})
+    else:
+        apply_engine_env({"VLLM_USE_V2_MODEL_RUNNER": "1"})
+        assert envs.VLLM_USE_V2_MODEL_RUNNER is True
+
+
 def test_engine_kwargs_reserve_one_lora_slot_of_a_valid_rank():
     from rlpost.rollout.vllm import engine_kwargs
 
