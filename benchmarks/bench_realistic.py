@@ -56,6 +56,8 @@ def serve_bare(args: argparse.Namespace) -> None:
 
     def generate() -> tuple[float, list[tuple[list[int], list[int]]]]:
         if asleep[0]:
+            if sync is not None:  # the strong loops' cached blocks go back before the engine's KV comes back
+                torch.cuda.empty_cache()
             llm.wake_up()
         seconds, outs = harness.timed(lambda: llm.generate(requests, params, use_tqdm=False), sync)
         if sync is not None:
