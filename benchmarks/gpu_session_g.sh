@@ -3,6 +3,7 @@
 # then A4 (generation settings); one GPU, after scripts/gpu_install.sh (+ the liger wheel):
 #   bash benchmarks/gpu_session_g.sh              # results into $OUT/results/<date>_<gpu>/ (OUT: benchmarks)
 #   bash benchmarks/gpu_session_g.sh --dry-run    # print the commands
+# RET=<folder>: after each part the session folder is packed there as session_g.tgz (one file to bring back).
 # Settings (environment): LIMIT_REAL [260], LIMIT_CRITIC [100], LIMIT_GEN [140] seconds per part.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -45,6 +46,7 @@ part() {  # name limit command...
     echo "[gpu_session_g] $name: rc $? ($limit s limit)"; grep -E "^\[(realistic|critic|gen_knobs)\]" "$SESSION/$name.log" | tail -16
     $PY -m ray.scripts.scripts stop --force >/dev/null 2>&1 || true
     "${SUMMARY[@]}" > "$SESSION/summary.log" 2>&1 || true  # after each part: a session cut short keeps its goals
+    [[ -n "${RET:-}" ]] && tar czf "$RET/session_g.tgz" -C "$(dirname "$SESSION")" "$(basename "$SESSION")"
 }
 part realistic "${LIMIT_REAL:-260}" "${REAL[@]}"
 part critic "${LIMIT_CRITIC:-100}" "${CRIT[@]}"
