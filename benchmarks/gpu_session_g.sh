@@ -4,7 +4,7 @@
 #   bash benchmarks/gpu_session_g.sh              # results into $OUT/results/<date>_<gpu>/ (OUT: benchmarks)
 #   bash benchmarks/gpu_session_g.sh --dry-run    # print the commands
 # RET=<folder>: after each part the session folder is packed there as session_g.tgz (one file to bring back).
-# Settings (environment): LIMIT_REAL [260], LIMIT_CRITIC [100], LIMIT_GEN [140] seconds per part.
+# PARTS [realistic critic gen_knobs]: the parts to run, in that order. Settings (environment): LIMIT_REAL [260], LIMIT_CRITIC [100], LIMIT_GEN [140] seconds per part.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PY=${PYTHON:-python3}
@@ -48,7 +48,8 @@ part() {  # name limit command...
     "${SUMMARY[@]}" > "$SESSION/summary.log" 2>&1 || true  # after each part: a session cut short keeps its goals
     [[ -n "${RET:-}" ]] && tar czf "$RET/session_g.tgz" -C "$(dirname "$SESSION")" "$(basename "$SESSION")"
 }
-part realistic "${LIMIT_REAL:-260}" "${REAL[@]}"
-part critic "${LIMIT_CRITIC:-100}" "${CRIT[@]}"
-part gen_knobs "${LIMIT_GEN:-140}" "${GEN[@]}"
+PARTS=${PARTS:-realistic critic gen_knobs}
+[[ " $PARTS " == *" realistic "* ]] && part realistic "${LIMIT_REAL:-260}" "${REAL[@]}"
+[[ " $PARTS " == *" critic "* ]] && part critic "${LIMIT_CRITIC:-100}" "${CRIT[@]}"
+[[ " $PARTS " == *" gen_knobs "* ]] && part gen_knobs "${LIMIT_GEN:-140}" "${GEN[@]}"
 tail -3 "$SESSION/summary.log"
