@@ -42,7 +42,8 @@ MODES = {
 }
 E2_TARGET = "<= 1.15"
 PHASES = ("timing_s/step", "timing_s/gen", "timing_s/old_log_prob", "timing_s/ref", "timing_s/update_actor",
-          "timing_s/update_weights", "timing_s/update_weights_wake", "timing_s/update_weights_adapter")
+          "timing_s/update_weights", "timing_s/update_weights_wake", "timing_s/update_weights_adapter",
+          "timing_s/gen_wake", "timing_s/gen_engine", "timing_s/gen_sleep")  # the parts: where a gap sits
 
 
 def run_mode(mode: str, args: argparse.Namespace, model: Path, data: Path, out: Path, timeout_s: float) -> dict:
