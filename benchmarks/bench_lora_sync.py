@@ -17,6 +17,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -61,10 +62,31 @@ def rollout_config(args: argparse.Namespace, device: str):
         return validate_config(compose("ppo_trainer", overrides=over)).actor_rollout_ref.rollout
 
 
+def hand_over_times(rollout: Any, tensors: dict[str, torch.Tensor], peft_cfg: Any, reps: int, folder: str,
+                    sync: Any = None) -> dict[str, list[float]]:
+    """Seconds of `reps` hand-overs each way (after one warm-up round), alternated with the order swapped each
+    round: "folder" writes `folder` and loads it, "memory" hands over a fresh copy of `tensors`."""
+    from rlpost.engine.lora import save_adapter
+
+    def folder_way() -> float:
+        return harness.timed(lambda: rollout.load_adapter(save_adapter(folder, tensors, peft_cfg)), sync)[0]
+
+    def memory_way() -> float:
+        # the engine takes the tensors over (vLLM scales lora_B in place): a fresh dict each time, as LoraSync
+        # makes one per sync; the copy is made before the clock starts
+        fresh = {k: v.clone() for k, v in tensors.items()}
+        return harness.timed(lambda: rollout.load_adapter_tensors(fresh, peft_cfg), sync)[0]
+
+    times: dict[str, list[float]] = {"folder": [], "memory": []}
+    for i in range(reps + 1):  # alternated, the order swapped each round; the first round warms up
+        for way in (("folder", "memory") if i % 2 else ("memory", "folder")):
+            times[way].append(folder_way() if way == "folder" else memory_way())
+    return {way: t[1:] for way, t in times.items()}
+
+
 def run(args: argparse.Namespace) -> harness.Result:
     from transformers import AutoTokenizer
 
-    from rlpost.engine.lora import save_adapter
     from rlpost.rollout import build_rollout
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -74,19 +96,11 @@ def run(args: argparse.Namespace) -> harness.Result:
     dtype = getattr(torch, args.dtype)
     tensors, peft_cfg = adapter(args.model_dir, args.rank, dtype)
     folder = tempfile.mkdtemp(prefix="lora_sync_", dir="/dev/shm" if os.access("/dev/shm", os.W_OK) else None)
-    sync = torch.cuda.synchronize if device == "cuda" else None
-    times: dict[str, list[float]] = {"folder": [], "memory": []}
-    for _ in range(args.reps + 1):  # alternated; the first round warms up
-        times["folder"].append(harness.timed(lambda: rollout.load_adapter(save_adapter(folder, tensors, peft_cfg)),
-                                             sync)[0])
-        # the engine takes the tensors over (vLLM scales lora_B in place): a fresh dict each time, as LoraSync
-        # makes one per sync; the copy is made before the clock starts
-        fresh = {k: v.clone() for k, v in tensors.items()}
-        times["memory"].append(harness.timed(lambda fresh=fresh: rollout.load_adapter_tensors(fresh, peft_cfg),
-                                             sync)[0])
+    times = hand_over_times(rollout, tensors, peft_cfg, args.reps, folder,
+                            torch.cuda.synchronize if device == "cuda" else None)
     res = harness.Result("lora_sync", harness.command_line(), args.reps)
     for way in times:
-        res.timing(f"{way}_s", times[way][1:])
+        res.timing(f"{way}_s", times[way])
     res.metric("memory_over_folder", res.metrics["memory_s"]["value"] / res.metrics["folder_s"]["value"],
                unit="ratio of medians", values=[])
     res.extra.update(args=harness.params(args), adapter_bytes=sum(t.numel() * t.element_size()

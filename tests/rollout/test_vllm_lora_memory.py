@@ -90,3 +90,18 @@ def test_in_memory_hand_over_checks_target_modules(engine, tiny_model_dir):
     with pytest.raises(Exception, match="not_a_layer"):
         rollout.load_adapter_tensors(bad, cfg)
 
+
+
+@pytest.mark.timeout(120)
+def test_bench_lora_sync_times_both_ways_and_leaves_the_adapter_served(engine, tiny_model_dir, tmp_path):
+    from benchmarks.bench_lora_sync import adapter, hand_over_times
+
+    rollout, greedy = engine
+    tensors, cfg = adapter(tiny_model_dir, RANK, torch.float32)  # the bench's adapter: small random A and B
+    times = hand_over_times(rollout, tensors, cfg, reps=1, folder=str(tmp_path / "f"))
+    assert {k: len(v) for k, v in times.items()} == {"folder": 1, "memory": 1} and min(map(min, times.values())) > 0
+    # round 2 ran folder then memory: the engine serves the in-memory copy, equal to the folder's adapter
+    assert rollout.lora_request.lora_path.startswith("rlpost-memory://")
+    served = greedy()
+    rollout.load_adapter(str(tmp_path / "f"))
+    assert greedy() == served
