@@ -42,7 +42,8 @@ MODES = {
 }
 E2_TARGET = "<= 1.15"
 PHASES = ("timing_s/step", "timing_s/gen", "timing_s/old_log_prob", "timing_s/ref", "timing_s/update_actor",
-          "timing_s/update_weights")
+          "timing_s/update_weights", "timing_s/update_weights_wake", "timing_s/update_weights_adapter",
+          "timing_s/gen_wake", "timing_s/gen_engine", "timing_s/gen_sleep")  # the parts: where a gap sits
 
 
 def run_mode(mode: str, args: argparse.Namespace, model: Path, data: Path, out: Path, timeout_s: float) -> dict:
@@ -53,6 +54,11 @@ def run_mode(mode: str, args: argparse.Namespace, model: Path, data: Path, out: 
     shutil.rmtree(run_dir, ignore_errors=True)  # metrics.jsonl is appended to: start each run empty
     cmd = mode_command(mode, args, run_dir)
     env = {"MODEL_PATH": str(model), "DATA_DIR": str(data), "N_GPUS": "1"}
+    # the example's default (the whole model one FSDP unit, one exposed gather per pass) suits 0.5B; 7B gets verl's
+    # unit per decoder layer, whose gathers overlap the layers' compute
+    units = args.fsdp_min_num_params if args.fsdp_min_num_params is not None else 0 if args.arch == "7b" else None
+    if units is not None:
+        env["FSDP_MIN_NUM_PARAMS"] = str(units)
     if args.dry_run:
         print(" ".join(f"{k}={v}" for k, v in env.items()) + " " + " ".join(cmd), flush=True)
         return {"mode": mode, "dry_run": True}
@@ -65,6 +71,12 @@ def run_mode(mode: str, args: argparse.Namespace, model: Path, data: Path, out: 
 
 def mode_command(mode: str, args: argparse.Namespace, run_dir: Path) -> list[str]:
     """The `main_ppo` launch of one mode: the GPU example with the benchmark's batch, lengths and LoRA keys."""
+    budgets = []
+    if args.token_budgets:  # the limits' micro-batching: packed rows of up to --train-tokens / --fwd-tokens, fused head
+        from bench_realistic import worker_overrides
+
+        budgets = worker_overrides(argparse.Namespace(train_tokens=args.train_tokens, fwd_tokens=args.fwd_tokens,
+                                                      override=[]), liger=False)
     lora = [] if mode == "full" else [f"actor_rollout_ref.model.lora_rank={args.rank}",
                                       f"actor_rollout_ref.model.lora_alpha={2 * args.rank}",
                                       "actor_rollout_ref.actor.optim.lr=1e-5"]
@@ -79,7 +91,7 @@ def mode_command(mode: str, args: argparse.Namespace, run_dir: Path) -> list[str
            "actor_rollout_ref.rollout.ignore_eos=true", f"trainer.total_training_steps={args.steps}",
            "trainer.test_freq=-1", "trainer.save_freq=-1", "trainer.val_before_train=false",
            f"trainer.experiment_name=lora_{mode}", f"trainer.default_local_dir={run_dir}", *lora, *MODES[mode],
-           *args.override]
+           *budgets, *args.override]
 
 
 def read_run(mode: str, rc: int, wall_s: float, run_dir: Path, log: Path) -> dict:
@@ -145,7 +157,7 @@ def limits_command(args: argparse.Namespace, model: Path, data: Path, out: Path)
             str(data / "train.parquet"), "--prompts", str(args.prompts), "--n", "8", "--response-len",
             str(args.response_len), "--rank", str(args.rank), "--reps", str(args.limit_reps), "--enforce-eager",
             str(args.enforce_eager), "--gpu-memory-utilization", str(args.gpu_memory_utilization),
-            "--json-out", str(out)]
+            "--fwd-tokens", str(args.fwd_tokens), "--train-tokens", str(args.train_tokens), "--json-out", str(out)]
 
 
 def run_limits(args: argparse.Namespace, model: Path, data: Path, out: Path, timeout_s: float
@@ -171,7 +183,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--rank", type=int, default=32)
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--prompts", type=int, default=32)
-    ap.add_argument("--micro", type=int, default=32)
+    ap.add_argument("--micro", type=int, default=32, help="rows per micro-batch (unused with --token-budgets 1)")
+    ap.add_argument("--token-budgets", type=int, default=0,
+                    help="1: the runs pack micro-batches by tokens as the limits do (use_dynamic_bsz, --train-tokens "
+                         "/ --fwd-tokens, the fused log-prob head); 0: --micro rows each")
+    ap.add_argument("--fwd-tokens", type=int, default=32768, help="token budget of a log-prob micro-batch (limits)")
+    ap.add_argument("--train-tokens", type=int, default=16384, help="token budget of an update micro-batch (limits)")
+    ap.add_argument("--fsdp-min-num-params", type=int, default=None,
+                    help="the example's FSDP_MIN_NUM_PARAMS (default: 0, a unit per decoder layer, for 7b; the "
+                         "example's own else)")
     ap.add_argument("--response-len", type=int, default=512, help="data.max_response_length (ignore_eos)")
     ap.add_argument("--enforce-eager", type=int, default=0, help="vLLM without CUDA graphs (run and limits)")
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.5)

@@ -10,10 +10,12 @@
 #   E1_LIMIT_S [180], E2_LIMIT_S [240]   hard limits per part, in seconds (the part's own budget a little less)
 #   E1_ARGS ["--prompts 64 --n 8 --rounds 8"]     benchmarks/bench_critic.py's workload and rounds (each
 #       round rewrites critic.json from 2 rounds on: a part cut short keeps the rounds it finished)
-#   E2_ARGS ["--prompts 8 --steps 3 --micro 8 --response-len 128 --enforce-eager 1"]   benchmarks/bench_lora.py:
+#   E2_ARGS ["--prompts 8 --steps 3 --token-budgets 1 --response-len 128 --enforce-eager 1"]   bench_lora.py:
 #       a reduced batch (8 prompts x 8, 128-token responses, vLLM eager, 2 measured steps) to fit E2_LIMIT_S with
-#       the 7B model's build (~15 GB written), the limits' process and main_ppo's start-up; with more time give
-#       E2_LIMIT_S=420 E2_ARGS="--prompts 16 --steps 4 --micro 8 --response-len 512 --enforce-eager 0"
+#       the 7B model's build (~15 GB written), the limits' process and main_ppo's start-up. The run micro-batches
+#       as the limits do (--token-budgets 1: packed rows of up to 16384 / 32768 tokens, the fused head; the 7B
+#       model one FSDP unit per decoder layer) and hands vLLM the adapter in memory. With more time give
+#       E2_LIMIT_S=420 E2_ARGS="--prompts 16 --steps 4 --token-budgets 1 --response-len 512 --enforce-eager 0"
 #   M05 [/tmp/m_0.5b], M7 [/tmp/model_7b]   model folders (random weights, built when missing)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -26,7 +28,7 @@ SESSION="$OUT/results/$(date -u +%F)_${GPU}"
 E1_LIMIT_S=${E1_LIMIT_S:-180}
 E2_LIMIT_S=${E2_LIMIT_S:-240}
 E1_ARGS=${E1_ARGS:---prompts 64 --n 8 --rounds 8}
-E2_ARGS=${E2_ARGS:---prompts 8 --steps 3 --micro 8 --response-len 128 --enforce-eager 1}
+E2_ARGS=${E2_ARGS:---prompts 8 --steps 3 --token-budgets 1 --response-len 128 --enforce-eager 1}
 M05=${M05:-/tmp/m_0.5b}
 M7=${M7:-/tmp/model_7b}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # this tree's rlpost, in Ray's workers too

@@ -212,15 +212,17 @@ def is_adapter_entry(name: str) -> bool:
     return ".lora_A." in name or ".lora_B." in name or _SAVED_COPY in name
 
 
-def adapter_tensors(named: Iterable[tuple[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+def adapter_tensors(named: Iterable[tuple[str, torch.Tensor]], dtype: torch.dtype | None = None
+                    ) -> dict[str, torch.Tensor]:
     """The adapter entries of `named` (and trained module copies, e.g. a value head) under PEFT's saved names
-    (`base_model.model.X.lora_A.weight`, `base_model.model.score.weight`), on CPU. Every entry of `named` is
-    consumed (each full tensor may be a collective)."""
+    (`base_model.model.X.lora_A.weight`, `base_model.model.score.weight`), on CPU, in `dtype` (None: their own;
+    the cast runs on their device, before the copy). Every entry of `named` is consumed (each full tensor may be a
+    collective)."""
     out = {}
     for name, tensor in named:
         if is_adapter_entry(name):
             saved = name.replace(_SAVED_COPY, ".").replace(f".{ADAPTER_NAME}.", ".")
-            out[_PEFT_PREFIX + saved] = tensor.detach().to("cpu", copy=True)
+            out[_PEFT_PREFIX + saved] = tensor.detach().to("cpu", dtype, copy=True)
     return out
 
 

@@ -107,6 +107,15 @@ class BaseRollout(abc.ABC):
                                   f"{type(self).__name__} engine (it cannot serve a LoRA adapter); set "
                                   "actor_rollout_ref.model.lora.merge=true (full weights are synced instead)")
 
+    def load_adapter_tensors(self, tensors: dict[str, torch.Tensor], peft_config: Any) -> bool:
+        """Serve the adapter `tensors` (PEFT's saved names) with its `peft.LoraConfig`, handed over in memory, from
+        the next generation on; the engine may keep and modify the tensors.
+
+        Returns:
+            False when this engine takes adapters only from folders (`load_adapter`): nothing was loaded.
+        """
+        return False
+
     def agent_engine(self, stop_ids: set[int]) -> AgentEngine:
         """The async `generate` the agent loops of a multi-turn rollout call (`rlpost.rollout.async_engine`),
         stopping at `stop_ids`; built per `generate_sequences` call.

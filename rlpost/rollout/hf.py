@@ -111,6 +111,10 @@ class HFRollout(BaseRollout):
     def load_adapter(self, path: str) -> None:
         """No-op: the module generating is the actor's, adapter included."""
 
+    def load_adapter_tensors(self, tensors: dict[str, torch.Tensor], peft_config: Any) -> bool:
+        """No-op, as `load_adapter` (no folder is written for it either)."""
+        return True
+
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """With the actor's module: a no-op (the engine IS that module, always current; the iterator is not
         consumed). With a module of its own (a rollout-only worker): copy every tensor in by HF name."""

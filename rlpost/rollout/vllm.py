@@ -271,6 +271,81 @@ def restore_image_normalization(runner: Any) -> int:
     return len(norms)
 
 
+MEMORY_ADAPTER_PREFIX = "rlpost-memory://"  # the `lora_path` of an adapter handed over in memory (no such folder)
+
+
+def _peft_config_dict(peft_config: Any) -> dict[str, Any]:
+    """The `adapter_config.json` content of a `peft.LoraConfig` (sets as lists, enums as their strings)."""
+    import json
+
+    return json.loads(json.dumps(peft_config.to_dict(), default=sorted))
+
+
+def _memory_adapters(worker: Any) -> dict[int, tuple[dict[str, torch.Tensor], dict[str, Any]]]:
+    """adapter id -> (tensors, config) staged on `worker`'s LoRA manager (`_install_memory_adapter_loader`)."""
+    return getattr(worker, "model_runner", worker).lora_manager.rlpost_memory_adapters
+
+
+def _install_memory_adapter_loader(worker: Any) -> bool:
+    """Runs in the engine's worker: wraps its LoRA manager's `_load_adapter` (vLLM 0.24 and 0.32 read a PEFT
+    folder there) so that an adapter id staged in `rlpost_memory_adapters` is built from those tensors instead
+    (`_adapter_from_memory`); every other request loads as before. Returns False when the worker has no such
+    loader (the rollout falls back to folders). Idempotent."""
+    manager = getattr(getattr(worker, "model_runner", worker), "lora_manager", None)
+    if manager is None or not callable(getattr(manager, "_load_adapter", None)):
+        return False
+    if getattr(manager, "rlpost_memory_adapters", None) is None:
+        manager.rlpost_memory_adapters = {}
+        from_folder = manager._load_adapter
+
+        def load(lora_request: Any) -> Any:
+            # taken out: vLLM keeps the tensors and scales lora_B in place (`LoRALayerWeights.optimize`)
+            staged = manager.rlpost_memory_adapters.pop(lora_request.lora_int_id, None)
+            if staged is not None:
+                return _adapter_from_memory(manager, lora_request, *staged)
+            if str(lora_request.lora_path).startswith(MEMORY_ADAPTER_PREFIX):
+                raise RuntimeError(f"LoRA adapter {lora_request.lora_name} was handed over in memory and already "
+                                   "loaded once; the engine evicted it and has nothing to load it again from "
+                                   "(keep max_loras at 1: the actor's adapter is the only one)")
+            return from_folder(lora_request)
+
+        manager._load_adapter = load
+    return True
+
+
+def _adapter_from_memory(manager: Any, lora_request: Any, tensors: dict[str, torch.Tensor],
+                         config: dict[str, Any]) -> Any:
+    """The `LoRAModel` vLLM's folder loader would build from a folder holding `tensors` and `config`: the same
+    config checks, target-module check, name mapping and dtype, through `LoRAModel.from_lora_tensors`."""
+    from vllm.lora.peft_helper import PEFTHelper
+    from vllm.lora.utils import parse_fine_tuned_lora_name
+
+    helper = PEFTHelper.from_dict({**config, "vllm_max_position_embeddings": manager.max_position_embeddings})
+    helper.validate_legal(manager.lora_config)
+    adapters = manager._adapter_manager
+    model = adapters.model
+    mapper = getattr(model, "hf_to_vllm_mapper", None)
+    if mapper is not None and hasattr(mapper, "get_rename_mapper"):  # vLLM 0.32 maps names only (0.24: as is)
+        mapper = mapper.get_rename_mapper()
+    expected = set()
+    for module in adapters.supported_lora_modules:
+        expected.update(adapters.packed_modules_mapping.get(module, [module]))
+    unexpected = sorted({name for name in (parse_fine_tuned_lora_name(key, mapper)[0] for key in tensors)
+                         if name.rsplit(".", 1)[-1] not in expected | set(helper.modules_to_save or ())})
+    if unexpected:
+        raise ValueError(f"LoRA adapter {lora_request.lora_name}: modules {unexpected[:4]} are not among the "
+                         f"engine's LoRA targets {sorted(expected)}")
+    lora = manager._lora_model_cls.from_lora_tensors(
+        lora_model_id=lora_request.lora_int_id, tensors=tensors, peft_helper=helper, device="cpu",
+        dtype=manager.lora_config.lora_dtype, model_vocab_size=manager.vocab_size, weights_mapper=mapper,
+        skip_prefixes=getattr(model, "lora_skip_prefixes", None))
+    lora.is_3d_lora_weight = getattr(lora_request, "is_3d_lora_weight", False)
+    for check in ("_validate_moe_lora_format", "_validate_modules_to_save", "_validate_token_classification_lora"):
+        if hasattr(adapters, check):  # vLLM 0.32's checks of a loaded adapter (0.24 has none of them)
+            getattr(adapters, check)(lora)
+    return lora
+
+
 @ROLLOUT_REGISTRY.register("vllm")
 class VLLMRollout(BaseRollout):
     """In-process vLLM engine. `name_map` renames HF weight names for archs whose vLLM names differ
@@ -294,6 +369,7 @@ class VLLMRollout(BaseRollout):
         # the weights (level 2) instead of copying them to host memory and back only to overwrite them.
         self.sleep_level = 2 if module is not None and lora_rank == 0 else 1
         self.lora_request: Any = None  # the adapter served since the last `load_adapter`
+        self._memory_adapters: bool | None = None  # whether `load_adapter_tensors` works (None: not tried yet)
         self._asleep: tuple[str, ...] = ()
         self.rank, _ = _rank_world()
         self.last_sync_breakdown: dict[str, float] = {}
@@ -345,18 +421,58 @@ class VLLMRollout(BaseRollout):
     def load_adapter(self, path: str) -> None:
         """Serve the PEFT adapter folder `path` from the next request on, replacing the previous one (a new
         adapter id makes vLLM load the new tensors). Clears the prefix cache: cached KV used the old adapter."""
+        self._serve_adapter(path)
+
+    def load_adapter_tensors(self, tensors: dict[str, torch.Tensor], peft_config: Any) -> bool:
+        """Serve the adapter `tensors` (PEFT's saved names, `rlpost.engine.lora.adapter_tensors`) with its
+        `peft.LoraConfig`, handed to the engine's worker in memory: no folder is written or read. As
+        `load_adapter` otherwise (a new adapter id each time: the engine never serves a cached older one).
+        The engine takes the tensors over (they are not copied, and vLLM scales lora_B in place): pass tensors
+        nothing else reads.
+
+        Returns:
+            False, loading nothing, when this engine's worker has no adapter loader to extend (the caller then
+            writes a folder for `load_adapter`).
+        """
+        if self._memory_adapters is None:
+            self._memory_adapters = all(self.llm.collective_rpc(_install_memory_adapter_loader))
+            if not self._memory_adapters:
+                logger.warning("vLLM %s: no worker-side adapter loader to extend; the LoRA adapter goes through a "
+                               "folder", vllm.__version__)
+        if not self._memory_adapters:
+            return False
+        config = _peft_config_dict(peft_config)
+        new_id = self._next_adapter_id()
+
+        def _stage(worker: Any) -> None:  # the worker holds only the adapter it is about to load
+            staged = _memory_adapters(worker)
+            staged.clear()
+            staged[new_id] = (tensors, config)
+
+        self.llm.collective_rpc(_stage)
+        self._serve_adapter(f"{MEMORY_ADAPTER_PREFIX}actor_{new_id}")
+        return True
+
+    def _next_adapter_id(self) -> int:
+        return 1 if self.lora_request is None else self.lora_request.lora_int_id + 1
+
+    def _serve_adapter(self, path: str) -> None:
         from vllm.lora.request import LoRARequest
 
         start = time.perf_counter()
         self._wake_weights()  # the adapter slots live in the weights' memory
+        woke = time.perf_counter()
         old = self.lora_request
-        new_id = 1 if old is None else old.lora_int_id + 1
+        new_id = self._next_adapter_id()
         self.lora_request = LoRARequest(f"actor_{new_id}", new_id, path)
         if old is not None:
             self.llm.llm_engine.remove_lora(old.lora_int_id)
         self.llm.llm_engine.add_lora(self.lora_request)
         self.llm.reset_prefix_cache()
-        self.last_sync_breakdown["adapter"] = time.perf_counter() - start
+        if self.device == "cuda":
+            torch.cuda.synchronize()  # the slot copies are queued on the stream: count them here
+        end = time.perf_counter()
+        self.last_sync_breakdown = {"wake": woke - start, "adapter": end - woke}
 
     def _named(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
         for name, tensor in named_tensors:

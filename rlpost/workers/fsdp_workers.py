@@ -452,6 +452,9 @@ class ActorRolloutRefWorker(_FSDPRole):
         _timed(metrics, "update_actor", start)
         if self.rollout is not None:
             metrics["timing_s/update_weights"] = self._sync_weights()
+            # the engine's parts of it (vLLM: wake, load / adapter, reset)
+            for part, seconds in getattr(self.rollout, "last_sync_breakdown", {}).items():
+                metrics[f"timing_s/update_weights_{part}"] = seconds
         return self._metrics_out(metrics)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)

@@ -3,8 +3,9 @@
 - merge=true: each adapter is folded into its base weight while the full tensors stream into the engine, as
   full fine-tuning syncs; the engine needs no LoRA support and generates at base-model speed.
 - merge=false: the engine loads the frozen base from `model.path` itself (it is never synced: it never changes)
-  and serves the adapter (vLLM's LoRA); after each update only the adapter tensors move, through a PEFT folder
-  in shared memory that the engine reads.
+  and serves the adapter (vLLM's LoRA); after each update only the adapter tensors move, in the engine's dtype:
+  handed to the engine in memory (`load_adapter_tensors`), or, for an engine that cannot take them so, through a
+  PEFT folder in shared memory that the engine reads.
 """
 
 from __future__ import annotations
@@ -57,6 +58,9 @@ class LoraSync:
             rollout.update_weights(checkpoint_names(self.module,
                                                     merged_params(self.module, iter_full_params(self.module), dtype)))
             return
-        tensors = adapter_tensors(iter_full_params(self.module, keep=is_adapter_entry))  # the base is never gathered
+        # the base is never gathered; the float32 adapters are cast on their device, as the engine would on its own
+        tensors = adapter_tensors(iter_full_params(self.module, keep=is_adapter_entry), dtype)
+        if rollout.load_adapter_tensors(tensors, self.peft_config):
+            return
         self._dir = self._dir or _scratch_dir()
         rollout.load_adapter(save_adapter(self._dir, tensors, self.peft_config))

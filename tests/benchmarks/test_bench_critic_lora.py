@@ -127,5 +127,11 @@ def test_gpu_session_dry_run_prints_commands_each_script_accepts(tmp_path) -> No
     inner = [shlex.split(line) for line in out.splitlines() if "benchmarks.lora_limits" in line]
     limits = lora_limits.parse_args(inner[0][3:])
     assert (limits.prompts, limits.response_len, limits.enforce_eager) == (8, 128, 1)
-    assert any("run_qwen2_5_0_5b_gpu.sh" in line and "lora.merge=false" in line for line in out.splitlines())
+    run = next(line for line in out.splitlines() if "run_qwen2_5_0_5b_gpu.sh" in line)
+    assert "lora.merge=false" in run and "FSDP_MIN_NUM_PARAMS=0" in run  # 7B: a unit per decoder layer
+    # the run micro-batches by the limits' own token budgets, with their fused head
+    assert lora.token_budgets == 1 and "actor_rollout_ref.model.use_fused_kernels=true" in run
+    assert f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={limits.train_tokens}" in run
+    assert f"actor_rollout_ref.ref.log_prob_max_token_len_per_gpu={limits.fwd_tokens}" in run
+    assert f"actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu={limits.fwd_tokens}" in run
     assert "session_summary" in lines["summary"]

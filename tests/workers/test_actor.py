@@ -131,3 +131,51 @@ def test_actor_log_prob_stats_add_sum_pi_squared_on_packed_rows(tiny_model_dir):
         r = mb[keys.RESPONSES].shape[1]
         want = (torch.softmax(logits[:, -r - 1:-1].float(), -1) ** 2).sum(-1)
         torch.testing.assert_close(stats[keys.SUM_PI_SQUARED][real], want[real], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.timeout(60)
+def test_lora_actor_packed_fused_token_budget_log_probs_match_a_plain_peft_forward(tiny_model_dir):
+    """The settings goal E2's LoRA run uses (packed rows, the fused head, micro-batches by token budget), on a PEFT
+    model: log-probs with the adapter on, and with it off (the reference), equal a padded full-logits forward of
+    the PEFT model, and of the base model alone."""
+    from types import SimpleNamespace
+
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from rlpost.protocol import DataProto
+    from rlpost.workers.actor import DataParallelPPOActor
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    plain = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    peft = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0))
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in peft.named_parameters():
+            if ".lora_B." in name:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.2)
+    model = peft.base_model.model
+    mb = make_batch(model.config.vocab_size)
+    config = SimpleNamespace(entropy_from_logits_with_chunking=False, entropy_from_logits_chunk_size=2048,
+                             use_torch_compile=False, entropy_checkpointing=False)
+    tokens = int(mb[keys.ATTENTION_MASK].sum())
+    data = DataProto.from_dict(tensors={k: mb[k] for k in (keys.INPUT_IDS, keys.ATTENTION_MASK, keys.POSITION_IDS,
+                                                           keys.RESPONSES)},
+                               meta_info={"micro_batch_size": 2, "use_dynamic_bsz": True,
+                                          "max_token_len": tokens // 2 + 1, keys.META_TEMPERATURE: 1.0})
+    actor = DataParallelPPOActor(config, model, use_remove_padding=True, use_fused_kernels=True)
+    real = mb[keys.RESPONSE_MASK].bool()
+    r = mb[keys.RESPONSES].shape[1]
+
+    def want(m: torch.nn.Module) -> torch.Tensor:
+        with torch.no_grad():
+            logits = m(input_ids=mb[keys.INPUT_IDS], attention_mask=mb[keys.ATTENTION_MASK],
+                       position_ids=mb[keys.POSITION_IDS]).logits[:, -r - 1:-1]
+        return torch.log_softmax(logits.float(), -1).gather(-1, mb[keys.RESPONSES][..., None])[..., 0]
+
+    on, _ = actor.compute_log_prob(data, calculate_entropy=False)
+    torch.testing.assert_close(on[real], want(model)[real], atol=1e-5, rtol=1e-5)
+    with peft.disable_adapter():
+        off, _ = actor.compute_log_prob(data, calculate_entropy=False)
+    torch.testing.assert_close(off[real], want(plain)[real], atol=1e-5, rtol=1e-5)
+    assert (on[real] - off[real]).abs().max() > 1e-2  # the adapter moves the log-probs: both checks mean something
