@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -86,5 +87,19 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         return spec
 
 
+def _run_shadowed() -> None:
+    """Run the `sitecustomize` this one shadows (the next on sys.path), if any: the host's start-up stays as it was."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for entry in sys.path:
+        path = os.path.join(entry or ".", "sitecustomize.py")
+        if os.path.abspath(entry or ".") != here and os.path.isfile(path):
+            spec = importlib.util.spec_from_file_location("_shadowed_sitecustomize", path)
+            if spec is not None and spec.loader is not None:
+                spec.loader.exec_module(importlib.util.module_from_spec(spec))
+            return
+
+
 if not any(isinstance(f, _AfterImport) for f in sys.meta_path):
     sys.meta_path.insert(0, _AfterImport())
+    if __name__ == "sitecustomize":
+        _run_shadowed()

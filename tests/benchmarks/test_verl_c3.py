@@ -76,11 +76,14 @@ def test_hook_patches_at_import_in_a_fresh_process(tmp_path: Path) -> None:
         (d / "__init__.py").write_text("")
     (pkg / "agent_loop.py").write_text("class AgentLoopWorker:\n    async def _run_agent_loop(self, sp, traj, **kw):"
                                        "\n        return sp\n")
-    env = {**os.environ, "PYTHONPATH": f"{REPO / 'benchmarks' / 'verl_caps'}:{tmp_path}"}
-    code = ("import verl.experimental.agent_loop.agent_loop as m; "
-            "print(m.AgentLoopWorker._run_agent_loop._verl_caps)")
+    host = tmp_path / "host_site"  # a start-up hook the host had: still run, after ours
+    host.mkdir()
+    (host / "sitecustomize.py").write_text("import os\nos.environ['HOST_HOOK_RAN'] = '1'\n")
+    env = {**os.environ, "PYTHONPATH": f"{REPO / 'benchmarks' / 'verl_caps'}:{tmp_path}:{host}"}
+    code = ("import os, verl.experimental.agent_loop.agent_loop as m; "
+            "print(m.AgentLoopWorker._run_agent_loop._verl_caps, os.environ.get('HOST_HOOK_RAN'))")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=30)
-    assert out.stdout.strip() == "True", out.stderr
+    assert out.stdout.strip() == "True 1", out.stderr
     assert verl_c3.caps_patched(out.stderr) == 1
 
 
@@ -96,7 +99,7 @@ def test_session_script_commands_parse_and_fit(tmp_path: Path) -> None:
         cmds[name] = shlex.split(cmd)
         if limit:
             limits[name] = int(limit.removesuffix(" s)"))
-    assert sum(limits.values()) + 60 <= 560  # one device call (600 s) with the model build and the summaries
+    assert sum(limits.values()) + 40 <= 590  # one device call (600 s) with the model build and the summaries
     rl = verl_c3.parse_args(cmds["rlpost"][3:])
     vr = verl_side.parse_args(cmds["verl"][3:])
     c3 = verl_c3.parse_args(cmds["c3"][3:])
@@ -185,3 +188,20 @@ def test_summary_from_parser_fixtures(tiny_model_dir: str, tmp_path: Path) -> No
     assert no_caps.goals["C3"]["met"] is None  # verl ran without the caps patch
     empty = verl_c3.summarise([], from_file, expected, cfg, 1, "x")
     assert empty.goals["C3"]["value"] is None and "rlpost" in empty.goals["C3"]["reason"]
+
+
+def test_rlpost_side_command_passes_rlpost_dry_run(tiny_model_dir: str, tmp_path: Path) -> None:
+    """rlpost's run (its GPU example with the workload's overrides) is accepted by rlpost's own config check."""
+    from transformers import AutoTokenizer
+
+    wl = workload.gsm8k_shaped(2, 8, cap=1024, seed=0)  # the dry run checks the settings, not the rows
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    for name in ("train", "val"):
+        workload.write_parquet(wl, tok, tmp_path / "data" / f"{name}.parquet")
+    cmd = verl_c3.rlpost_command(tmp_path / "data", tmp_path / "run", 5, 64, 192, 1024) + ["trainer.dry_run=true"]
+    env = {**os.environ, "MODEL_PATH": tiny_model_dir, "DATA_DIR": str(tmp_path / "data"), "N_GPUS": "1",
+           "PYTHONPATH": str(REPO)}
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=50)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-2000:]
+    assert "per step: 64 prompts -> 512 responses" in out.stdout and "total training steps: 5" in out.stdout
+    assert "1 mini-batches per step" in out.stdout  # one optimizer step a step, as verl's ppo_mini_batch_size=64
