@@ -107,8 +107,10 @@ def verl_command(model_dir: Path, data: Path, steps: int, prompt_len: int, cap: 
 def side_env(site: Path, metrics: Path) -> dict[str, str]:
     """The verl run's environment: the caps patch, then the side folder, in front of what PYTHONPATH held."""
     rest = os.environ.get("PYTHONPATH", "")
+    # vLLM's own default (engine core in its own process), which verl's async server is built on; rlpost's
+    # commands export 0 (its engine lives in the worker)
     return {"PYTHONPATH": f"{CAPS_DIR}:{site}" + (f":{rest}" if rest else ""), "PYTHONUNBUFFERED": "1",
-            "VERL_FILE_LOGGER_PATH": str(metrics)}
+            "VERL_FILE_LOGGER_PATH": str(metrics), "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
 
 
 def write_data(args: argparse.Namespace) -> None:
