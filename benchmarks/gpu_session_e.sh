@@ -19,12 +19,9 @@
 #   M05 [/tmp/m_0.5b], M7 [/tmp/model_7b]   model folders (random weights, built when missing)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-DRY=0
-[[ "${1:-}" == "--dry-run" ]] && DRY=1
-PY=${PYTHON:-python3}
-OUT=${OUT:-benchmarks}
-GPU=$($PY -c "from benchmarks import harness; print(harness.slug(harness.gpu_name()))")
-SESSION="$OUT/results/$(date -u +%F)_${GPU}"
+TAG=gpu_session_e
+# shellcheck source=benchmarks/gpu_session_lib.sh
+source benchmarks/gpu_session_lib.sh "$@"  # DRY, PY, OUT, SESSION, SUMMARY_CMD, part, print_goals
 E1_LIMIT_S=${E1_LIMIT_S:-180}
 E2_LIMIT_S=${E2_LIMIT_S:-240}
 E1_ARGS=${E1_ARGS:---prompts 64 --n 8 --rounds 8}
@@ -40,9 +37,6 @@ E1_CMD=($PY -m benchmarks.bench_critic --model-dir "$M05" $E1_ARGS --session "$S
 # shellcheck disable=SC2206
 E2_CMD=($PY benchmarks/bench_lora.py --arch 7b --modes lora_adapter --limits --model-dir "$M7" $E2_ARGS
         --timeout $((E2_LIMIT_S - 15)) --limits-timeout $((E2_LIMIT_S * 11 / 24)) --out "$SESSION/lora_7b.json")
-SUMMARY_CMD=($PY -m benchmarks.session_summary "$SESSION" --results "$OUT/results")
-# outside the repository's results the generated page goes beside them, not over docs/benchmarks/current.md
-[[ "$OUT" != benchmarks ]] && SUMMARY_CMD+=(--page "$OUT/current.md")
 
 if (( DRY )); then
     echo "session: $SESSION"
@@ -54,23 +48,7 @@ if (( DRY )); then
 fi
 
 mkdir -p "$SESSION"
-part() {  # name limit command...: run under a hard limit, its output into the session's log and the console
-    local name=$1 limit=$2
-    shift 2
-    local start=$SECONDS
-    timeout -k 10 "$limit" "$@" 2>&1 | tee "$SESSION/$name.log"
-    local rc=${PIPESTATUS[0]}
-    echo "[gpu_session_e] $name: rc $rc after $((SECONDS - start)) s (limit $limit s)" | tee -a "$SESSION/$name.log"
-    $PY -m ray.scripts.scripts stop --force >/dev/null 2>&1 || true  # a part cut short leaves no Ray on the GPU
-}
 part e1_critic "$E1_LIMIT_S" "${E1_CMD[@]}"
 part e2_lora_7b "$E2_LIMIT_S" "${E2_CMD[@]}"
 "${SUMMARY_CMD[@]}" || { echo "[gpu_session_e] no result file in $SESSION: see the logs there"; exit 1; }
-$PY - "$SESSION/summary.json" <<'EOF'
-import json, sys
-goals = json.load(open(sys.argv[1]))["goals"]
-for gid in ("E1", "E1_update", "E2"):
-    g = goals[gid]
-    print(f"[gpu_session_e] {gid}: value {g['value']} [{g['ci_low']}, {g['ci_high']}] target {g['target']} "
-          f"met {g['met']}" + (f" ({g['reason']})" if g.get("reason") else ""))
-EOF
+print_goals E1 E1_update E2

@@ -33,9 +33,9 @@ GOALS = {
 REASONS = {
     "A4": "needs engine-setting and scheduling work (two engines per GPU, ...) that was not built; realistic.json "
           "holds today's generation tokens/s on this workload (rlpost_gen_tokens_per_s) as its baseline",
-    "C3": "verl 0.9.1 was not run: no per-sample response caps in verl (the same work needs a rollout patch) and "
-          "the device budget went to A1-C2; benchmarks/verl_side.py sets it up (padded, dynamic batch size: its "
-          "packing needs flash-attn, absent on the host)",
+    "C3": "verl 0.9.1 was not run in this session: bash benchmarks/gpu_session_c3.sh runs both sides on the same "
+          "parquet (ignore_eos and per-sample caps on both; verl padded with dynamic batch size, its packing needs "
+          "flash-attn) and writes verl_c3.json",
     "E1": "benchmarks/bench_critic.py did not run in this session",
     "E1_update": "benchmarks/bench_critic.py did not run in this session",
     "E2": "benchmarks/bench_lora.py --arch 7b --limits did not run in this session",

@@ -81,7 +81,8 @@ def token_prompts(workload: Workload, vocab: int, seed: int = 0, low: int = 10) 
     return [rng.integers(low, vocab, int(p)).tolist() for p in workload.prompt_lens]
 
 
-def _render_len(tokenizer: Any, text: str) -> int:
+def render_len(tokenizer: Any, text: str) -> int:
+    """Tokens of a one-message user prompt under the tokenizer's chat template (what both trainers feed)."""
     messages = [{"role": "user", "content": text}]
     return len(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
                                              return_dict=False))
@@ -95,7 +96,7 @@ def prompt_text(tokenizer: Any, target: int, rng: np.random.Generator) -> str:
     lo, hi = 1, len(words)
     while lo < hi:  # the longest prefix that fits
         mid = (lo + hi + 1) // 2
-        if _render_len(tokenizer, " ".join(words[:mid])) <= target:
+        if render_len(tokenizer, " ".join(words[:mid])) <= target:
             lo = mid
         else:
             hi = mid - 1
