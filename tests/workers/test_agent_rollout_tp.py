@@ -119,20 +119,25 @@ def _tool_yaml(path: str) -> str:
     return path
 
 
-def _setup(model_dir: str, tool_yaml: str):
+def _rollout_config(tool_yaml: str):
+    from _compose import SMALL, compose_config
+
+    cfg = compose_config(*SMALL, "data.max_prompt_length=800", "data.max_response_length=600",
+                         "actor_rollout_ref.rollout.multi_turn.enable=true",
+                         "actor_rollout_ref.rollout.calculate_log_probs=true",
+                         f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tool_yaml}")
+    return cfg.actor_rollout_ref.rollout
+
+
+def _setup(model_dir: str, rollout_config):
     from transformers import AutoTokenizer
 
-    from _compose import SMALL, compose_config
     from rlpost.utils.tiny_model import CHAT_TEMPLATE
     from rlpost.workers.agent_rollout import AgentRollout
 
     tok = AutoTokenizer.from_pretrained(model_dir)
     tok.chat_template = CHAT_TEMPLATE
-    cfg = compose_config(*SMALL, "data.max_prompt_length=800", "data.max_response_length=600",
-                         "actor_rollout_ref.rollout.multi_turn.enable=true",
-                         "actor_rollout_ref.rollout.calculate_log_probs=true",
-                         f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tool_yaml}")
-    return tok, AgentRollout(cfg.actor_rollout_ref.rollout, tok)
+    return tok, AgentRollout(rollout_config, tok)
 
 
 def _prompts(tok, markers) -> DataProto:
@@ -146,14 +151,14 @@ def _prompts(tok, markers) -> DataProto:
                                           "do_sample": False})
 
 
-def _rank(rank: int, model_dir: str, tool_yaml: str, out_dir: str) -> None:
+def _rank(rank: int, model_dir: str, rollout_config, out_dir: str) -> None:
     from _agent_doubles import SleepTool
 
     from rlpost.utils.distributed import consecutive_groups, init_distributed
 
     init_distributed("cpu")
     group, tp_rank = consecutive_groups(2)
-    tok, agent = _setup(model_dir, tool_yaml)
+    tok, agent = _setup(model_dir, rollout_config)
     SleepTool.log = []
     rollout = ScriptedRollout(tok, {**SCRIPTS, **FAILING}, group)
     out = agent.generate_in_block(rollout, _prompts(tok, ROWS[rank]), group, tp_rank)
@@ -170,8 +175,8 @@ def _rank(rank: int, model_dir: str, tool_yaml: str, out_dir: str) -> None:
 
 
 def test_tp2_agent_loops_drive_one_engine_in_lock_step(tiny_model_dir, tmp_path):
-    tool_yaml = _tool_yaml(str(tmp_path / "tools.yaml"))
-    spawn(_rank, (tiny_model_dir, tool_yaml, str(tmp_path)), str(tmp_path))
+    rollout_config = _rollout_config(_tool_yaml(str(tmp_path / "tools.yaml")))
+    spawn(_rank, (tiny_model_dir, rollout_config, str(tmp_path)), str(tmp_path))
     r0, r1 = (torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1))
 
     # the peer's engine received exactly the driver's calls, in order, and stepped as often
@@ -183,7 +188,7 @@ def test_tp2_agent_loops_drive_one_engine_in_lock_step(tiny_model_dir, tmp_path)
     assert r0["tool_calls"] == 5 and r1["tool_calls"] == 0  # tools ran once, on the driver only
 
     # the same rows on one engine (TP 1) give the same batch; each rank holds its own rows of it
-    tok, agent = _setup(tiny_model_dir, tool_yaml)
+    tok, agent = _setup(tiny_model_dir, rollout_config)
     single = agent.generate_sequences(ScriptedRollout(tok, SCRIPTS), _prompts(tok, ROWS[0] + ROWS[1]))
     assert sorted(r0["out"]) == sorted(single.batch.keys())
     for key in r0["out"]:
