@@ -43,7 +43,8 @@ def rollout_config(engine: str, tp: int, device: str, prompt_len: int, response_
                  f"{arr}.rollout.gpu_memory_utilization=0.3", f"{arr}.rollout.free_cache_engine=false",
                  f"{arr}.rollout.multi_turn.enable=true", f"{arr}.rollout.multi_turn.tool_config_path={TOOLS}",
                  f"{arr}.rollout.multi_turn.max_assistant_turns=4",
-                 f"{arr}.actor.ppo_mini_batch_size=4", f"{arr}.actor.ppo_micro_batch_size_per_gpu=2"]
+                 f"{arr}.actor.ppo_mini_batch_size=4", f"{arr}.actor.ppo_micro_batch_size_per_gpu=2",
+                 "critic.ppo_micro_batch_size_per_gpu=2"]
     with initialize_config_dir(str(CONFIG_DIR), version_base=None):
         cfg = compose("ppo_trainer", overrides=overrides)
     return validate_config(cfg).actor_rollout_ref.rollout
@@ -100,7 +101,6 @@ def run(args) -> dict:
         result = {"tensors": {k: torch.cat([p["tensors"][k] for p in parts]) for k in KEYS},
                   "turns": parts[0]["turns"] + parts[1]["turns"], "engine_start_s": result["engine_start_s"],
                   "generate_s": result["generate_s"]}
-        dist.destroy_process_group()
     return result
 
 

@@ -235,3 +235,21 @@ def test_a_peer_that_finishes_other_requests_is_stopped(tiny_model_dir):
     in_step = ListChannel([("step", [add], []), ("step", [], []), ("stop", [], ["agent-0"])])
     stats = follow(SpmdScriptedEngine(tok, {"C": ["one two three four"]}), in_step)
     assert (stats.steps, stats.adds, stats.aborts, stats.errors) == (2, 1, 0, [])
+
+
+def test_check_script_compares_row_by_row_and_wants_an_even_row_count():
+    """scripts/check_multiturn_tp.py (the real-engine TP 2 / TP 1 check): its comparison counts the identical rows
+    and the rows with a tool turn; an odd --rows is refused before anything starts."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "scripts"))
+    import check_multiturn_tp as check
+
+    tensors = {k: torch.arange(12).reshape(3, 4) for k in check.KEYS}
+    other = {k: v.clone() for k, v in tensors.items()}
+    other["responses"][1, 3] = -1
+    tp1 = {"tensors": tensors, "turns": [4, 2, 6], "generate_s": 0.5}
+    tp2 = {"tensors": other, "turns": [4, 2, 6], "generate_s": 1.5}
+    summary = check.compare(tp1, tp2)
+    assert (summary["rows"], summary["rows_identical"], summary["tool_turn_rows"]) == (3, 2, 2)
+    assert summary["generate_s"] == {"tp1": 0.5, "tp2": 1.5}
+    with pytest.raises(SystemExit):
+        check.main(["--model", "m", "--data", "d", "--out", "o", "--rows", "3"])
