@@ -28,7 +28,7 @@ from rlpost.agent.trajectory import encode  # noqa: E402
 from rlpost.protocol import DataProto  # noqa: E402
 from rlpost.rollout.async_engine import SteppedEngine  # noqa: E402
 from rlpost.rollout.base import BaseRollout  # noqa: E402
-from rlpost.rollout.lockstep import LockstepError, StepChannel, follow  # noqa: E402
+from rlpost.rollout.lockstep import LockstepError, StepChannel, finished_digest, follow  # noqa: E402
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -225,14 +225,15 @@ def test_a_peer_that_finishes_other_requests_is_stopped(tiny_model_dir):
     prompt = encode(tok, "C: hi<|im_start|>assistant\n")
     add = ("add", "agent-0", prompt, spec)
     # 4 reply tokens: the request needs 2 steps; the driver claims it finished after the first
-    channel = ListChannel([("step", [add], []), ("step", [], ["agent-0"]), ("stop", [], [])])
+    none, first = finished_digest([]), finished_digest(["agent-0"])
+    channel = ListChannel([("step", [add], none), ("step", [], first), ("stop", [], none)])
     engine = SpmdScriptedEngine(tok, {"C": ["one two three four"]})
-    with pytest.raises(LockstepError, match=r"out of step after 1 engine steps: this rank's engine finished \[\], "
-                                            r"the driver's \['agent-0'\]"):
+    with pytest.raises(LockstepError, match=r"out of step after 1 engine steps: this rank's engine finished \[\] in "
+                                            "its last step, the driver's engine other requests"):
         follow(engine, channel)
     assert channel.messages == [] and [c[0] for c in engine.calls] == ["add", "step", "step"]
 
-    in_step = ListChannel([("step", [add], []), ("step", [], []), ("stop", [], ["agent-0"])])
+    in_step = ListChannel([("step", [add], none), ("step", [], none), ("stop", [], first)])
     stats = follow(SpmdScriptedEngine(tok, {"C": ["one two three four"]}), in_step)
     assert (stats.steps, stats.adds, stats.aborts, stats.errors) == (2, 1, 0, [])
 
