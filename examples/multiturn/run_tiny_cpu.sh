@@ -7,6 +7,7 @@
 #   AGENT_LOOP=verl bash examples/multiturn/run_tiny_cpu.sh       # the calculator loop of calculator_agent_loop.py,
 #                                                                 # written against verl's agent-loop API
 #   bash examples/multiturn/run_tiny_cpu.sh trainer.total_training_steps=10   # any override, last wins
+#   PREPARE_ONLY=1 bash examples/multiturn/run_tiny_cpu.sh                    # build data and model, no training
 #
 # Built on first use under $WORK_DIR (or given by DATA_DIR / MODEL_PATH):
 #   1. the task data: examples/data_preprocess/calculator.py ("What is 347 * 29? Use the calculator, ...")
@@ -41,6 +42,9 @@ if [ ! -f "$MODEL_PATH/config.json" ]; then
       model.partial_pretrain="$BASE_MODEL" optim.lr=3e-3 trainer.total_training_steps="$SFT_STEPS" \
       trainer.default_local_dir="$WORK_DIR/sft" trainer.logger='[console]' trainer.device=cpu \
       trainer.n_gpus_per_node=1 trainer.seed=1
+fi
+if [ -n "${PREPARE_ONLY:-}" ]; then  # data and model only (examples/multiturn/run_gsm8k_multiturn_tp2.sh uses them)
+  exit 0
 fi
 
 INTERACTION_ARGS=()

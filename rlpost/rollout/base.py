@@ -70,6 +70,10 @@ class BaseRollout(abc.ABC):
     """A generation engine living inside the actor/rollout worker process.
 
     Attributes:
+        agent_tp_mode: how the tensor-parallel peers of one engine take part in multi-turn rollouts
+            (`rlpost.workers.agent_rollout.AgentRollout.generate_in_block`): "lockstep" (each rank calls its
+            engine SPMD; the peers replay the first rank's engine calls), "owner" (the first rank's engine runs
+            the block's TP workers itself) or None (no tensor parallelism with agent loops).
         last_sync_s: seconds the last `update_weights` took (the worker reports it as
             `timing_s/update_weights`); 0.0 before the first sync.
         needs_sync: True while the engine holds no valid weights (vLLM after a level-2 sleep): the
@@ -78,6 +82,7 @@ class BaseRollout(abc.ABC):
 
     last_sync_s: float = 0.0
     needs_sync: bool = False
+    agent_tp_mode: str | None = None
 
     @abc.abstractmethod
     def generate_sequences(self, prompts: DataProto) -> DataProto:

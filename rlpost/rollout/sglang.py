@@ -92,6 +92,8 @@ class SGLangRollout(BaseRollout):
     """SGLang engine of this rank's TP block (see the module docstring); TP peers must make every call
     together, with the same prompts (the worker gathers the block's rows first)."""
 
+    agent_tp_mode = "owner"  # multi-turn: the owner's engine serves the block's agent loops, the peers wait
+
     def __init__(self, config: Any, model_path: str, tokenizer: Any, device: str,
                  module: torch.nn.Module | None = None) -> None:
         sglang = _import_sglang(device)
@@ -143,9 +145,10 @@ class SGLangRollout(BaseRollout):
 
     def agent_engine(self, stop_ids: set[int]) -> SGLangAgentEngine:
         """The agent loops' front: each request goes to SGLang's own scheduler as it comes (see
-        `SGLangAgentEngine`); multi-turn runs one engine per rank (tensor_model_parallel_size=1)."""
+        `SGLangAgentEngine`); with TP > 1 only the block's owner has one (it runs the block's agent loops)."""
         if self.engine is None:
-            raise RuntimeError("multi-turn SGLang rollouts need tensor_model_parallel_size=1 (an engine per rank)")
+            raise RuntimeError("this rank is a TP peer without an SGLang engine: the block's first rank runs the "
+                               "agent loops (AgentRollout.generate_in_block)")
         return SGLangAgentEngine(self.engine, stop_ids)
 
     def run_coroutine(self, coroutine: Coroutine[Any, Any, T]) -> T:

@@ -57,16 +57,13 @@ def _rank_world() -> tuple[int, int]:
 
 
 def _parallel_kwargs(config: Any, device: str) -> dict[str, Any]:
-    """TP layout. Every rank runs its own in-process engine. With TP>1 (GPU only) each block of `tp`
-    consecutive ranks holds one engine, one shard per rank (`external_launcher`); the blocks generate
-    independently (vLLM's "external data parallel": no lock-step between them). The worker hands the
-    peers of a block the same prompts (`ActorRolloutRefWorker._generate_with_tp_peers`)."""
+    """TP layout. Every rank runs its own in-process engine. With TP>1 each block of `tp` consecutive ranks
+    holds one engine, one shard per rank (`external_launcher`; on CPU its collectives go over gloo); the
+    blocks generate independently (vLLM's "external data parallel": no lock-step between them). The worker
+    hands the peers of a block the same prompts (`ActorRolloutRefWorker._generate_with_tp_peers`), and in
+    multi-turn rollouts the same engine calls (`rlpost.rollout.lockstep`)."""
     tp = config.tensor_model_parallel_size
     _, world = _rank_world()
-    if device != "cuda" and tp != 1:
-        raise ValueError(
-            f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp}: vLLM on CPU needs 1 (set it to 1)"
-        )
     if world % tp:
         raise ValueError(
             f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp} must divide the world size {world}"
@@ -352,6 +349,8 @@ class VLLMRollout(BaseRollout):
     (Qwen2/Llama: identical, so None). `lora_rank` > 0: the engine keeps the base weights and serves the
     actor's LoRA adapter (`load_adapter`); its sleep then keeps the weights in host memory (level 1), since
     they are not re-synced each step."""
+
+    agent_tp_mode = "lockstep"  # external_launcher: every TP rank steps its engine (`rlpost.rollout.lockstep`)
 
     def __init__(
         self,

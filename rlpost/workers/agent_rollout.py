@@ -13,6 +13,16 @@ single-turn batch fields, so the trainer treats both alike:
 plus per-row fields: `__num_turns__`, `agent_metrics` (the trajectory's counters, summed up as the
 `multi_turn/*` step metrics by the trainer), `tool_rewards`, `turn_scores`; and `rm_scores` when every
 loop scored its own trajectory. P = data.max_prompt_length, R = data.max_response_length (all turns).
+
+With tensor parallelism (`generate_in_block`) only the block's first rank runs agent loops, for the rows of
+the whole block; how its peers take part depends on the engine (`BaseRollout.agent_tp_mode`):
+
+- "lockstep" (vLLM `external_launcher`: every TP rank holds a shard and calls its engine SPMD): the first
+  rank drives its engine through `rlpost.rollout.lockstep.LockstepDriver`, the peers replay each of its
+  engine calls (`follow`), so all shards see identical adds, aborts and steps.
+- "owner" (SGLang: the first rank's engine runs the block's TP schedulers itself): the peers wait.
+
+Then the first rank broadcasts the block's batch and every rank keeps its own rows.
 """
 
 from __future__ import annotations
@@ -29,7 +39,9 @@ from rlpost.config.base import to_plain
 from rlpost.protocol import DataProto
 from rlpost.rollout.async_engine import AgentEngine, sampling_kwargs
 from rlpost.rollout.base import BaseRollout, resolve_sampling
+from rlpost.rollout.lockstep import GroupChannel, LockstepDriver, follow
 from rlpost.rollout.utils import eos_id_set
+from rlpost.workers.batching import group_rows, own_rows
 
 
 class AgentRollout:
@@ -53,8 +65,50 @@ class AgentRollout:
         self.prompt_length = int(rollout_config.prompt_length)
         self.response_length = int(rollout_config.response_length)
 
-    def generate_sequences(self, rollout: BaseRollout, prompts: DataProto) -> DataProto:
-        """One trajectory per row of `prompts`.
+    def generate_in_block(self, rollout: BaseRollout, prompts: DataProto, group: Any, tp_rank: int) -> DataProto:
+        """`generate_sequences` for a tensor-parallel block (see the module docstring): the block's rows run on
+        its first rank, the result is broadcast and each rank gets its own rows back. `group` None (TP 1):
+        this rank's rows on its own engine.
+
+        Raises:
+            RuntimeError: on the peers, when the first rank failed (its own error is raised there).
+            NotImplementedError: the engine has no tensor-parallel multi-turn mode.
+        """
+        if group is None:
+            return self.generate_sequences(rollout, prompts)
+        import torch.distributed as dist
+
+        mode = rollout.agent_tp_mode
+        if mode not in ("lockstep", "owner"):
+            raise NotImplementedError(
+                f"not supported yet: actor_rollout_ref.rollout.tensor_model_parallel_size="
+                f"{dist.get_world_size(group)} with actor_rollout_ref.rollout.multi_turn.enable=true on the "
+                f"{type(rollout).__name__} engine; set actor_rollout_ref.rollout.tensor_model_parallel_size=1")
+        rows, start = group_rows(prompts, group, tp_rank)
+        src = dist.get_rank() - tp_rank
+        channel = GroupChannel(group, src)
+        result: list[Any] = [None]
+        failure: BaseException | None = None
+        try:
+            if tp_rank == 0:
+                wrap = (lambda engine: LockstepDriver(engine, channel)) if mode == "lockstep" else None
+                result = [self.generate_sequences(rollout, rows, wrap=wrap)]
+            elif mode == "lockstep":
+                follow(rollout.agent_engine(eos_id_set(rows.meta_info.get(keys.META_EOS_TOKEN_ID))), channel)
+        except Exception as err:  # noqa: BLE001  (every rank must still join the broadcast below)
+            failure = err
+            result = [f"{type(err).__name__}: {err}"]
+        dist.broadcast_object_list(result, src=src, group=group)
+        if failure is not None:
+            raise failure
+        if isinstance(result[0], str):
+            raise RuntimeError(f"multi-turn rollout failed on the first rank of this tensor-parallel block "
+                               f"(rank {src}): {result[0]}")
+        return own_rows(result[0], start, len(prompts))
+
+    def generate_sequences(self, rollout: BaseRollout, prompts: DataProto, wrap: Any = None) -> DataProto:
+        """One trajectory per row of `prompts`; `wrap` (optional) wraps the rollout's agent front (e.g. a
+        `LockstepDriver`).
 
         Reads non-tensor `raw_prompt` (and `raw_prompt_ids`, `agent_name`, `tools_kwargs`, `interaction_kwargs`
         when present); meta_info `eos_token_id`, `pad_token_id`, `validate`, `do_sample`, `chat_template_kwargs`.
@@ -65,6 +119,8 @@ class AgentRollout:
         pad_id = int(meta.get(keys.META_PAD_TOKEN_ID) or 0)
         config = dataclasses.replace(self.config, template_kwargs=dict(meta.get(keys.META_CHAT_TEMPLATE_KWARGS) or {}))
         engine = rollout.agent_engine(eos_id_set(meta.get(keys.META_EOS_TOKEN_ID)))
+        if wrap is not None:
+            engine = wrap(engine)
         rows = [{k: v[i] for k, v in prompts.non_tensor_batch.items()} for i in range(len(prompts))]
         outputs = rollout.run_coroutine(self._run(rows, engine, config, sampling_kwargs(spec)))
         tensors = collate_agent_outputs(outputs, self.prompt_length, self.response_length, pad_id)

@@ -373,7 +373,7 @@ class ActorRolloutRefWorker(_FSDPRole):
         self.rollout.wake_up()
         woke = time.perf_counter()
         if self.agent_rollout is not None:
-            out = self.agent_rollout.generate_sequences(self.rollout, prompts)
+            out = self.agent_rollout.generate_in_block(self.rollout, prompts, self._tp_group, self._tp_rank)
         else:
             out = self._generate_with_tp_peers(prompts)
         generated = time.perf_counter()

@@ -185,6 +185,30 @@ def test_multiturn_tiny_cpu_script_dry_run(interaction, tmp_path):
     assert "multi-turn: an agent loop per row (agent_name column, else tool_agent), tools: " in plan
 
 
+@pytest.mark.parametrize(("env", "engine", "tp", "device"), [
+    ({}, "vllm", 1, "cpu"), ({"TP": "2"}, "vllm", 2, "cpu"),
+    ({"DEVICE": "gpu"}, "sglang", 2, "cuda"), ({"DEVICE": "gpu", "ENGINE": "vllm"}, "vllm", 2, "cuda")])
+def test_multiturn_tp2_script_dry_run(env, engine, tp, device, tmp_path):
+    """examples/multiturn/run_gsm8k_multiturn_tp2.sh (verl's TP-2 multi-turn GSM8K script, downscaled; data and
+    model given): 2 steps on CPU with TP 1 (or 2), TP 2 on 2 GPUs with SGLang or vLLM; verl's keys kept."""
+    data, model = tmp_path / "data", tmp_path / "model"
+    data.mkdir()
+    model.mkdir()
+    pd.DataFrame({"prompt": ["p"] * 64}).to_parquet(data / "train.parquet")
+    (model / "config.json").write_text("{}")
+    overrides = launch_args(EXAMPLES / "multiturn" / "run_gsm8k_multiturn_tp2.sh",
+                            {"HOME": str(tmp_path), "DATA_DIR": str(data), "MODEL_PATH": str(model), **env}, tmp_path)
+    verl = {"actor_rollout_ref.actor.kl_loss_type=low_var_kl", "actor_rollout_ref.ref.fsdp_config.param_offload=True",
+            "actor_rollout_ref.rollout.multi_turn.format=qwen", "actor_rollout_ref.hybrid_engine=True",
+            "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=5", "data.return_raw_chat=True"}
+    assert verl <= set(overrides)
+    cfg, plan = dry_run(overrides)
+    rollout = cfg.actor_rollout_ref.rollout
+    assert (rollout.name, rollout.tensor_model_parallel_size, cfg.trainer.device) == (engine, tp, device)
+    assert rollout.multi_turn.enable and cfg.trainer.total_training_steps == 2
+    assert "multi-turn: an agent loop per row" in plan
+
+
 def test_multiturn_example_yamls_load_in_verl_shape():
     from rlpost.interactions.utils.interaction_registry import interactions_by_name
     from rlpost.tools.utils.tool_registry import tools_by_name

@@ -239,8 +239,8 @@ def test_engine_kwargs_mapping_and_errors(monkeypatch):
     assert tuned["max_model_len"] == 100 and tuned["enable_prefix_caching"] is False
     assert tuned["compilation_config"] == {"cudagraph_capture_sizes": [1, 2, 4]}
     assert engine_kwargs(_rollout_cfg("actor_rollout_ref.rollout.load_format=hf"), "/m", "cpu")["load_format"] == "auto"
-    with pytest.raises(ValueError, match="tensor_model_parallel_size=2: vLLM on CPU needs 1"):
-        engine_kwargs(tp2, "/m", "cpu")
+    cpu = engine_kwargs(tp2, "/m", "cpu")  # CPU: the same launcher, its collectives over gloo
+    assert cpu["distributed_executor_backend"] == "external_launcher" and cpu["tensor_parallel_size"] == 2
     with pytest.raises(ValueError, match="load_format='bogus'"):
         load_format_name("bogus")
     with pytest.raises(NotImplementedError, match="not supported yet: .*swap_space"):

@@ -106,10 +106,6 @@ def check_combinations(c: PPOTrainerConfig) -> None:
     if algo.use_kl_in_reward and c.actor_rollout_ref.actor.use_kl_loss:
         warn(f"algorithm.use_kl_in_reward=true and {ARR}.actor.use_kl_loss=true: double KL penalty "
              f"(reward and loss); usually keep one, e.g. {ARR}.actor.use_kl_loss=false.")
-    if rollout.name == "vllm" and c.trainer.device == "cpu" and rollout.tensor_model_parallel_size != 1:
-        fail(f"{ARR}.rollout.tensor_model_parallel_size={rollout.tensor_model_parallel_size}, trainer.device=cpu",
-             "vLLM on CPU runs one engine per worker without tensor parallelism",
-             f"{ARR}.rollout.tensor_model_parallel_size=1")
     corr = algo.rollout_correction
     if (corr.rollout_is or corr.rollout_rs or corr.bypass_mode) and not rollout.calculate_log_probs:
         fail(f"algorithm.rollout_correction (rollout_is={show(corr.rollout_is)}, rollout_rs={show(corr.rollout_rs)}, "
@@ -300,6 +296,8 @@ def check_lora(c: PPOTrainerConfig) -> None:
 
 # Engines with a multi-turn (agent loop) front: `BaseRollout.agent_engine`.
 MULTI_TURN_ENGINES = ("vllm", "sglang", "hf")
+# ... and with tensor parallelism (`BaseRollout.agent_tp_mode`, `AgentRollout.generate_in_block`)
+MULTI_TURN_TP_ENGINES = ("vllm", "sglang")
 
 
 def check_multi_turn(c: PPOTrainerConfig) -> None:
@@ -321,15 +319,13 @@ def check_multi_turn(c: PPOTrainerConfig) -> None:
     if rollout.name not in MULTI_TURN_ENGINES:
         fail(f"not supported yet: {ARR}.rollout.name={rollout.name} with {ARR}.rollout.multi_turn.enable=true",
              f"multi-turn rollouts run on the {' or '.join(MULTI_TURN_ENGINES)} engine", f"{ARR}.rollout.name=vllm")
-    if rollout.tensor_model_parallel_size != 1:
-        # TP peers drive one engine (vLLM `external_launcher`; SGLang's engine on the block's first rank) and
-        # must add the same requests at the same engine steps; agent loops add theirs whenever a tool returns.
+    if rollout.tensor_model_parallel_size != 1 and rollout.name not in MULTI_TURN_TP_ENGINES:
+        # the block's first rank runs the agent loops: vLLM's peers replay its engine calls (lock-step), SGLang's
+        # engine runs the block's TP schedulers itself; the HF engine has no tensor-parallel layout
         fail(f"not supported yet: {ARR}.rollout.tensor_model_parallel_size={rollout.tensor_model_parallel_size} "
-             f"with {ARR}.rollout.multi_turn.enable=true",
-             "the tensor-parallel peers of one engine must submit identical requests at every engine step, "
-             "while each rank's agent loops submit a trajectory's next turn whenever its tools return, so the "
-             "peers' engines would diverge; each rollout worker runs its agent loops on an engine of its own",
-             f"{ARR}.rollout.tensor_model_parallel_size=1 (more, smaller engines: one per GPU)")
+             f"with {ARR}.rollout.multi_turn.enable=true and {ARR}.rollout.name={rollout.name}",
+             f"tensor-parallel agent loops run on the {' or '.join(MULTI_TURN_TP_ENGINES)} engine",
+             f"{ARR}.rollout.tensor_model_parallel_size=1 or {ARR}.rollout.name=vllm")
     if not c.data.return_raw_chat:
         fail(f"{ARR}.rollout.multi_turn.enable=true, data.return_raw_chat=false",
              "agent loops render each conversation from the chat messages of the row", "data.return_raw_chat=true")

@@ -25,10 +25,13 @@ def test_multi_turn_keys_are_accepted(small_cfg):
     assert cfg.data.return_raw_chat is True and cfg.data.tool_config_path == "/t.yaml"  # both follow multi_turn
 
 
-def test_sglang_runs_multi_turn_with_an_engine_per_rank(small_cfg):
-    cfg = validate_config(small_cfg({f"{MT}.enable": True, f"{ARR}.rollout.name": "sglang", "trainer.device": "cuda",
-                                     f"{ARR}.rollout.tensor_model_parallel_size": 1}))
-    assert cfg.actor_rollout_ref.rollout.name == "sglang" and cfg.actor_rollout_ref.rollout.multi_turn.enable
+@pytest.mark.parametrize(("name", "device"), [("sglang", "cuda"), ("vllm", "cuda"), ("vllm", "cpu")])
+@pytest.mark.parametrize("tp", [1, 2])
+def test_multi_turn_runs_with_tensor_parallel_engines(small_cfg, name, device, tp):
+    cfg = validate_config(small_cfg({f"{MT}.enable": True, f"{ARR}.rollout.name": name, "trainer.device": device,
+                                     f"{ARR}.rollout.tensor_model_parallel_size": tp}))
+    rollout = cfg.actor_rollout_ref.rollout
+    assert (rollout.name, rollout.tensor_model_parallel_size, rollout.multi_turn.enable) == (name, tp, True)
 
 
 def test_agent_num_workers_is_accepted_with_a_notice(small_cfg):
@@ -38,12 +41,10 @@ def test_agent_num_workers_is_accepted_with_a_notice(small_cfg):
 
 
 RULES = [
-    ({f"{MT}.enable": True, f"{ARR}.rollout.tensor_model_parallel_size": 2, "trainer.device": "cuda"},
-     f"not supported yet: {ARR}.rollout.tensor_model_parallel_size=2 with {MT}.enable=true: the tensor-parallel "
-     "peers of one engine must submit identical requests at every engine step"),
-    ({f"{MT}.enable": True, f"{ARR}.rollout.name": "sglang", f"{ARR}.rollout.tensor_model_parallel_size": 2,
-      "trainer.device": "cuda"},
-     f"not supported yet: {ARR}.rollout.tensor_model_parallel_size=2 with {MT}.enable=true"),
+    ({f"{MT}.enable": True, f"{ARR}.rollout.name": "hf", f"{ARR}.rollout.tensor_model_parallel_size": 2},
+     f"not supported yet: {ARR}.rollout.tensor_model_parallel_size=2 with {MT}.enable=true and "
+     f"{ARR}.rollout.name=hf: tensor-parallel agent loops run on the vllm or sglang engine; use "
+     f"{ARR}.rollout.tensor_model_parallel_size=1 or {ARR}.rollout.name=vllm."),
     ({f"{MT}.enable": True, "data.return_raw_chat": False},
      f"{MT}.enable=true, data.return_raw_chat=false: agent loops render each conversation from the chat messages "
      "of the row; use data.return_raw_chat=true."),

@@ -61,7 +61,6 @@ RULES = [
     ({"trainer.n_gpus_per_node": 3}, ["3 devices", "use data.train_batch_size=9"]),
     ({f"{ARR}.rollout.tensor_model_parallel_size": 4, "trainer.device": "cuda"},
      ["tensor_model_parallel_size=4", "tensor_model_parallel_size=2"]),
-    ({f"{ARR}.rollout.tensor_model_parallel_size": 2}, ["trainer.device=cpu", "tensor_model_parallel_size=1"]),
     ({"algorithm.rollout_correction.rollout_is": "token"}, ["calculate_log_probs=true"]),
     ({"algorithm.filter_groups.enable": True, "algorithm.adv_estimator": "gae"}, ["adv_estimator=grpo"]),
     ({"data.gen_batch_size": 16}, ["data.gen_batch_size=16", "algorithm.filter_groups.enable=true"]),
