@@ -132,6 +132,11 @@ def test_gpu_script_dry_run(script, n_gpus, tmp_path):
     arr = cfg.actor_rollout_ref
     units = {arr.actor.fsdp_config.wrap_policy.min_num_params, arr.ref.fsdp_config.wrap_policy.min_num_params}
     assert units == {0 if n_gpus else 10**9}
+    # the small-model speed settings follow the one-unit layout; per-layer units keep verl's checkpointing
+    fast = not n_gpus
+    assert arr.model.enable_gradient_checkpointing is not fast
+    assert arr.actor.use_torch_compile is fast and (arr.actor.use_dynamic_bsz or not fast)
+    assert arr.actor.fsdp_config.use_no_sync_for_gradient_accumulation is fast
     _check_roles(script.parent.name, overrides, plan)
 
 
