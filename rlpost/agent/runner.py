@@ -17,6 +17,7 @@ from rlpost.agent.registry import check_agent_names, load_agent_loops
 from rlpost.agent.samples import agent_name, interaction_kwargs
 from rlpost.interactions.base import BaseInteraction
 from rlpost.interactions.utils.interaction_registry import interactions_by_name
+from rlpost.rollout.over_sample import OverSampled, gather_first_groups
 from rlpost.tools.base_tool import BaseTool
 from rlpost.tools.utils.tool_registry import tools_by_name
 
@@ -60,7 +61,8 @@ async def run_agent_loops(
     sampling_params: dict[str, Any] | None = None,
     resources: AgentResources | None = None,
     trainer_config: Any = None,
-) -> list[AgentLoopOutput]:
+    first_groups: tuple[Sequence[Any], int] | None = None,
+) -> list[AgentLoopOutput] | OverSampled:
     """Run one agent loop per row, all at once; outputs in row order.
 
     Args:
@@ -73,6 +75,10 @@ async def run_agent_loops(
         resources: tools and interactions; None: built from `config` (once per call).
         trainer_config: what loops written against verl read as `self.config` (see
             `rlpost.experimental.agent_loop`); None when no such loop runs.
+        first_groups: (uids (B,), keep) for `rollout.over_sample_rate`: once `keep` groups (rows sharing a uid)
+            have every trajectory finished, the others are cancelled (their engine requests aborted, their tools
+            released) and an `OverSampled` is returned: the outputs, None on the rows of cut groups, and the
+            per-row cut / aborted flags (`rlpost.rollout.over_sample.gather_first_groups`).
 
     Raises:
         ValueError: a row names an unknown agent loop or interaction (nothing has run yet).
@@ -86,6 +92,13 @@ async def run_agent_loops(
         loop = AGENT_LOOPS.get(agent_name(sample, config.default_agent_loop))(context)
         return await loop.run(dict(params), **sample)
 
+    if first_groups is not None:
+        uids, keep = first_groups
+        try:  # gather_first_groups cancels the rest of the call when one trajectory fails
+            return await gather_first_groups([one(dict(s)) for s in samples], list(uids), keep)
+        finally:
+            for service in context.services.values():
+                await service.aclose()
     tasks = [asyncio.ensure_future(one(dict(s))) for s in samples]
     try:
         return list(await asyncio.gather(*tasks))

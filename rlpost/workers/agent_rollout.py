@@ -38,6 +38,7 @@ from rlpost.agent import AgentLoopConfig, AgentLoopOutput, AgentResources, colla
 from rlpost.config.base import to_plain
 from rlpost.protocol import DataProto
 from rlpost.rollout.async_engine import AgentEngine, sampling_kwargs
+from rlpost.rollout.over_sample import OverSampled, groups_to_keep
 from rlpost.rollout.base import BaseRollout, resolve_sampling
 from rlpost.rollout.lockstep import GroupChannel, LockstepDriver, follow
 from rlpost.rollout.utils import eos_id_set
@@ -122,7 +123,17 @@ class AgentRollout:
         if wrap is not None:
             engine = wrap(engine)
         rows = [{k: v[i] for k, v in prompts.non_tensor_batch.items()} for i in range(len(prompts))]
-        outputs = rollout.run_coroutine(self._run(rows, engine, config, sampling_kwargs(spec)))
+        # rollout.over_sample_rate (training batches): the slowest groups' trajectories are cancelled
+        rate = 0.0 if meta.get(keys.META_VALIDATE) else float(self.rollout_config.over_sample_rate)
+        first = None
+        if rate > 0:
+            uids = list(prompts.non_tensor_batch[keys.UID])
+            first = (uids, groups_to_keep(len(set(uids)), rate))
+        outputs = rollout.run_coroutine(self._run(rows, engine, config, sampling_kwargs(spec), first))
+        cut = None
+        if first is not None:  # cut rows: an empty trajectory, dropped by the trainer with the flags below
+            cut = outputs
+            outputs = [placeholder_output(cut.results) if o is None else o for o in cut.results]
         tensors = collate_agent_outputs(outputs, self.prompt_length, self.response_length, pad_id)
         if not spec.logprobs:
             tensors.pop(keys.ROLLOUT_LOG_PROBS, None)
@@ -132,6 +143,9 @@ class AgentRollout:
         if scores is not None:
             tensors[keys.RM_SCORES] = scores
         non_tensors = {**prompts.non_tensor_batch, **_row_fields(outputs)}
+        if cut is not None:
+            non_tensors[keys.OVER_SAMPLE_CUT] = np.array(cut.cut, dtype=bool)
+            non_tensors[keys.OVER_SAMPLE_ABORTED] = np.array(cut.aborted, dtype=bool)
         return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=dict(meta))
 
     def trainer_view(self, config: AgentLoopConfig) -> Any:
@@ -156,7 +170,8 @@ class AgentRollout:
         return view
 
     async def _run(self, rows: list[dict], engine: AgentEngine, config: AgentLoopConfig,
-                   params: dict[str, Any]) -> list[AgentLoopOutput]:
+                   params: dict[str, Any], first_groups: tuple[list, int] | None = None
+                   ) -> list[AgentLoopOutput] | OverSampled:
         limit = self.prompt_length + self.response_length
 
         async def generate(prompt_ids: list[int], sampling_params: dict[str, Any]):
@@ -170,9 +185,18 @@ class AgentRollout:
 
         try:
             return await run_agent_loops(rows, generate, config, self.tokenizer, params, self.resources,
-                                         trainer_config=self.trainer_view(config))
+                                         trainer_config=self.trainer_view(config), first_groups=first_groups)
         finally:
             await engine.close()
+
+
+def placeholder_output(results: list[AgentLoopOutput | None]) -> AgentLoopOutput:
+    """The row of a group the over-sampling cut: one pad-free prompt token of a kept row, no response, and the
+    kept rows' score convention (0.0 when they score themselves), so the batch collates; the trainer drops it."""
+    kept = next(o for o in results if o is not None)
+    return AgentLoopOutput(prompt_ids=kept.prompt_ids[:1], response_ids=[], response_mask=[],
+                           response_logprobs=None if kept.response_logprobs is None else [],
+                           reward_score=None if kept.reward_score is None else 0.0)
 
 
 def _objects(values: list[Any]) -> np.ndarray:

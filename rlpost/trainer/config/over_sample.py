@@ -9,8 +9,9 @@ from rlpost.trainer.config.rules import ARR, fail
 
 
 def check_over_sample(c: PPOTrainerConfig) -> None:
-    """A rate > 0 needs requests the engine can abort one by one (`rollout.mode=async`), no multi-turn rollout or
-    dynamic sampling (not built with it), and a generation batch whose kept share holds a training batch.
+    """A rate > 0 needs requests the engine can abort one by one (`rollout.mode=async`, or multi-turn rollouts,
+    which cancel whole trajectories: `rlpost.agent.runner.run_agent_loops`), no dynamic sampling (not built with
+    it), and a generation batch whose kept share holds a training batch.
 
     Raises:
         ConfigError: naming the keys and a value that works.
@@ -20,14 +21,11 @@ def check_over_sample(c: PPOTrainerConfig) -> None:
     if not rate:
         return
     key = f"{ARR}.rollout.over_sample_rate={rate}"
-    if rollout.multi_turn.enable:
-        fail(f"not supported yet: {key} with {ARR}.rollout.multi_turn.enable=true",
-             "the tail is cut for single-turn rollouts only", f"{ARR}.rollout.over_sample_rate=0")
     if c.algorithm.filter_groups.enable:
         fail(f"not supported yet: {key} with algorithm.filter_groups.enable=true",
              "dynamic sampling already draws generation batches until enough groups are kept",
              f"{ARR}.rollout.over_sample_rate=0")
-    if rollout.mode != "async":
+    if rollout.mode != "async" and not rollout.multi_turn.enable:  # agent loops: one request per turn anyway
         fail(f"{key}, {ARR}.rollout.mode={rollout.mode}",
              "aborting the slowest requests needs each prompt to be its own engine request",
              f"{ARR}.rollout.mode=async")

@@ -31,8 +31,6 @@ REFUSED = {
     "grpo_qwen3_5_2b_openr1_fsdp": "data.image_patch_size",  # images and videos
     "grpo_qwen3_5_2b_video_fsdp": "data.image_patch_size",
     "prefix_grouper_qwen3_8b_fsdp": "actor_rollout_ref.actor.use_prefix_grouper",
-    "sglang_multiturn_qwen2_5_3b_gsm8k_multiturn_fsdp": "actor_rollout_ref.rollout.over_sample_rate",
-    "sglang_multiturn_qwen3_4b_gsm8k_multiturn_fsdp": "actor_rollout_ref.rollout.over_sample_rate",
     "sglang_multiturn_qwen2_5_3b_gsm8k_tool_agent_mlflow_fsdp": "actor_rollout_ref.rollout.trace.backend",
     "tuning_lora_qwen2_5_vl_7b_fsdp": "actor_rollout_ref.model.modules_to_save",
     "rollout_correction_qwen2_5_7b_fsdp": "algorithm.rollout_correction.loss_type",  # reinforce in bypass mode
@@ -44,6 +42,12 @@ NOT_BUILT = {
 # Scripts refused by a value rule, with the start of the message (checked after the feature checks: the
 # Qwen3 script's use_liger=true passed its start-up check before its batch sizes were refused).
 BREAKS_A_RULE = {
+    # over-sampling with multi-turn is built; rlpost trains on train_batch_size whole finished groups, so the
+    # generation batch must hold more prompts (verl pads the aborted responses instead)
+    "sglang_multiturn_qwen2_5_3b_gsm8k_multiturn_fsdp": "actor_rollout_ref.rollout.over_sample_rate=0.1, "
+                                                        "data.gen_batch_size=",
+    "sglang_multiturn_qwen3_4b_gsm8k_multiturn_fsdp": "actor_rollout_ref.rollout.over_sample_rate=0.1, "
+                                                      "data.gen_batch_size=",
     # multi-turn with TP 2 is built; its micro-batch of 40 does not divide the 512 rows per rank and mini-batch
     "sglang_multiturn_qwen2_5_3b_gsm8k": "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=40, mini-batch per "
                                          "data-parallel rank",
