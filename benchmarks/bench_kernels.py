@@ -49,9 +49,7 @@ VARIANTS = {"padded": (False, False), "packed": (True, False), "padded_fused": (
 
 def actor_worker(model_dir: Path, args: argparse.Namespace, device: str) -> Any:
     """An actor-only `ActorRolloutRefWorker` in this process (rank 0 of 1), model and optimiser built."""
-    from hydra import compose, initialize_config_module
 
-    from rlpost.workers.fsdp_workers import ActorRolloutRefWorker
 
     arr = "actor_rollout_ref"
     over = [f"{arr}.model.path={model_dir}", f"{arr}.model.use_remove_padding=true",
@@ -60,8 +58,17 @@ def actor_worker(model_dir: Path, args: argparse.Namespace, device: str) -> Any:
             f"{arr}.rollout.log_prob_micro_batch_size_per_gpu={args.micro}",
             f"{arr}.actor.ppo_mini_batch_size={args.prompts}", f"{arr}.actor.ppo_micro_batch_size_per_gpu={args.micro}",
             f"{arr}.actor.use_kl_loss=true", "trainer.n_gpus_per_node=1", *args.override]
+    return actor_worker_from(over, device)
+
+
+def actor_worker_from(overrides: list[str], device: str) -> Any:
+    """An actor-only `ActorRolloutRefWorker` (rank 0 of 1) of the package's `ppo_trainer` with `overrides`."""
+    from hydra import compose, initialize_config_module
+
+    from rlpost.workers.fsdp_workers import ActorRolloutRefWorker
+
     with initialize_config_module(config_module="rlpost.trainer.config", version_base=None):
-        cfg = compose(config_name="ppo_trainer", overrides=over)
+        cfg = compose(config_name="ppo_trainer", overrides=overrides)
     for key, val in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
                      "MASTER_PORT": str(free_port()), "RLPOST_DEVICE": device}.items():
         os.environ.setdefault(key, val)

@@ -90,12 +90,7 @@ def batch_rows(args: argparse.Namespace, vocab: int) -> tuple[Any, list[tuple[li
 
 def actor_worker(model_dir: Path, args: argparse.Namespace, overrides: list[str], device: str) -> Any:
     """An actor-only worker in this process with bench_realistic's settings and `overrides`."""
-    import os
-
-    from bench_kernels import free_port
-    from hydra import compose, initialize_config_module
-
-    from rlpost.workers.fsdp_workers import ActorRolloutRefWorker
+    from bench_kernels import actor_worker_from
 
     over = [f"{ARR}.model.path={model_dir}", f"{ARR}.model.use_remove_padding=true",
             f"{ARR}.model.enable_gradient_checkpointing=true", f"{ARR}.model.use_fused_kernels=true",
@@ -107,14 +102,7 @@ def actor_worker(model_dir: Path, args: argparse.Namespace, overrides: list[str]
             f"{ARR}.rollout.log_prob_max_token_len_per_gpu={args.fwd_tokens}",
             f"{ARR}.actor.use_kl_loss=true", f"{ARR}.actor.kl_loss_type=low_var_kl", "trainer.n_gpus_per_node=1",
             *([f"{ARR}.model.use_liger=true"] if args.liger else []), *overrides]
-    with initialize_config_module(config_module="rlpost.trainer.config", version_base=None):
-        cfg = compose(config_name="ppo_trainer", overrides=over)
-    for key, val in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-                     "MASTER_PORT": str(free_port()), "RLPOST_DEVICE": device}.items():
-        os.environ.setdefault(key, val)
-    worker = ActorRolloutRefWorker(cfg.actor_rollout_ref, role="actor")
-    worker.init_model(total_training_steps=1000)
-    return worker
+    return actor_worker_from(over, device)
 
 
 def run_variant(args: argparse.Namespace) -> dict[str, Any]:
