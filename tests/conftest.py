@@ -9,11 +9,23 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
+# ray.init() without an address attaches to a Ray cluster it finds running on this machine: with the suite split
+# over processes (pytest-xdist, scripts/test.sh) that would be another worker's. "local" always starts one here;
+# a test of a `ray start` cluster hands its address to its own subprocesses.
+os.environ.setdefault("RAY_ADDRESS", "local")
 
 # torch.distributed's rendezvous variables: a test that starts a rank in this process (a worker built in-process)
 # sets them; left behind, every later subprocess inherits one MASTER_PORT, and two launches at once then collide
 # (EADDRINUSE). Each test gets them back as they were before it.
 _DIST_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Files with end-to-end runs first, each file's tests in their own order: split over processes
+    (scripts/test.sh hands whole files out in this order), the long runs start at once and the short files fill in
+    at the end, instead of one process finishing a long file alone."""
+    e2e_files = {item.path for item in items if item.get_closest_marker("e2e")}
+    items.sort(key=lambda item: item.path not in e2e_files)  # a stable sort: False (e2e files) first
 
 
 @pytest.fixture(autouse=True)

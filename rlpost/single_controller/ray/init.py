@@ -58,8 +58,9 @@ def init_ray(ray_init_cfg: Mapping | None = None, runtime_env: Mapping[str, Any]
     env = dict(runtime_env or {})
     if log_dir is not None:
         env["env_vars"] = {**(env.get("env_vars") or {}), LOG_DIR_ENV: log_dir, QUIET_ENV: "0" if verbose else "1"}
-    # An existing cluster (RAY_ADDRESS, e.g. several nodes started with `ray start`) has its resources already.
-    num_cpus = None if os.environ.get("RAY_ADDRESS") else cfg.get("num_cpus")
+    # An existing cluster (RAY_ADDRESS, e.g. several nodes started with `ray start`) has its resources already;
+    # RAY_ADDRESS=local is Ray's word for "start one here" (never attach to a cluster this machine runs already).
+    num_cpus = None if os.environ.get("RAY_ADDRESS", "") not in ("", "local") else cfg.get("num_cpus")
     runtime_env = build_runtime_env(env)
     kwargs = dict(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True)
     inherited: dict[str, str] = {}
