@@ -43,7 +43,7 @@ MODEL_CMD=($PY -c "from benchmarks import bench_limits; bench_limits.ensure_mode
 DATA_CMD=($PY -m benchmarks.workload --prompts 64 --n 8 --cap 1024 --seed 0 --steps "$STEPS" --tokenizer "$M05"
           --out "$DATA")
 RLPOST_CMD=($PY -m benchmarks.verl_c3 rlpost "${WL[@]}" --timeout $((RLPOST_LIMIT_S - 10)))
-VERL_CMD=($PY -m benchmarks.verl_side run --wheels "$WHEELS" "${WL[@]}" --timeout $((VERL_LIMIT_S - 15)))
+VERL_CMD=($PY -m benchmarks.verl_side run --wheels "$WHEELS" "${WL[@]}" --timeout $((VERL_LIMIT_S - 30)))
 C3_CMD=($PY -m benchmarks.verl_c3 summary "${WL[@]}")
 
 if (( DRY )); then

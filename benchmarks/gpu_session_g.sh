@@ -4,13 +4,13 @@
 #   bash benchmarks/gpu_session_g.sh              # results into $OUT/results/<date>_<gpu>/ (OUT: benchmarks)
 #   bash benchmarks/gpu_session_g.sh --dry-run    # print the commands
 # RET=<folder>: after each part the session folder is packed there as session_g.tgz (one file to bring back).
-# PARTS [realistic critic gen_knobs]: the parts to run, in that order. Settings (environment): LIMIT_REAL [260], LIMIT_CRITIC [100], LIMIT_GEN [140] seconds per part.
+# PARTS [realistic critic gen_knobs]: the parts to run, in that order. Settings (environment): LIMIT_REAL [480], LIMIT_CRITIC [100], LIMIT_GEN [300] seconds per part (2026-12-03c on an H200: realistic spends ~150 s on its engine, worker and untimed step, then ~25 s a round; each gen_knobs engine ~70 s to start).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PY=${PYTHON:-python3}
 OUT=${OUT:-benchmarks}
 GPU=$($PY -c "from benchmarks import harness; print(harness.slug(harness.gpu_name()))" 2>/dev/null || echo cpu)
-SESSION="$OUT/results/$(date -u +%F)g_${GPU}"
+SESSION="$OUT/results/${SESSION_NAME:-$(date -u +%F)g_${GPU}}"  # SESSION_NAME: one folder for several scripts
 M05=${M05:-/tmp/m_0.5b}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" VLLM_USE_FLASHINFER_SAMPLER=${VLLM_USE_FLASHINFER_SAMPLER:-0}
 export VLLM_ENABLE_V1_MULTIPROCESSING=0 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 WANDB_MODE=offline
@@ -29,7 +29,7 @@ REAL=($PY -m benchmarks.bench_realistic --model-dir "$M05" --rounds 12 "${BUDGET
       --override "${ACTOR[@]}")
 CRIT=($PY -m benchmarks.bench_critic --model-dir "$M05" --prompts 64 --n 8 --rounds 5 "${BUDGETS[@]}" --fp32-master 0
       --profile 0 --session "$SESSION" --override "${CRITIC[@]}")
-GEN=($PY -m benchmarks.bench_gen_knobs --model-dir "$M05" --rounds 12 --budget-s $(( ${LIMIT_GEN:-140} - 10 ))
+GEN=($PY -m benchmarks.bench_gen_knobs --model-dir "$M05" --rounds 12 --budget-s $(( ${LIMIT_GEN:-300} - 10 ))
      --configs baseline runner_v2 --json-out "$SESSION/gen_knobs.json")
 SUMMARY=($PY -m benchmarks.session_summary "$SESSION" --results "$OUT/results")
 [[ "$OUT" != benchmarks ]] && SUMMARY+=(--page "$OUT/current.md")
@@ -49,7 +49,7 @@ part() {  # name limit command...
     [[ -n "${RET:-}" ]] && tar czf "$RET/session_g.tgz" -C "$(dirname "$SESSION")" "$(basename "$SESSION")"
 }
 PARTS=${PARTS:-realistic critic gen_knobs}
-[[ " $PARTS " == *" realistic "* ]] && part realistic "${LIMIT_REAL:-260}" "${REAL[@]}"
+[[ " $PARTS " == *" realistic "* ]] && part realistic "${LIMIT_REAL:-480}" "${REAL[@]}"
 [[ " $PARTS " == *" critic "* ]] && part critic "${LIMIT_CRITIC:-100}" "${CRIT[@]}"
-[[ " $PARTS " == *" gen_knobs "* ]] && part gen_knobs "${LIMIT_GEN:-140}" "${GEN[@]}"
+[[ " $PARTS " == *" gen_knobs "* ]] && part gen_knobs "${LIMIT_GEN:-300}" "${GEN[@]}"
 tail -3 "$SESSION/summary.log"

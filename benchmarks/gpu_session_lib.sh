@@ -8,7 +8,7 @@ DRY=0
 PY=${PYTHON:-python3}
 OUT=${OUT:-benchmarks}
 GPU=$($PY -c "from benchmarks import harness; print(harness.slug(harness.gpu_name()))")
-SESSION="$OUT/results/$(date -u +%F)_${GPU}"
+SESSION="$OUT/results/${SESSION_NAME:-$(date -u +%F)_${GPU}}"  # SESSION_NAME: one folder for several scripts
 
 SUMMARY_CMD=($PY -m benchmarks.session_summary "$SESSION" --results "$OUT/results")
 # outside the repository's results the generated page goes beside them, not over docs/benchmarks/current.md

@@ -31,8 +31,10 @@ GOALS = {
     "E2": "<= 1.15",                     # 7B-architecture LoRA step against the sum of its LoRA limits
 }
 REASONS = {
-    "A4": "needs engine-setting and scheduling work (two engines per GPU, ...) that was not built; realistic.json "
-          "holds today's generation tokens/s on this workload (rlpost_gen_tokens_per_s) as its baseline",
+    "A4": "benchmarks/bench_gen_knobs.py did not finish in this session (each engine's start, with vLLM's "
+          "compilation and autotuning, takes ~70 s on an H200: give gpu_session_g.sh LIMIT_GEN >= 300); "
+          "realistic.json holds today's generation tokens/s on this workload (rlpost_gen_tokens_per_s) as its "
+          "baseline",
     "C3": "verl 0.9.1 was not run in this session: bash benchmarks/gpu_session_c3.sh runs both sides on the same "
           "parquet (ignore_eos and per-sample caps on both; verl padded with dynamic batch size, its packing needs "
           "flash-attn) and writes verl_c3.json",

@@ -212,6 +212,11 @@ def summarise(rlpost: Sequence[Mapping[str, Any]], verl: Sequence[Mapping[str, A
         if mfus:
             res.timing(f"{side}_actor_mfu", mfus, unit="fraction of 989 TFLOP/s",
                        formula="verl 0.9.1 FlopsCounter (Qwen2) over timing_s/update_actor")
+    warm = {side: dict(_timed(rows, "timing_s/step", 1)).get(1) for side, rows in (("rlpost", rlpost), ("verl", verl))}
+    if warm["rlpost"] and warm["verl"]:  # what a run cut short after one step still tells
+        res.metric("step1_rlpost_over_verl", warm["rlpost"] / warm["verl"], unit="ratio", rlpost_s=warm["rlpost"],
+                   verl_s=warm["verl"], note="each run's first (warm-up) step alone: not goal C3, which times "
+                   f"steps >= {first}")
     own = [v for _, v in _timed(verl, "perf/mfu/actor", first)]
     if own:
         res.timing("verl_actor_mfu_own", own, unit="fraction", source="verl's perf/mfu/actor (its worker's timer)")

@@ -35,6 +35,7 @@ import argparse
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 VERL_SIDE = ["verl==0.9.1", "transformers==5.10.2", "tokenizers==0.22.2", "tensordict==0.10.0", "torchdata==0.11.0",
@@ -91,7 +92,11 @@ def verl_command(model_dir: Path, data: Path, steps: int, prompt_len: int, cap: 
             "data.shuffle=False", f"{arr}.model.path={model_dir}", f"{arr}.actor.optim.lr=1e-6",
             f"{arr}.model.use_remove_padding=False", f"+{arr}.model.override_config.attn_implementation=sdpa",
             f"{arr}.actor.ppo_mini_batch_size={prompts}", f"{arr}.actor.use_dynamic_bsz=True",
-            f"{arr}.actor.ppo_max_token_len_per_gpu=24000", f"{arr}.actor.use_kl_loss=True",
+            # the 7B script's 24000 tokens per micro-batch counts real tokens; padded, a micro-batch holds rows of
+            # the longest length: at 24000 verl's log-prob entropy over fp32 logits asked for 42 GiB and ran out
+            # of memory on an H200 (2026-12-03c); VERL_MAX_TOKEN_LEN=8192 ran
+            f"{arr}.actor.ppo_max_token_len_per_gpu={os.environ.get('VERL_MAX_TOKEN_LEN', 8192)}",
+            f"{arr}.actor.use_kl_loss=True",
             f"{arr}.actor.kl_loss_coef=0.001", f"{arr}.actor.kl_loss_type=low_var_kl", f"{arr}.actor.entropy_coeff=0",
             f"{arr}.model.enable_gradient_checkpointing=True", f"{arr}.actor.fsdp_config.param_offload=False",
             f"{arr}.actor.fsdp_config.optimizer_offload=False", f"{arr}.rollout.tensor_model_parallel_size=1",
@@ -128,6 +133,7 @@ def write_data(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> None:
     from benchmarks import harness, main_ppo_runs, verl_c3
 
+    start = time.monotonic()  # the install and the parquet count against --timeout too
     site = Path("/tmp/verl_site")
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
                     "--target", str(site), *map(str, sorted(args.wheels.glob("*.whl")))], check=True)
@@ -140,7 +146,8 @@ def run(args: argparse.Namespace) -> None:
     cmd = verl_command(args.model_dir, args.data, args.steps, args.prompt_len, args.cap, args.prompts, args.n)
     env = side_env(site, run_dir / "metrics.jsonl")
     out.mkdir(parents=True, exist_ok=True)
-    got = main_ppo_runs.launch(cmd, env, run_dir, out / "verl_stdout.log", "verl", timeout_s=args.timeout)
+    left = max(30, int(args.timeout - (time.monotonic() - start)))
+    got = main_ppo_runs.launch(cmd, env, run_dir, out / "verl_stdout.log", "verl", timeout_s=left)
     (out / "verl_metrics.jsonl").write_text((run_dir / "metrics.jsonl").read_text()
                                             if (run_dir / "metrics.jsonl").exists() else "")
     rows = verl_c3.verl_rows(out / "verl_metrics.jsonl", out / "verl_stdout.log")

@@ -38,16 +38,20 @@ def test_critic_batch_holds_the_same_tokens_as_the_packed_rows() -> None:
 
 @pytest.mark.timeout(30)
 def test_critic_summary_pairs_rounds_and_counts_mfu() -> None:
-    rounds = [{"bare": {"values_s": 1.0, "update_s": 3.0}, "rlpost": {"values_s": 1.25, "update_s": 3.0}}] * 3
-    res = harness.Result("critic", "cmd", 5, env={"date": "2026-12-02", "gpu": "NVIDIA H200"})
+    rounds = [{"bare": {"values_s": 1.0, "update_s": 3.0}, "rlpost": {"values_s": 1.25, "update_s": 3.0}}] * 5
+    res = harness.Result("critic", "cmd", 8, env={"date": "2026-12-02", "gpu": "NVIDIA H200"})
     bench_critic.summarize(res, rounds, params=989, tokens=1000)
-    assert res.reps == 3 and res.goals["E1"]["reps"] == 3  # the rounds that finished
+    assert res.reps == 5 and res.goals["E1"]["reps"] == 5  # the rounds that finished
     assert res.goals["E1"]["value"] == pytest.approx(0.8) and res.goals["E1"]["met"] is False
     assert res.goals["E1_update"]["value"] == pytest.approx(1.0) and res.goals["E1_update"]["met"] is True
     # 6 x 989 x 1000 / 3 s / 989e12 = 2e-9; the values pass 2 x 989 x 1000 / 1.25 s / 989e12 = 1.6e-9.
     assert res.metrics["rlpost_update_mfu"]["value"] == pytest.approx(2e-9)
     assert res.metrics["rlpost_values_mfu"]["value"] == pytest.approx(1.6e-9)
     harness.validate(res.to_dict())
+    short = harness.Result("critic", "cmd", 8, env={"date": "2026-12-02", "gpu": "NVIDIA H200"})
+    bench_critic.summarize(short, rounds[:3], params=989, tokens=1000)  # cut short: reported, not judged
+    assert short.goals["E1"]["reps"] == 3 and short.goals["E1"]["met"] is None
+    assert ">= 5" in short.goals["E1"]["reason"]
 
 
 @pytest.mark.timeout(300)

@@ -27,8 +27,8 @@ def test_gen_batch_left_pads_and_carries_each_samples_cap() -> None:
 def test_summarize_pairs_rounds_and_counts_mfu() -> None:
     rounds = [{"bare": {"gen_s": 2.0, "fwd_s": 1.0, "train_s": 3.0, "tokens": 1000, "gen_tokens": 800},
                "rlpost": {"gen": 2.0 * f, "old_log_prob": 1.25, "update_actor_only": 3.0, "tokens": 1000,
-                          "step": 8.0, "update_weights": 0.1}} for f in (1.0, 1.0, 1.0)]
-    res = harness.Result("realistic", "cmd", 3, env={"date": "2026-12-02", "gpu": "NVIDIA H200"})
+                          "step": 8.0, "update_weights": 0.1}} for f in (1.0,) * 12]
+    res = harness.Result("realistic", "cmd", 12, env={"date": "2026-12-02", "gpu": "NVIDIA H200"})
     bench_realistic.summarize(res, rounds, params=989)
     assert res.goals["A3"]["value"] == pytest.approx(1.0) and res.goals["A3"]["met"] is True
     assert res.goals["A2_limit"]["value"] == pytest.approx(0.8) and res.goals["A2_limit"]["met"] is False

@@ -100,14 +100,14 @@ def _env(date: str, gpu: str = "NVIDIA H200") -> dict:
 def test_result_summary_index_and_current_page(tmp_path) -> None:
     res = harness.Result("gen_alternate", command="python -m benchmarks.x", reps=12,
                          env=_env("2026-12-02T05:00:00+00:00"))
-    ratio = harness.paired_ratio([1.0, 1.0, 1.0], [1.0, 1.0, 1.0])
+    ratio = harness.paired_ratio([1.0] * 12, [1.0] * 12)
     res.metric("gen_ratio", **{k: ratio[k] for k in ("value", "ci_low", "ci_high", "values")}, unit="x")
     res.goal("A3", ratio, target=">= 0.95, ci_low >= 0.90")
     path = res.write(root=tmp_path)
     assert path == tmp_path / "2026-12-02_h200" / "gen_alternate.json"
     data = json.loads(path.read_text())
     assert data["schema"] == harness.SCHEMA and data["commit"] == "c0ffee1" and data["reps"] == 12
-    assert data["metrics"]["gen_ratio"]["values"] == [1.0, 1.0, 1.0]
+    assert data["metrics"]["gen_ratio"]["values"] == [1.0] * 12
     assert data["goals"]["A3"]["met"] is True and data["goals"]["A3"]["command"] == "python -m benchmarks.x"
     (path.parent / "old_shape.json").write_text("{\"env\": {}}")  # a legacy file: listed, not summarized
     summary = json.loads(harness.write_summary(path.parent, {"A3": ">= 0.95", "C3": "<= 0.5"},
@@ -156,3 +156,15 @@ def test_timing_metric_and_the_validator(tmp_path) -> None:
             harness.validate(broken)
     with pytest.raises(ValueError, match="command=None is not str"):
         harness.Result("t", command=None, reps=1, env=_env("2026-12-02T05:00:00+00:00")).write(path=out)
+
+
+@pytest.mark.timeout(10)
+def test_goal_counts_the_rounds_behind_the_figure_and_holds_the_protocol_minimum() -> None:
+    res = harness.Result("realistic", "cmd", 12, env={"date": "2026-12-03", "gpu": "NVIDIA H200"})
+    four = harness.geomean_ci([1.0, 0.98, 0.97, 0.99])  # a run asked for 12 rounds, cut short after 4
+    res.goal("A3", four, ">= 0.95, ci_low >= 0.90")
+    assert res.goals["A3"]["reps"] == 4 and res.goals["A3"]["met"] is None and ">= 12" in res.goals["A3"]["reason"]
+    res.goal("A1", four, ">= 0.30")  # a training figure needs 5: not judged either, though its value misses
+    assert res.goals["A1"]["met"] is None
+    res.goal("A2", harness.geomean_ci([0.36] * 5), ">= 0.35")
+    assert res.goals["A2"]["reps"] == 5 and res.goals["A2"]["met"] is True and "reason" not in res.goals["A2"]

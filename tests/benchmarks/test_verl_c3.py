@@ -188,6 +188,10 @@ def test_summary_from_parser_fixtures(tiny_model_dir: str, tmp_path: Path) -> No
     assert no_caps.goals["C3"]["met"] is None  # verl ran without the caps patch
     empty = verl_c3.summarise([], from_file, expected, cfg, 1, "x")
     assert empty.goals["C3"]["value"] is None and "rlpost" in empty.goals["C3"]["reason"]
+    # verl cut short after its first step: C3 is not measured, the warm-up steps' ratio is kept beside it
+    one = verl_c3.summarise(verl_c3.rlpost_rows(s / "rlpost_metrics.jsonl"), from_file[:1], expected, cfg, 1, "x")
+    assert one.goals["C3"]["value"] is None and "verl" in one.goals["C3"]["reason"]
+    assert one.metrics["step1_rlpost_over_verl"]["value"] == pytest.approx(8.5 / 21.0)  # 8 + 0.5 against 20 + 1
 
 
 def test_rlpost_side_command_passes_rlpost_dry_run(tiny_model_dir: str, tmp_path: Path) -> None:
