@@ -38,8 +38,9 @@ GOALS = {
     "D2_overlap": "<= 1.05",   # step / max(trainer phases, rollout)
     "D3": ">= 0.90",           # SGLang in the loop against a bare SGLang engine
     "NOSYNC": ">= 1.00",       # update_actor without no-sync / with it, 2 FSDP ranks with accumulation
-    "T1": "steps complete",    # multi-turn agent loops with rollout TP 2
+    "T1": ">= 1.00",           # multi-turn agent loops with rollout TP 2: steps done / asked, the worse engine
 }
+T1_ENGINES = ("vllm", "sglang")  # the issue asks for both
 NOT_BUILT = {
     "B6_realistic": "not built: bench_scale runs main_ppo on the fixed 28 + 512 workload (ignore_eos); the "
                     "long-tailed workload (benchmarks/workload.py) drives only the one-GPU 0.5B benchmarks",
@@ -49,14 +50,13 @@ NOT_BUILT = {
                "one-step-off 1+1 on the fixed 0.5B model /tmp/m), no 2 + 2 placement and no long-tailed lengths; "
                "main_ppo's trainer.v1.separate_async.partial_rollout has no driver that times it",
     "D2_overlap": "not built: as D2_time (bench_async reports step times, not max(trainer phases, rollout))",
-    "T1": "not built: multi-turn agent loops with rollout tensor_model_parallel_size 2 are refused "
-          "(rlpost/trainer/config/rules.py check_multi_turn: the TP peers must feed their engine identical steps)",
 }
 # Files of the session (names set by gpu_session_b.sh) and the part that writes each.
 FILES = {"limits_before": ("limits_7b_before.json", "b1a"), "limits_after": ("limits_7b_after.json", "b1b"),
          "scale4": ("scale_7b_4gpu.json", "b1a"), "scale2": ("scale_7b_2gpu.json", "b1b"),
          "ulysses": ("ulysses.json", "d1"), "sglang": ("sglang.json", "d3"),
-         "nosync_on": ("scale_nosync_on.json", "d1"), "nosync_off": ("scale_nosync_off.json", "d1")}
+         "nosync_on": ("scale_nosync_on.json", "d1"), "nosync_off": ("scale_nosync_off.json", "d1"),
+         "multiturn_tp": ("multiturn_tp.json", "t1v")}  # t1s adds its engine to the file
 
 
 def qwen2_params(cfg: dict[str, Any]) -> int:
@@ -109,6 +109,7 @@ def derive(folder: Path) -> harness.Result:
     row4, row2 = _row(_load(folder, "scale4"), 4), _row(_load(folder, "scale2"), 2)
     _b_goals(res, before, after, row4, row2)
     _d_goals(res, folder)
+    _t1_goal(res, _load(folder, "multiturn_tp"))
     return res
 
 
@@ -212,6 +213,26 @@ def _d_goals(res: harness.Result, folder: Path) -> None:
                  command="bench_scale --arch 0.5b --gpus 2, no-sync on | off (scale_nosync_on/off.json)",
                  update_s_on=on["phases_s"]["update_actor"], update_s_off=off["phases_s"]["update_actor"],
                  step_s_on=on["s_per_step"], step_s_off=off["s_per_step"])
+
+
+def _t1_goal(res: harness.Result, t1: dict | None) -> None:
+    """T1: the fraction of the asked `main_ppo` steps that completed at rollout TP 2, the worse engine; judged only
+    when every engine of `T1_ENGINES` ran (bench_multiturn_tp.py's multiturn_tp.json)."""
+    runs = {e: p["main_ppo"] for e, p in (t1 or {}).get("engines", {}).items() if p.get("main_ppo")}
+    if not runs:
+        res.not_measured("T1", GOALS["T1"], _missing("multiturn_tp"))
+        return
+    done = {e: r["steps_done"] / max(r["steps_asked"], 1) for e, r in runs.items()}
+    checks = {e: {k: p["check"].get(k) for k in ("rows", "rows_identical", "tool_turn_rows")}
+              for e, p in t1["engines"].items() if p.get("check")}
+    goal = res.goal("T1", {"value": min(done.values())}, GOALS["T1"], reps=min(r["steps_done"] for r in runs.values()),
+                    command="bench_multiturn_tp (multiturn_tp.json)", steps_done_fraction=done,
+                    step_s={e: r["step_s"] for e, r in runs.items()}, tp2_against_tp1=checks)
+    absent = [e for e in T1_ENGINES if e not in runs]
+    if absent:
+        goal["met"] = None
+        goal["reason"] = (f"main_ppo at TP 2 did not run on {', '.join(absent)}: the goal asks for "
+                          f"{' and '.join(T1_ENGINES)}")
 
 
 def main(argv: list[str] | None = None) -> Path:

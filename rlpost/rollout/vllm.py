@@ -77,6 +77,39 @@ def _parallel_kwargs(config: Any, device: str) -> dict[str, Any]:
     return out
 
 
+SHM_TAG_ENV = "RLPOST_VLLM_SHM_TAG"
+
+
+def tag_cpu_shm_names(tag: str) -> bool:
+    """Give this process's vLLM CPU shared-memory segments (the TP/PP collectives of an `external_launcher`
+    engine) names of their own: `rlpost<tag>-tp:0-[0-1]-cpushm_<rank>` instead of `-tp:0-[0-1]-cpushm_<rank>`.
+
+    vLLM names them from the engine's init method, which `external_launcher` fixes to `env://`, so every such
+    engine on a host asks for the same /dev/shm names: a second one at the same time (two jobs, two test
+    processes) fails with `create shm in SHMManager failed. errno: 17` (EEXIST), and so does the next one after a
+    job whose ranks were killed (Ray ends its workers without unlinking them). `tag` must be the same on every
+    rank of the TP block (their names are compared, and differing names fall back to torch.distributed); the
+    job's MASTER_PORT is (one port per live job on a host). Returns False where vLLM has no such segments."""
+    try:
+        from vllm.distributed.device_communicators import cpu_communicator
+    except ImportError:
+        return False
+    shm = getattr(cpu_communicator, "_CPUSHMDistributed", None)
+    if shm is None or not hasattr(shm, "make_group_name"):
+        return False
+    os.environ[SHM_TAG_ENV] = tag
+    if not getattr(shm, "_rlpost_tagged", False):
+        untagged = shm.make_group_name
+
+        def make_group_name(communicator: Any) -> str:
+            # shm_open takes one leading slash and none after it: the init method's "//" goes
+            return f"rlpost{os.environ.get(SHM_TAG_ENV, '')}{untagged(communicator).lstrip('/')}"
+
+        shm.make_group_name = staticmethod(make_group_name)
+        shm._rlpost_tagged = True
+    return True
+
+
 def _lora_kwargs(lora_rank: int) -> dict[str, Any]:
     """One LoRA adapter slot of at least `lora_rank` (the actor's adapter, replaced after each update)."""
     if lora_rank <= 0:
@@ -382,6 +415,8 @@ class VLLMRollout(BaseRollout):
             kwargs.setdefault("limit_mm_per_prompt", {"video": 0})
         if lora_rank > 0:
             kwargs["load_format"] = "auto"  # the frozen base comes from model_path, only the adapter is synced
+        if device == "cpu" and config.tensor_model_parallel_size > 1:
+            tag_cpu_shm_names(os.environ.get("MASTER_PORT", ""))
         start = time.perf_counter()
         self.llm = LLM(**kwargs)
         logger.info("vLLM engine started in %.1f s (%s, %s)", time.perf_counter() - start, device, kwargs["dtype"])

@@ -16,6 +16,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 import bench_limits  # noqa: E402
+import bench_multiturn_tp  # noqa: E402
 import bench_scale  # noqa: E402
 import bench_sglang  # noqa: E402
 import bench_ulysses  # noqa: E402
@@ -25,7 +26,8 @@ from benchmarks import goals_49, harness, session_summary  # noqa: E402
 pytestmark = pytest.mark.timeout(60)
 REPO = Path(__file__).resolve().parents[2]
 PARSERS = {"bench_limits.py": bench_limits.parse_args, "bench_scale.py": bench_scale.parse_args,
-           "bench_ulysses.py": bench_ulysses.parse_args, "bench_sglang.py": bench_sglang.parse_args}
+           "bench_ulysses.py": bench_ulysses.parse_args, "bench_sglang.py": bench_sglang.parse_args,
+           "bench_multiturn_tp.py": bench_multiturn_tp.parse_args}
 RECORDED = REPO / "benchmarks/results/2026-11-28_h200x4/h200x4_7f59280"  # the 7B limits and 4-GPU step of issue 18
 
 
@@ -49,7 +51,7 @@ def test_dry_run_commands_parse_and_calls_fit(tmp_path: Path, monkeypatch: pytes
     # bench_ulysses's parser also checks the host has its 2 GPUs: the 2-GPU host it is printed for
     monkeypatch.setattr(bench_ulysses.torch.cuda, "device_count", lambda: bench_ulysses.WORLD)
     session, calls, out = dry_run(tmp_path)
-    assert session.parent == tmp_path / "results" and sorted(calls) == ["b1a", "b1b", "d1", "d3"]
+    assert session.parent == tmp_path / "results" and sorted(calls) == ["b1a", "b1b", "d1", "d3", "t1s", "t1v"]
     parsed = {}
     for call, parts in calls.items():
         assert sum(limit for limit, _ in parts.values()) <= 550, call  # a device call is at most 600 s
@@ -58,6 +60,8 @@ def test_dry_run_commands_parse_and_calls_fit(tmp_path: Path, monkeypatch: pytes
             parsed[name] = PARSERS[script](cmd[2:])  # exits (SystemExit) on an argument the script lacks
             if script == "bench_scale.py":
                 assert parsed[name].timeout < limit and parsed[name].json_out.parent == session
+            if script == "bench_multiturn_tp.py":  # three runs (TP-2 check, TP-1 check, main_ppo) and the set-up
+                assert 3 * parsed[name].part_timeout + 60 <= limit and parsed[name].out_dir == session
     before, after = parsed["b_limits_before"], parsed["b_limits_after"]
     assert vars(before) | {"json_out": None} == vars(after) | {"json_out": None} and before.arch == "7b"
     assert {Path(a.json_out).name for a in (before, after)} == {"limits_7b_before.json", "limits_7b_after.json"}
@@ -73,6 +77,9 @@ def test_dry_run_commands_parse_and_calls_fit(tmp_path: Path, monkeypatch: pytes
     # every file goals_49 reads is written by the part it names
     written = {Path(getattr(a, "json_out", None) or "").name: name for name, a in parsed.items()}
     written["sglang.json"] = "d3_sglang"
+    written["multiturn_tp.json"] = "t1_vllm"
+    assert [(parsed[f"t1_{e}"].engines, parsed[f"t1_{e}"].device) for e in ("vllm", "sglang")] == [
+        (["vllm"], "cuda"), (["sglang"], "cuda")]
     for fname, call in goals_49.FILES.values():
         assert fname in written and written[fname] in calls[call], fname
     assert [line.split(":")[0] for line in out if ": not built: " in line] == list(goals_49.NOT_BUILT)
