@@ -88,23 +88,50 @@ def summarize_traces(folder: Path, step: int, label: Path) -> list[dict[str, Any
     return ranks
 
 
+REALISTIC_PROMPT_LEN = 192  # the workload's prompts are ~70-190 tokens (benchmarks/workload.py)
+
+
+def realistic_data(arch: str, prompts: int, args: argparse.Namespace, tokenizer_dir: Path | None = None) -> Path:
+    """The GSM8K-shaped workload for this batch (every step's prompts in file order, per-sample response caps in
+    `extra_info.response_caps`, long-tailed up to `--cap`), written once per shape."""
+    from benchmarks import workload
+
+    out = Path(f"/tmp/d_realistic_{arch}_{prompts}x{args.n}_cap{args.cap}_s{args.steps}_seed{args.seed}")
+    if not (out / "train.parquet").exists():
+        workload.main(["--prompts", str(prompts), "--n", str(args.n), "--cap", str(args.cap), "--seed",
+                       str(args.seed), "--steps", str(args.steps), "--tokenizer", str(tokenizer_dir or model_dir(arch)),
+                       "--out", str(out)])
+    return out
+
+
+def workload_overrides(args: argparse.Namespace) -> list[str]:
+    """The lengths of `--workload`: fixed (every response `--response-len`) or realistic (prompt lengths and
+    per-sample caps from the file, the file's order kept so every run trains on the same prompts)."""
+    if args.workload == "realistic":
+        return [f"data.max_prompt_length={REALISTIC_PROMPT_LEN}", f"data.max_response_length={args.cap}",
+                "data.shuffle=false"]
+    return [f"data.max_response_length={args.response_len}"]
+
+
 def run_one(arch: str, gpus: int, tp: int, prompts: int, args: argparse.Namespace) -> dict[str, Any]:
-    name = f"scale_{arch}_{gpus}gpu_tp{tp}_{prompts}x{args.n}"
+    name = f"scale_{arch}_{gpus}gpu_tp{tp}_{prompts}x{args.n}" + ("_realistic" if args.workload == "realistic" else "")
     run_dir = Path(f"/tmp/{name}")
     subprocess.run(["rm", "-rf", str(run_dir)], check=True)
     cmd = ["bash", "examples/grpo_trainer/run_qwen2_5_0_5b_gpu.sh", f"data.train_batch_size={prompts}",
-           f"actor_rollout_ref.actor.ppo_mini_batch_size={prompts}", f"data.max_response_length={args.response_len}",
+           f"actor_rollout_ref.actor.ppo_mini_batch_size={prompts}", *workload_overrides(args),
            "data.val_files=null", "actor_rollout_ref.rollout.ignore_eos=true",
            f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp}", f"actor_rollout_ref.rollout.n={args.n}",
            f"trainer.total_training_steps={args.steps}", "trainer.test_freq=-1", "trainer.save_freq=-1",
            "trainer.val_before_train=false", f"trainer.experiment_name={name}",
            f"trainer.default_local_dir={run_dir}", *profile_overrides(args.profile_step, run_dir), *args.override]
-    env = {"MODEL_PATH": str(model_dir(arch)), "DATA_DIR": str(DATA), "N_GPUS": str(gpus)}
+    data = realistic_data(arch, prompts, args) if args.workload == "realistic" else DATA
+    env = {"MODEL_PATH": str(model_dir(arch)), "DATA_DIR": str(data), "N_GPUS": str(gpus)}
     if arch == "7b":  # one FSDP unit per decoder layer: the example's one-unit wrapping is for the 0.5B model
         env["FSDP_MIN_NUM_PARAMS"] = "0"
     run = launch(cmd, env, run_dir, args.log_dir / f"{name}.log", name, timeout_s=args.timeout)
     row: dict[str, Any] = {"arch": arch, "gpus": gpus, "tp": tp, "prompts": prompts, "n": args.n,
-                           "response_len": args.response_len, "rc": run.rc, "wall_s": run.wall_s,
+                           "workload": args.workload, "response_len": args.response_len if args.workload == "fixed"
+                           else f"per-sample caps up to {args.cap}", "rc": run.rc, "wall_s": run.wall_s,
                            "timed_out": run.timed_out, "startup_s": run.startup_s}
     if len(run.rows) >= 2:
         row.update(summarize(run.rows, args.profile_step))
@@ -133,7 +160,8 @@ def build_result(args: argparse.Namespace, results: list[dict[str, Any]], env: d
     res = harness.Result(f"scale_{args.arch}", harness.command_line(), args.steps, env=env or harness.environment())
     for r in results:
         if "step_s" in r:
-            res.timing(f"{r['gpus']}gpu_tp{r['tp']}_{r['prompts']}x{r['n']}_step_s", r["step_s"],
+            wl = "_realistic" if r.get("workload") == "realistic" else ""
+            res.timing(f"{r['gpus']}gpu_tp{r['tp']}_{r['prompts']}x{r['n']}{wl}_step_s", r["step_s"],
                        tokens_per_s_per_gpu=r["tokens_per_s_per_gpu"], weak_efficiency=r.get("weak_efficiency"))
     res.extra.update(args=harness.params(args), results=results)
     return res
@@ -148,7 +176,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     group.add_argument("--prompts-per-gpu", type=int, default=None, help="weak scaling: prompts = this x GPUs")
     group.add_argument("--prompts", type=int, default=None, help="the same batch at every GPU count")
     ap.add_argument("--n", type=int, default=8)
-    ap.add_argument("--response-len", type=int, default=512)
+    ap.add_argument("--response-len", type=int, default=512, help="every response's length (--workload fixed)")
+    ap.add_argument("--workload", choices=["fixed", "realistic"], default="fixed",
+                    help="fixed: 28-token prompts, every response --response-len (ignore_eos); realistic: the "
+                         "GSM8K-shaped prompts and long-tailed per-sample caps of benchmarks/workload.py")
+    ap.add_argument("--cap", type=int, default=1024, help="the realistic workload's response cap")
+    ap.add_argument("--seed", type=int, default=0, help="the realistic workload's seed")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--timeout", type=int, default=540, help="seconds per run")
     ap.add_argument("--profile-step", type=int, default=None,

@@ -11,11 +11,12 @@
 # d1 and d3 need 2 GPUs and 1 GPU: nvidia-h200-x2 is enough):
 #   b1a  b_model (7B random weights, if missing), b_limits_before, b_step4 (7B main_ppo, 4 GPUs)   B1-B4, B6
 #   b1b  b_model (if missing), b_step2 (7B main_ppo, 2 GPUs, same prompts per GPU), b_limits_after     B1, B5
+#   b1c  b_model (if missing), b_step4_real (7B main_ppo, 4 GPUs, the long-tailed workload)           B6_realistic
 #   d1   d1_ulysses (SP1 / SP2 at 16k and 32k, 2 GPUs), nosync_on, nosync_off (0.5B, 2 FSDP ranks)  D1, NOSYNC
 #   d3   d3_sglang (SGLang bare against in the loop, alternated rounds, 1 GPU)                         D3
 #   t1v  t1_vllm (multi-turn agent loops at rollout TP 2 on vLLM: TP-2 / TP-1 check, main_ppo 2 steps; 2 GPUs) T1
 #   t1s  t1_sglang (the same on SGLang: the SGLang bundle on PYTHONPATH, as for d3; 2 GPUs)                   T1
-# Not built (each call prints why, and summary.json says so): B6_realistic, M1, D2_time, D2_overlap.
+# Not built (each call prints why, and summary.json says so): M1, D2_time, D2_overlap.
 #
 # Results: $OUT/results/<date>_<gpu>/ (OUT defaults to benchmarks/), one log per part beside them. Settings
 # (environment, defaults in brackets): *_LIMIT_S, hard limits per part in seconds (a main_ppo run's own
@@ -30,16 +31,16 @@ ONLY=
 while (( $# )); do
     case $1 in
         --dry-run) DRY=1 ;;
-        --call) CALL=${2:?--call needs one of b1a b1b d1 d3 t1v t1s}; shift ;;
+        --call) CALL=${2:?--call needs one of b1a b1b b1c d1 d3 t1v t1s}; shift ;;
         --part) ONLY=${2:?--part needs a part name}; shift ;;
-        *) echo "gpu_session_b.sh: unknown argument $1 (give --call b1a|b1b|d1|d3|t1v|t1s, --part NAME, --dry-run)" >&2
+        *) echo "gpu_session_b.sh: unknown argument $1 (give --call b1a|b1b|b1c|d1|d3|t1v|t1s, --part NAME, --dry-run)" >&2
            exit 2 ;;
     esac
     shift
 done
-case $CALL in b1a|b1b|d1|d3|t1v|t1s) ;; all) (( DRY )) || [[ -n $ONLY ]] || {
-    echo "gpu_session_b.sh: give --call b1a|b1b|d1|d3|t1v|t1s or --part NAME" >&2; exit 2; } ;;
-    *) echo "gpu_session_b.sh: --call $CALL: give one of b1a b1b d1 d3 t1v t1s" >&2; exit 2 ;; esac
+case $CALL in b1a|b1b|b1c|d1|d3|t1v|t1s) ;; all) (( DRY )) || [[ -n $ONLY ]] || {
+    echo "gpu_session_b.sh: give --call b1a|b1b|b1c|d1|d3|t1v|t1s or --part NAME" >&2; exit 2; } ;;
+    *) echo "gpu_session_b.sh: --call $CALL: give one of b1a b1b b1c d1 d3 t1v t1s" >&2; exit 2 ;; esac
 PY=${PYTHON:-python3}
 OUT=${OUT:-benchmarks}
 GPU=$($PY -c "from benchmarks import harness; print(harness.slug(harness.gpu_name()))")
@@ -73,7 +74,8 @@ CMD[b_limits_before]="${LIMITS7[*]} --json-out $SESSION/limits_7b_before.json"; 
 CMD[b_limits_after]="${LIMITS7[*]} --json-out $SESSION/limits_7b_after.json"; LIMIT[b_limits_after]=$LIMITS_LIMIT_S
 CMD[b_step4]="${STEP7[*]} --gpus 4 --override ${MICRO7[*]} --json-out $SESSION/scale_7b_4gpu.json --log-dir $SESSION"
 CMD[b_step2]="${STEP7[*]} --gpus 2 --override ${MICRO7[*]} --json-out $SESSION/scale_7b_2gpu.json --log-dir $SESSION"
-LIMIT[b_step4]=$STEP_LIMIT_S; LIMIT[b_step2]=$STEP_LIMIT_S
+CMD[b_step4_real]="${STEP7[*]} --gpus 4 --workload realistic --timeout $((STEP_LIMIT_S + 135)) --override ${MICRO7[*]} --json-out $SESSION/scale_7b_4gpu_realistic.json --log-dir $SESSION"
+LIMIT[b_step4]=$STEP_LIMIT_S; LIMIT[b_step2]=$STEP_LIMIT_S; LIMIT[b_step4_real]=$((STEP_LIMIT_S + 150))
 CMD[d1_ulysses]="$PY benchmarks/bench_ulysses.py --lengths 16384 32768 --reps 5 --json-out $SESSION/ulysses.json"
 LIMIT[d1_ulysses]=$ULYSSES_LIMIT_S
 for side in on off; do
@@ -89,6 +91,7 @@ for engine in vllm sglang; do
     LIMIT[t1_$engine]=$T1_LIMIT_S
 done
 declare -A PARTS=([b1a]="b_model b_limits_before b_step4" [b1b]="b_model b_step2 b_limits_after"
+                  [b1c]="b_model b_step4_real"
                   [d1]="d1_ulysses nosync_on nosync_off" [d3]="d3_sglang" [t1v]="t1_vllm" [t1s]="t1_sglang")
 # goals no benchmark can produce yet, with why (the reasons summary.json files too)
 NOT_BUILT="from benchmarks import goals_49
@@ -97,7 +100,7 @@ SUMMARY="$PY -m benchmarks.session_summary $SESSION --goals 49 --results $OUT/re
 # outside the repository's results the generated page goes beside them, not over docs/benchmarks/current.md
 [[ "$OUT" != benchmarks ]] && SUMMARY+=" --page $OUT/current.md"
 
-calls=$([[ $CALL == all ]] && echo "b1a b1b d1 d3 t1v t1s" || echo "$CALL")
+calls=$([[ $CALL == all ]] && echo "b1a b1b b1c d1 d3 t1v t1s" || echo "$CALL")
 if [[ -n $ONLY ]]; then  # one part alone (a re-run of one cut short), as a call of its own
     [[ -n ${CMD[$ONLY]:-} ]] || { echo "gpu_session_b.sh: --part $ONLY: give one of ${!CMD[*]}" >&2; exit 2; }
     PARTS[only]=$ONLY

@@ -4,6 +4,7 @@ steady-state summary and the weak-scaling efficiency."""
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -87,3 +88,36 @@ def test_summary_by_step_number_and_with_no_step_left():
     del rows[1]  # step 2's row is missing: step 3 (profiled) and 4 remain
     assert bench_scale.summarize(rows, profiled_step=3)["s_per_step"] == 12.0
     assert bench_scale.summarize(_rows([30.0, 40.0], gen=4.0, peak=50.0), profiled_step=2) == {"steps_measured": 0}
+
+
+def test_realistic_workload_data_and_lengths_reach_the_dataset(tiny_model_dir, tmp_path):
+    """`--workload realistic` (B6_realistic): the GSM8K-shaped file, in step order with per-sample caps, read by
+    rlpost's own dataset under the run's length overrides; every prompt fits the prompt budget it is given."""
+    from hydra import compose, initialize_config_dir
+    from transformers import AutoTokenizer
+
+    from benchmarks import workload
+    from rlpost.data.rl_dataset import RLHFDataset
+    from rlpost.trainer.config import CONFIG_DIR, typed_config, validate_config
+
+    args = bench_scale.parse_args(["--arch", "0.5b", "--gpus", "1", "--prompts", "4", "--n", "4", "--steps", "2",
+                                   "--workload", "realistic", "--cap", "256", "--seed", "3"])
+    shutil.rmtree("/tmp/d_realistic_0.5b_4x4_cap256_s2_seed3", ignore_errors=True)  # built here, not reused
+    data = bench_scale.realistic_data("0.5b", 4, args, tokenizer_dir=Path(tiny_model_dir))
+    assert data == Path("/tmp/d_realistic_0.5b_4x4_cap256_s2_seed3")
+    overrides = bench_scale.workload_overrides(args)
+    with initialize_config_dir(str(CONFIG_DIR), version_base=None):
+        cfg = compose("ppo_trainer", overrides=[*overrides, "trainer.device=cpu",
+                                                  f"data.train_files={data}/train.parquet",
+                                                  f"actor_rollout_ref.model.path={tiny_model_dir}"])
+    validate_config(cfg)
+    c = typed_config(cfg)
+    assert (c.data.max_prompt_length, c.data.max_response_length, c.data.shuffle) == (192, 256, False)
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    ds = RLHFDataset([str(data / "train.parquet")], tok, c.data)
+    want = workload.gsm8k_shaped(8, 4, 256, 3)  # 2 steps of 4 prompts, the file's order
+    assert len(ds) == 8
+    for i in range(8):
+        row = ds[i]
+        assert list(row["extra_info"]["response_caps"]) == [int(v) for v in want.caps[i]]
+        assert int(row["attention_mask"].sum()) <= 192

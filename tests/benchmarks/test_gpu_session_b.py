@@ -51,7 +51,7 @@ def test_dry_run_commands_parse_and_calls_fit(tmp_path: Path, monkeypatch: pytes
     # bench_ulysses's parser also checks the host has its 2 GPUs: the 2-GPU host it is printed for
     monkeypatch.setattr(bench_ulysses.torch.cuda, "device_count", lambda: bench_ulysses.WORLD)
     session, calls, out = dry_run(tmp_path)
-    assert session.parent == tmp_path / "results" and sorted(calls) == ["b1a", "b1b", "d1", "d3", "t1s", "t1v"]
+    assert session.parent == tmp_path / "results" and sorted(calls) == ["b1a", "b1b", "b1c", "d1", "d3", "t1s", "t1v"]
     parsed = {}
     for call, parts in calls.items():
         assert sum(limit for limit, _ in parts.values()) <= 550, call  # a device call is at most 600 s
@@ -68,6 +68,10 @@ def test_dry_run_commands_parse_and_calls_fit(tmp_path: Path, monkeypatch: pytes
     four, two = parsed["b_step4"], parsed["b_step2"]
     assert (four.gpus, two.gpus, four.prompts_per_gpu, two.prompts_per_gpu) == ([4], [2], 8, 8)
     assert four.override == two.override  # weak scaling: the same settings at both GPU counts
+    real = parsed["b_step4_real"]  # B6 on the long-tailed workload: the 4-GPU run's settings otherwise
+    assert (real.workload, four.workload, real.override, real.gpus) == ("realistic", "fixed", four.override, [4])
+    assert bench_scale.workload_overrides(real) == ["data.max_prompt_length=192", "data.max_response_length=1024",
+                                                   "data.shuffle=false"]
     # one GPU's share of the 4-GPU batch is what the limits time
     assert before.prompts == [four.prompts_per_gpu] and before.response_len == four.response_len
     key = "actor_rollout_ref.actor.fsdp_config.use_no_sync_for_gradient_accumulation"
