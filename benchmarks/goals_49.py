@@ -44,10 +44,6 @@ T1_ENGINES = ("vllm", "sglang")  # the issue asks for both
 NOT_BUILT = {
     "M1": "not built: no MoE benchmark (bench_limits.ARCHS, whose models bench_scale runs, has only the dense 0.5b "
           "and 7b Qwen2.5 shapes), and the MoE load-balance metrics are refused (unsupported.py: moe_load_balance)",
-    "D2_time": "not built: bench_async has no fully-async configuration (its configs are hybrid, split 1+1 and "
-               "one-step-off 1+1 on the fixed 0.5B model /tmp/m), no 2 + 2 placement and no long-tailed lengths; "
-               "main_ppo's trainer.v1.separate_async.partial_rollout has no driver that times it",
-    "D2_overlap": "not built: as D2_time (bench_async reports step times, not max(trainer phases, rollout))",
 }
 # Files of the session (names set by gpu_session_b.sh) and the part that writes each.
 FILES = {"limits_before": ("limits_7b_before.json", "b1a"), "limits_after": ("limits_7b_after.json", "b1b"),
@@ -55,7 +51,8 @@ FILES = {"limits_before": ("limits_7b_before.json", "b1a"), "limits_after": ("li
          "ulysses": ("ulysses.json", "d1"), "sglang": ("sglang.json", "d3"),
          "nosync_on": ("scale_nosync_on.json", "d1"), "nosync_off": ("scale_nosync_off.json", "d1"),
          "multiturn_tp": ("multiturn_tp.json", "t1v"),
-         "scale4_realistic": ("scale_7b_4gpu_realistic.json", "b1c")}  # t1s adds its engine to the file
+         "scale4_realistic": ("scale_7b_4gpu_realistic.json", "b1c"),
+         "async_d2": ("async_d2.json", "d2a")}  # t1s, d2b and d2c add their runs to the files of t1v, d2a
 
 
 def qwen2_params(cfg: dict[str, Any]) -> int:
@@ -109,6 +106,7 @@ def derive(folder: Path) -> harness.Result:
     _b_goals(res, before, after, row4, row2)
     _b6_realistic(res, _row(_load(folder, "scale4_realistic"), 4), row4)
     _d_goals(res, folder)
+    _d2_goals(res, _load(folder, "async_d2"))
     _t1_goal(res, _load(folder, "multiturn_tp"))
     return res
 
@@ -226,6 +224,36 @@ def _d_goals(res: harness.Result, folder: Path) -> None:
                  command="bench_scale --arch 0.5b --gpus 2, no-sync on | off (scale_nosync_on/off.json)",
                  update_s_on=on["phases_s"]["update_actor"], update_s_off=off["phases_s"]["update_actor"],
                  step_s_on=on["s_per_step"], step_s_off=off["s_per_step"])
+
+
+def _d2_goals(res: harness.Result, d2: dict | None) -> None:
+    """D2_time: the fully-async run's time to train the same samples over the synchronous hybrid run's (one-step-off
+    beside it); D2_overlap: the fully-async run's median step / max(trainer busy, rollout busy)."""
+    runs = (d2 or {}).get("runs", {})
+    sync, off, full = (runs.get(c, {}) for c in ("sync_hybrid", "one_step_off", "fully_async"))
+    cmd = "bench_async_d2 (async_d2.json)"
+    if d2 is None:
+        for gid in ("D2_time", "D2_overlap"):
+            res.not_measured(gid, GOALS[gid], _missing("async_d2"))
+        return
+    missing = [c for c, r in (("sync_hybrid", sync), ("fully_async", full)) if not r.get("time_to_samples_s")]
+    if missing:
+        res.not_measured("D2_time", GOALS["D2_time"], f"async_d2.json has no finished {' and '.join(missing)} run "
+                         "(calls d2a and d2c of gpu_session_b.sh)")
+    else:
+        beside = ({"one_step_off_over_sync": off["time_to_samples_s"] / sync["time_to_samples_s"]}
+                  if off.get("time_to_samples_s") else {})
+        res.goal("D2_time", {"value": full["time_to_samples_s"] / sync["time_to_samples_s"]}, GOALS["D2_time"],
+                 reps=1, command=cmd, interval="one run per configuration: no interval",
+                 time_to_samples_s={c: r.get("time_to_samples_s") for c, r in runs.items()}, **beside)
+    if not full.get("overlap"):
+        res.not_measured("D2_overlap", GOALS["D2_overlap"], "async_d2.json has no fully_async step after the first "
+                         "with the idle metrics (call d2c of gpu_session_b.sh)")
+    else:
+        res.goal("D2_overlap", {"value": full["overlap_median"], "ci_low": min(full["overlap"]),
+                                "ci_high": max(full["overlap"])}, GOALS["D2_overlap"], reps=len(full["overlap"]),
+                 command=cmd, interval="range of the steps after the first, not a confidence interval",
+                 one_step_off_overlap=off.get("overlap_median"))
 
 
 def _t1_goal(res: harness.Result, t1: dict | None) -> None:

@@ -14,9 +14,12 @@
 #   b1c  b_model (if missing), b_step4_real (7B main_ppo, 4 GPUs, the long-tailed workload)           B6_realistic
 #   d1   d1_ulysses (SP1 / SP2 at 16k and 32k, 2 GPUs), nosync_on, nosync_off (0.5B, 2 FSDP ranks)  D1, NOSYNC
 #   d3   d3_sglang (SGLang bare against in the loop, alternated rounds, 1 GPU)                         D3
+#   d2a  d2_sync_hybrid (7B, hybrid on 4 GPUs, long-tailed responses up to 4k, 6 steps)              D2
+#   d2b  d2_one_step_off (the same, 2 trainer + 2 rollout GPUs, one step off)                          D2
+#   d2c  d2_fully_async (the same split, separate_async with partial rollouts)                         D2
 #   t1v  t1_vllm (multi-turn agent loops at rollout TP 2 on vLLM: TP-2 / TP-1 check, main_ppo 2 steps; 2 GPUs) T1
 #   t1s  t1_sglang (the same on SGLang: the SGLang bundle on PYTHONPATH, as for d3; 2 GPUs)                   T1
-# Not built (each call prints why, and summary.json says so): M1, D2_time, D2_overlap.
+# Not built (each call prints why, and summary.json says so): M1.
 #
 # Results: $OUT/results/<date>_<gpu>/ (OUT defaults to benchmarks/), one log per part beside them. Settings
 # (environment, defaults in brackets): *_LIMIT_S, hard limits per part in seconds (a main_ppo run's own
@@ -31,16 +34,16 @@ ONLY=
 while (( $# )); do
     case $1 in
         --dry-run) DRY=1 ;;
-        --call) CALL=${2:?--call needs one of b1a b1b b1c d1 d3 t1v t1s}; shift ;;
+        --call) CALL=${2:?--call needs one of b1a b1b b1c d1 d2a d2b d2c d3 t1v t1s}; shift ;;
         --part) ONLY=${2:?--part needs a part name}; shift ;;
-        *) echo "gpu_session_b.sh: unknown argument $1 (give --call b1a|b1b|b1c|d1|d3|t1v|t1s, --part NAME, --dry-run)" >&2
+        *) echo "gpu_session_b.sh: unknown argument $1 (give --call b1a|b1b|b1c|d1|d2a|d2b|d2c|d3|t1v|t1s, --part NAME, --dry-run)" >&2
            exit 2 ;;
     esac
     shift
 done
-case $CALL in b1a|b1b|b1c|d1|d3|t1v|t1s) ;; all) (( DRY )) || [[ -n $ONLY ]] || {
-    echo "gpu_session_b.sh: give --call b1a|b1b|b1c|d1|d3|t1v|t1s or --part NAME" >&2; exit 2; } ;;
-    *) echo "gpu_session_b.sh: --call $CALL: give one of b1a b1b b1c d1 d3 t1v t1s" >&2; exit 2 ;; esac
+case $CALL in b1a|b1b|b1c|d1|d2a|d2b|d2c|d3|t1v|t1s) ;; all) (( DRY )) || [[ -n $ONLY ]] || {
+    echo "gpu_session_b.sh: give --call b1a|b1b|b1c|d1|d2a|d2b|d2c|d3|t1v|t1s or --part NAME" >&2; exit 2; } ;;
+    *) echo "gpu_session_b.sh: --call $CALL: give one of b1a b1b b1c d1 d2a d2b d2c d3 t1v t1s" >&2; exit 2 ;; esac
 PY=${PYTHON:-python3}
 OUT=${OUT:-benchmarks}
 GPU=$($PY -c "from benchmarks import harness; print(harness.slug(harness.gpu_name()))")
@@ -54,6 +57,7 @@ ULYSSES_LIMIT_S=${ULYSSES_LIMIT_S:-220}
 NOSYNC_LIMIT_S=${NOSYNC_LIMIT_S:-160}
 SGLANG_LIMIT_S=${SGLANG_LIMIT_S:-480}
 T1_LIMIT_S=${T1_LIMIT_S:-540}
+D2_LIMIT_S=${D2_LIMIT_S:-540}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # this tree's rlpost, in Ray's workers too
 export VLLM_USE_FLASHINFER_SAMPLER=${VLLM_USE_FLASHINFER_SAMPLER:-0}  # as docs/benchmarks/realistic.md's commands
 export VLLM_ENABLE_V1_MULTIPROCESSING=0 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 WANDB_MODE=offline
@@ -85,6 +89,14 @@ for side in on off; do
 done
 CMD[d3_sglang]="$PY benchmarks/bench_sglang.py --modes sglang:bare sglang:loop --prompts 64 --rounds 2 --reps 3 --out-dir $SESSION"
 LIMIT[d3_sglang]=$SGLANG_LIMIT_S
+# D2: one configuration per call, the same model, workload and steps (each run killed 20 s before its part)
+# (the hybrid engine shares each GPU with the actor: MEM7; a rollout GPU of the split is the engine's: 0.8)
+D2_MICRO=("${MICRO7[@]:0:3}")
+for config in sync_hybrid one_step_off fully_async; do
+    mem=$([[ $config == sync_hybrid ]] && echo "$MEM7" || echo 0.8)
+    CMD[d2_$config]="$PY benchmarks/bench_async_d2.py --config $config --arch 7b --side-gpus 2 --prompts 32 --n 8 --cap 4096 --steps 6 --timeout $((D2_LIMIT_S - 20)) --override ${D2_MICRO[*]} $ARR.rollout.gpu_memory_utilization=$mem --out-dir $SESSION"
+    LIMIT[d2_$config]=$D2_LIMIT_S
+done
 # T1: three runs per engine (TP-2 check, TP-1 check, main_ppo), each killed after a third of the part's limit
 for engine in vllm sglang; do
     CMD[t1_$engine]="$PY benchmarks/bench_multiturn_tp.py --device cuda --engines $engine --steps 2 --part-timeout $(((T1_LIMIT_S - 60) / 3)) --out-dir $SESSION"
@@ -92,7 +104,8 @@ for engine in vllm sglang; do
 done
 declare -A PARTS=([b1a]="b_model b_limits_before b_step4" [b1b]="b_model b_step2 b_limits_after"
                   [b1c]="b_model b_step4_real"
-                  [d1]="d1_ulysses nosync_on nosync_off" [d3]="d3_sglang" [t1v]="t1_vllm" [t1s]="t1_sglang")
+                  [d1]="d1_ulysses nosync_on nosync_off" [d3]="d3_sglang" [t1v]="t1_vllm" [t1s]="t1_sglang"
+                  [d2a]="d2_sync_hybrid" [d2b]="d2_one_step_off" [d2c]="d2_fully_async")
 # goals no benchmark can produce yet, with why (the reasons summary.json files too)
 NOT_BUILT="from benchmarks import goals_49
 for gid, why in goals_49.NOT_BUILT.items(): print(f'{gid}: {why}')"
@@ -100,7 +113,7 @@ SUMMARY="$PY -m benchmarks.session_summary $SESSION --goals 49 --results $OUT/re
 # outside the repository's results the generated page goes beside them, not over docs/benchmarks/current.md
 [[ "$OUT" != benchmarks ]] && SUMMARY+=" --page $OUT/current.md"
 
-calls=$([[ $CALL == all ]] && echo "b1a b1b b1c d1 d3 t1v t1s" || echo "$CALL")
+calls=$([[ $CALL == all ]] && echo "b1a b1b b1c d1 d2a d2b d2c d3 t1v t1s" || echo "$CALL")
 if [[ -n $ONLY ]]; then  # one part alone (a re-run of one cut short), as a call of its own
     [[ -n ${CMD[$ONLY]:-} ]] || { echo "gpu_session_b.sh: --part $ONLY: give one of ${!CMD[*]}" >&2; exit 2; }
     PARTS[only]=$ONLY

@@ -15,6 +15,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
+import bench_async_d2  # noqa: E402
 import bench_limits  # noqa: E402
 import bench_multiturn_tp  # noqa: E402
 import bench_scale  # noqa: E402
@@ -27,7 +28,7 @@ pytestmark = pytest.mark.timeout(60)
 REPO = Path(__file__).resolve().parents[2]
 PARSERS = {"bench_limits.py": bench_limits.parse_args, "bench_scale.py": bench_scale.parse_args,
            "bench_ulysses.py": bench_ulysses.parse_args, "bench_sglang.py": bench_sglang.parse_args,
-           "bench_multiturn_tp.py": bench_multiturn_tp.parse_args}
+           "bench_multiturn_tp.py": bench_multiturn_tp.parse_args, "bench_async_d2.py": bench_async_d2.parse_args}
 RECORDED = REPO / "benchmarks/results/2026-11-28_h200x4/h200x4_7f59280"  # the 7B limits and 4-GPU step of issue 18
 
 
@@ -51,7 +52,8 @@ def test_dry_run_commands_parse_and_calls_fit(tmp_path: Path, monkeypatch: pytes
     # bench_ulysses's parser also checks the host has its 2 GPUs: the 2-GPU host it is printed for
     monkeypatch.setattr(bench_ulysses.torch.cuda, "device_count", lambda: bench_ulysses.WORLD)
     session, calls, out = dry_run(tmp_path)
-    assert session.parent == tmp_path / "results" and sorted(calls) == ["b1a", "b1b", "b1c", "d1", "d3", "t1s", "t1v"]
+    assert session.parent == tmp_path / "results" and sorted(calls) == ["b1a", "b1b", "b1c", "d1", "d2a", "d2b", "d2c", "d3",
+                                                                       "t1s", "t1v"]
     parsed = {}
     for call, parts in calls.items():
         assert sum(limit for limit, _ in parts.values()) <= 550, call  # a device call is at most 600 s
@@ -82,6 +84,16 @@ def test_dry_run_commands_parse_and_calls_fit(tmp_path: Path, monkeypatch: pytes
     written = {Path(getattr(a, "json_out", None) or "").name: name for name, a in parsed.items()}
     written["sglang.json"] = "d3_sglang"
     written["multiturn_tp.json"] = "t1_vllm"
+    written["async_d2.json"] = "d2_sync_hybrid"
+    d2 = {c: parsed[f"d2_{c}"] for c in bench_async_d2.CONFIGS}  # one configuration per call, the same work
+    assert [a.config for a in d2.values()] == list(bench_async_d2.CONFIGS)
+    for a in d2.values():
+        assert (a.arch, a.side_gpus, a.prompts, a.n, a.cap, a.steps, a.out_dir) == ("7b", 2, 32, 8, 4096, 6, session)
+        assert a.timeout < calls[{"sync_hybrid": "d2a", "one_step_off": "d2b", "fully_async": "d2c"}[a.config]][
+            f"d2_{a.config}"][0]
+    mem = "actor_rollout_ref.rollout.gpu_memory_utilization="
+    assert [[o for o in a.override if not o.startswith(mem)] for a in d2.values()] == [d2["sync_hybrid"].override[:3]] * 3
+    assert [o for o in d2["fully_async"].override if o.startswith(mem)] == [mem + "0.8"]
     assert [(parsed[f"t1_{e}"].engines, parsed[f"t1_{e}"].device) for e in ("vllm", "sglang")] == [
         (["vllm"], "cuda"), (["sglang"], "cuda")]
     for fname, call in goals_49.FILES.values():
