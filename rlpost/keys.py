@@ -24,6 +24,7 @@ OLD_LOG_PROBS = "old_log_probs"  # (B, R) actor log-probs before the update
 ENTROPYS = "entropys"  # (B, R) per-token entropy of the actor
 SUM_PI_SQUARED = "sum_pi_squared"  # (B, R) sum over the vocabulary of the actor's squared probabilities (OTB)
 ROUTED_EXPERTS = "routed_experts"  # (B, T, L, K) int: the experts each token was routed to (MoE router replay)
+MOE_EXPERT_COUNTS = "moe_expert_counts"  # (B, L, E) int64: per row, the response tokens' top-k slots per expert
 REF_LOG_PROB = "ref_log_prob"  # (B, R) reference-policy log-probs
 TEACHER_LOG_PROBS = "teacher_log_probs"  # (B, R) log-probs of the sampled tokens under the row's teacher (distillation)
 # top-k distillation: the student's k likeliest token ids at each response position (from the old-log-prob pass)
@@ -86,3 +87,4 @@ ROLLOUT_IS_WEIGHTS = "rollout_is_weights"  # (B, R) rollout-correction weights p
 META_DISTILLATION = "distillation"
 # int k: the old-log-prob pass also writes `student_topk_ids` (top-k distillation)
 META_STUDENT_TOPK = "student_topk"
+META_MOE_LOAD = "moe_load"  # true: compute_log_prob also returns MOE_EXPERT_COUNTS (the MoE load metrics' step)

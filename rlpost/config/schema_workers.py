@@ -456,7 +456,7 @@ class RolloutConfig(BaseConfig):
     logprobs_mode: str
     scheduling_policy: str
     enable_rollout_routing_replay: bool
-    moe_load_balance_metrics_interval: int
+    moe_load_balance_metrics_interval: Annotated[int, NON_NEGATIVE]
     engine_kwargs: EngineKwargsConfig
     val_kwargs: ValKwargsConfig
     over_sample_rate: Annotated[float, BELOW_ONE]

@@ -152,6 +152,19 @@ def engine_refusal(traits: ModelTraits, engine: str, device: str) -> str | None:
             "(vLLM on CUDA has its own kernels for it)")
 
 
+def load_metrics_refusal(traits: ModelTraits, interval: int) -> str | None:
+    """Why `rollout.moe_load_balance_metrics_interval` > 0 cannot run on `traits`' model (None when it can)."""
+    from rlpost.utils.router_replay import REPLAYABLE_MODEL_TYPES
+
+    if interval <= 0 or traits.model_type in REPLAYABLE_MODEL_TYPES:
+        return None
+    key = "actor_rollout_ref.rollout.moe_load_balance_metrics_interval"
+    what = "is dense: it has no experts to balance" if not traits.experts else \
+        "routes its experts in a way the recorder does not cover yet"
+    return (f"{key}={interval}: a {traits.model_type} model {what}; the load metrics read the softmax top-k routers "
+            f"of {', '.join(sorted(REPLAYABLE_MODEL_TYPES))}; set {key}=0")
+
+
 def replay_refusal(traits: ModelTraits, mode: str) -> str | None:
     """Why `actor.router_replay.mode=R2` cannot run on `traits`' model (None when it can, or replay is off)."""
     from rlpost.utils.router_replay import REPLAYABLE_MODEL_TYPES

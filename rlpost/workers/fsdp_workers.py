@@ -408,9 +408,22 @@ class ActorRolloutRefWorker(_FSDPRole):
         rows = len(data)
         data, start = group_rows(data, *sp_parts(self.actor_sp))
         self._log_prob_meta(data, self.config.rollout, self.actor_sp)
-        stats = self.actor.compute_log_prob_stats(
-            _on_device(data, self.device), calculate_entropy=True,
-            calculate_sum_pi_squared=self.config.actor.calculate_sum_pi_squared)
+        load = bool(data.meta_info.get(keys.META_MOE_LOAD))
+        replaying = self.actor.router_replay is not None  # R2: the update replays what this pass records
+        if load and not replaying:  # record the routing for the load metrics alone, then stop recording
+            from rlpost.utils.router_replay import use_router_replay
+
+            self.actor.router_replay = use_router_replay(self.actor_module)
+        try:
+            stats = self.actor.compute_log_prob_stats(
+                _on_device(data, self.device), calculate_entropy=True,
+                calculate_sum_pi_squared=self.config.actor.calculate_sum_pi_squared)
+        finally:
+            if load and not replaying:
+                self.actor.router_replay = None
+        if load:
+            stats[keys.MOE_EXPERT_COUNTS] = self._expert_counts(
+                stats[keys.ROUTED_EXPERTS] if replaying else stats.pop(keys.ROUTED_EXPERTS), data)
         if data.meta_info.get(keys.META_STUDENT_TOPK):  # top-k distillation: the student's k likeliest ids
             stats[keys.STUDENT_TOPK_IDS] = self.actor.compute_topk(
                 _on_device(data, self.device), int(data.meta_info[keys.META_STUDENT_TOPK]))["topk_ids"]
@@ -418,6 +431,16 @@ class ActorRolloutRefWorker(_FSDPRole):
         out = DataProto.from_dict(tensors=_to_cpu(stats),
                                   meta_info={keys.META_TEMPERATURE: data.meta_info[keys.META_TEMPERATURE]})
         return own_rows(out, start, rows)
+
+    def _expert_counts(self, routed: torch.Tensor, data: DataProto) -> torch.Tensor:
+        """(B, L, E) counts of the response tokens' routed experts (`rlpost.algos.moe_load`)."""
+        from rlpost.algos.moe_load import row_expert_counts
+        from rlpost.utils.model_traits import model_traits
+
+        mask = torch.zeros(routed.shape[:2], dtype=torch.bool)
+        width = data.batch[keys.RESPONSES].shape[1]
+        mask[:, -width:] = data.batch[keys.ATTENTION_MASK][:, -width:].bool().cpu()
+        return row_expert_counts(routed.cpu(), mask, model_traits(self.actor_module.config).experts)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     @phase("ref")

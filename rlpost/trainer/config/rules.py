@@ -160,14 +160,22 @@ def check_combinations(c: PPOTrainerConfig) -> None:
 
 
 def check_router_replay(c: PPOTrainerConfig) -> None:
-    """Router replay (R2) records the experts in the actor's old-log-prob pass and replays them in the update."""
+    """Router replay (R2) records the experts in the actor's old-log-prob pass and replays them in the update; the
+    MoE load metrics (rollout.moe_load_balance_metrics_interval > 0) count what the same pass records."""
     actor = c.actor_rollout_ref.actor
-    if actor.router_replay.mode != "R2":
-        return
-    key = f"{ARR}.actor.router_replay.mode=R2"
+    interval = c.actor_rollout_ref.rollout.moe_load_balance_metrics_interval
+    if actor.router_replay.mode == "R2":
+        _check_recorded_routing(c, f"{ARR}.actor.router_replay.mode=R2")
+    if interval > 0:
+        _check_recorded_routing(c, f"{ARR}.rollout.moe_load_balance_metrics_interval={interval}")
+
+
+def _check_recorded_routing(c: PPOTrainerConfig, key: str) -> None:
+    """What recording the routing in the actor's old-log-prob pass needs: a whole packed row and that pass."""
+    actor = c.actor_rollout_ref.actor
     if actor.ulysses_sequence_parallel_size > 1:
         fail(f"{key}, {ARR}.actor.ulysses_sequence_parallel_size={actor.ulysses_sequence_parallel_size}",
-             "not supported yet: replaying routing on a Ulysses rank's slice of the packed row",
+             "not supported yet: recording the routing on a Ulysses rank's slice of the packed row",
              f"{ARR}.actor.ulysses_sequence_parallel_size=1")
     if c.algorithm.rollout_correction.bypass_mode:
         fail(f"{key}, algorithm.rollout_correction.bypass_mode=true",

@@ -129,7 +129,6 @@ NOT_SUPPORTED_YET: dict[str, Refusal] = {
     f"{ARR}.rollout.logprobs_mode": only("processed_logprobs"),
     f"{ARR}.rollout.scheduling_policy": only("fcfs"),
     f"{ARR}.rollout.enable_rollout_routing_replay": only(False),
-    f"{ARR}.rollout.moe_load_balance_metrics_interval": only(0),
     f"{ARR}.rollout.engine_kwargs.trtllm": only({}),
     f"{ARR}.rollout.multi_turn.function_tool_path": only(None),
     f"{ARR}.rollout.multi_turn.num_repeat_rollouts": only(None),

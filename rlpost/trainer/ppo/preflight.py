@@ -107,7 +107,7 @@ def check_model_families(config: Any) -> None:
     """Each model the run trains or scores can be right on the paths the config picks (packed rows, Ulysses, the
     fused head): `rlpost.utils.model_traits.path_refusals` on its config.json; a folder that transformers
     cannot read is reported where the model loads."""
-    from rlpost.utils.model_traits import engine_refusal, path_refusals, replay_refusal
+    from rlpost.utils.model_traits import engine_refusal, load_metrics_refusal, path_refusals, replay_refusal
 
     arr = config.actor_rollout_ref
     groups = [("actor_rollout_ref.model", arr.model, "actor_rollout_ref.actor.ulysses_sequence_parallel_size",
@@ -123,7 +123,8 @@ def check_model_families(config: Any) -> None:
         why = path_refusals(traits, group, model_cfg.use_remove_padding, sp_key, sp, fused)
         if group == "actor_rollout_ref.model":
             why += [r for r in [engine_refusal(traits, arr.rollout.name, config.trainer.device),
-                                replay_refusal(traits, arr.actor.router_replay.mode)] if r]
+                                replay_refusal(traits, arr.actor.router_replay.mode),
+                                load_metrics_refusal(traits, arr.rollout.moe_load_balance_metrics_interval)] if r]
         if why:
             raise ValueError(why[0])
 

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from rlpost import keys as K
+from rlpost.algos import moe_load
 from rlpost.algos.rollout_correction import compute_rollout_correction
 from rlpost.protocol import DataProto
 from rlpost.reward.judge import judge_metrics
@@ -402,7 +403,14 @@ class RayPPOTrainer:
         if self.algo.rollout_correction.bypass_mode:
             batch.batch[K.OLD_LOG_PROBS] = _rollout_log_probs(batch).clone()
             return
+        load_step = moe_load.due(self.config.actor_rollout_ref.rollout.moe_load_balance_metrics_interval,
+                                 self.global_steps)
+        batch.meta_info[K.META_MOE_LOAD] = load_step
         out = self.actor_rollout_wg.compute_log_prob(batch)
+        batch.meta_info.pop(K.META_MOE_LOAD)
+        counts = out.batch.pop(K.MOE_EXPERT_COUNTS, None)
+        if counts is not None:
+            metrics.update(moe_load.load_balance_metrics(counts.sum(dim=0)))
         entropys = out.batch.pop(K.ENTROPYS, None)
         if entropys is not None:
             metrics["actor/entropy"] = core_algos.agg_loss(

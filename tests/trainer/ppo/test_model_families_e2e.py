@@ -1,5 +1,6 @@
 """`main_ppo` on today's model families: 2 GRPO steps with remove-padding on a tiny Qwen3-MoE through vLLM on CPU
-(router replay R2 on) and on a tiny Qwen3-Next (hybrid linear attention) through the HF engine; the combinations that cannot be right
+(router replay R2 on) and on a tiny Qwen3-Next (hybrid linear attention) through the HF engine, both logging the MoE
+load metrics; the combinations that cannot be right
 stop before Ray with the key named (exit status 2)."""
 
 import json
@@ -55,10 +56,11 @@ def _in_process(args: list[str]) -> int:
 @pytest.mark.e2e
 def test_two_grpo_steps_on_qwen3_moe_with_vllm_and_on_qwen3_next_with_hf(families, tmp_path):
     root, models = families
+    load = "actor_rollout_ref.rollout.moe_load_balance_metrics_interval=1"
     runs = {"qwen3_moe": _main_ppo(_args(root, models["qwen3_moe"], tmp_path / "moe",
-                                         "actor_rollout_ref.actor.router_replay.mode=R2")),
+                                         "actor_rollout_ref.actor.router_replay.mode=R2", load)),
             "qwen3_next": _main_ppo(_args(root, models["qwen3_next"], tmp_path / "next",
-                                          "actor_rollout_ref.rollout.name=hf"))}
+                                          "actor_rollout_ref.rollout.name=hf", load))}
     for arch, proc in runs.items():
         assert proc.returncode == 0, f"{arch}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
         out = proc.stdout + proc.stderr
@@ -68,6 +70,15 @@ def test_two_grpo_steps_on_qwen3_moe_with_vllm_and_on_qwen3_next_with_hf(familie
     assert len(train) == 2
     for row in train:  # the update replayed the routing its old-log-prob pass recorded
         assert 0.0 <= row["actor/router_replay/changed_fraction"] < 1.0
+    for arch in ("moe", "next"):  # the load metrics of each step; qwen3_next's recorder ran without replay
+        rows = [json.loads(line) for line in (tmp_path / arch / "metrics.jsonl").read_text().splitlines()]
+        train = [r for r in rows if "timing_s/step" in r]
+        assert len(train) == 2
+        for row in train:
+            assert -1.0 <= row["actor/moe/min_vio/avg"] <= 0.0 <= row["actor/moe/max_vio/avg"], (arch, row)
+            assert row["actor/moe/avg_vio/max"] >= row["actor/moe/avg_vio/avg"] >= 0.0
+            assert "actor/moe/max_vio/layer_0" in row
+            assert (arch == "moe") == ("actor/router_replay/changed_fraction" in row), (arch, sorted(row))
 
 
 @pytest.mark.parametrize("arch, extra, key", [
@@ -79,6 +90,9 @@ def test_two_grpo_steps_on_qwen3_moe_with_vllm_and_on_qwen3_next_with_hf(familie
     ("qwen3_next", ["actor_rollout_ref.rollout.name=hf", "actor_rollout_ref.actor.router_replay.mode=R2",
                     "actor_rollout_ref.model.path={llama}"],
      "error: actor_rollout_ref.actor.router_replay.mode=R2: a llama model is dense"),
+    ("qwen3_next", ["actor_rollout_ref.rollout.name=hf", "actor_rollout_ref.rollout.moe_load_balance_metrics_interval=2",
+                    "actor_rollout_ref.model.path={llama}"],
+     "error: actor_rollout_ref.rollout.moe_load_balance_metrics_interval=2: a llama model is dense"),
 ])
 def test_wrong_combinations_stop_before_ray_naming_the_key(families, tmp_path, capsys, arch, extra, key):
     root, models = families
