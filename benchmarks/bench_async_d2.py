@@ -189,12 +189,7 @@ def main(argv: list[str] | None = None) -> Path:
     args.out_dir.mkdir(parents=True, exist_ok=True)
     if args.model_dir is None:
         args.model_dir = Path(ensure_model(f"/tmp/m_{args.arch}", args.arch))
-    data = Path(f"/tmp/d2_data_{args.model_dir.name}_{args.prompts}x{args.n}_cap{args.cap}_s{args.steps}_"
-                f"seed{args.seed}")
-    if not (data / "train.parquet").exists():  # every configuration on the host reads this one file
-        workload.main(["--prompts", str(args.prompts), "--n", str(args.n), "--cap", str(args.cap), "--seed",
-                       str(args.seed), "--steps", str(args.steps), "--tokenizer", str(args.model_dir),
-                       "--out", str(data)])
+    data = workload.ensure_parquet("d2_data", args.model_dir, args.prompts, args.n, args.cap, args.seed, args.steps)
     run_dir = Path(f"/tmp/d2_run_{args.config}")
     subprocess.run(["rm", "-rf", str(run_dir)], check=True)
     run_dir.mkdir(parents=True)

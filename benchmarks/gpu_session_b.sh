@@ -19,7 +19,9 @@
 #   d2c  d2_fully_async (the same split, separate_async with partial rollouts)                         D2
 #   t1v  t1_vllm (multi-turn agent loops at rollout TP 2 on vLLM: TP-2 / TP-1 check, main_ppo 2 steps; 2 GPUs) T1
 #   t1s  t1_sglang (the same on SGLang: the SGLang bundle on PYTHONPATH, as for d3; 2 GPUs)                   T1
-# Not built (each call prints why, and summary.json says so): M1.
+#   m1a  m_model (Qwen3-30B-A3B shape, MOE_LAYERS of its 48 layers, random weights), m1_off (main_ppo, 4 GPUs,
+#        router replay off)                                                                           M1
+#   m1b  m_model (if missing), m1_r2 (the same with router replay R2)                                  M1
 #
 # Results: $OUT/results/<date>_<gpu>/ (OUT defaults to benchmarks/), one log per part beside them. Settings
 # (environment, defaults in brackets): *_LIMIT_S, hard limits per part in seconds (a main_ppo run's own
@@ -34,16 +36,16 @@ ONLY=
 while (( $# )); do
     case $1 in
         --dry-run) DRY=1 ;;
-        --call) CALL=${2:?--call needs one of b1a b1b b1c d1 d2a d2b d2c d3 t1v t1s}; shift ;;
+        --call) CALL=${2:?--call needs one of b1a b1b b1c d1 d2a d2b d2c d3 t1v t1s m1a m1b}; shift ;;
         --part) ONLY=${2:?--part needs a part name}; shift ;;
-        *) echo "gpu_session_b.sh: unknown argument $1 (give --call b1a|b1b|b1c|d1|d2a|d2b|d2c|d3|t1v|t1s, --part NAME, --dry-run)" >&2
+        *) echo "gpu_session_b.sh: unknown argument $1 (give --call b1a|b1b|b1c|d1|d2a|d2b|d2c|d3|t1v|t1s|m1a|m1b, --part NAME, --dry-run)" >&2
            exit 2 ;;
     esac
     shift
 done
-case $CALL in b1a|b1b|b1c|d1|d2a|d2b|d2c|d3|t1v|t1s) ;; all) (( DRY )) || [[ -n $ONLY ]] || {
-    echo "gpu_session_b.sh: give --call b1a|b1b|b1c|d1|d2a|d2b|d2c|d3|t1v|t1s or --part NAME" >&2; exit 2; } ;;
-    *) echo "gpu_session_b.sh: --call $CALL: give one of b1a b1b b1c d1 d2a d2b d2c d3 t1v t1s" >&2; exit 2 ;; esac
+case $CALL in b1a|b1b|b1c|d1|d2a|d2b|d2c|d3|t1v|t1s|m1a|m1b) ;; all) (( DRY )) || [[ -n $ONLY ]] || {
+    echo "gpu_session_b.sh: give --call b1a|b1b|b1c|d1|d2a|d2b|d2c|d3|t1v|t1s|m1a|m1b or --part NAME" >&2; exit 2; } ;;
+    *) echo "gpu_session_b.sh: --call $CALL: give one of b1a b1b b1c d1 d2a d2b d2c d3 t1v t1s m1a m1b" >&2; exit 2 ;; esac
 PY=${PYTHON:-python3}
 OUT=${OUT:-benchmarks}
 GPU=$($PY -c "from benchmarks import harness; print(harness.slug(harness.gpu_name()))")
@@ -58,6 +60,9 @@ NOSYNC_LIMIT_S=${NOSYNC_LIMIT_S:-160}
 SGLANG_LIMIT_S=${SGLANG_LIMIT_S:-480}
 T1_LIMIT_S=${T1_LIMIT_S:-540}
 D2_LIMIT_S=${D2_LIMIT_S:-540}
+MOE_LIMIT_S=${MOE_LIMIT_S:-390}
+MOE_MODEL_LIMIT_S=${MOE_MODEL_LIMIT_S:-160}
+MOE_LAYERS=${MOE_LAYERS:-24}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # this tree's rlpost, in Ray's workers too
 export VLLM_USE_FLASHINFER_SAMPLER=${VLLM_USE_FLASHINFER_SAMPLER:-0}  # as docs/benchmarks/realistic.md's commands
 export VLLM_ENABLE_V1_MULTIPROCESSING=0 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 WANDB_MODE=offline
@@ -102,10 +107,19 @@ for engine in vllm sglang; do
     CMD[t1_$engine]="$PY benchmarks/bench_multiturn_tp.py --device cuda --engines $engine --steps 2 --part-timeout $(((T1_LIMIT_S - 60) / 3)) --out-dir $SESSION"
     LIMIT[t1_$engine]=$T1_LIMIT_S
 done
+# M1: the MoE shape at MOE_LAYERS layers (24: 15.3B parameters, FSDP's fp32 state ~61 GB per GPU on 4), one
+# replay setting per call, the same model, workload and steps
+MOE=($PY benchmarks/bench_moe.py --gpus 4 --layers "$MOE_LAYERS" --prompts 64 --n 8 --cap 1024 --steps 4)
+CMD[m_model]="${MOE[*]} --replay off --build-only --out-dir $SESSION"; LIMIT[m_model]=$MOE_MODEL_LIMIT_S
+for replay in off r2; do
+    CMD[m1_$replay]="${MOE[*]} --replay $replay --timeout $((MOE_LIMIT_S - 20)) --override $ARR.rollout.gpu_memory_utilization=$MEM7 --out-dir $SESSION"
+    LIMIT[m1_$replay]=$MOE_LIMIT_S
+done
 declare -A PARTS=([b1a]="b_model b_limits_before b_step4" [b1b]="b_model b_step2 b_limits_after"
                   [b1c]="b_model b_step4_real"
                   [d1]="d1_ulysses nosync_on nosync_off" [d3]="d3_sglang" [t1v]="t1_vllm" [t1s]="t1_sglang"
-                  [d2a]="d2_sync_hybrid" [d2b]="d2_one_step_off" [d2c]="d2_fully_async")
+                  [d2a]="d2_sync_hybrid" [d2b]="d2_one_step_off" [d2c]="d2_fully_async"
+                  [m1a]="m_model m1_off" [m1b]="m_model m1_r2")
 # goals no benchmark can produce yet, with why (the reasons summary.json files too)
 NOT_BUILT="from benchmarks import goals_49
 for gid, why in goals_49.NOT_BUILT.items(): print(f'{gid}: {why}')"
@@ -113,7 +127,7 @@ SUMMARY="$PY -m benchmarks.session_summary $SESSION --goals 49 --results $OUT/re
 # outside the repository's results the generated page goes beside them, not over docs/benchmarks/current.md
 [[ "$OUT" != benchmarks ]] && SUMMARY+=" --page $OUT/current.md"
 
-calls=$([[ $CALL == all ]] && echo "b1a b1b b1c d1 d2a d2b d2c d3 t1v t1s" || echo "$CALL")
+calls=$([[ $CALL == all ]] && echo "b1a b1b b1c d1 d2a d2b d2c d3 t1v t1s m1a m1b" || echo "$CALL")
 if [[ -n $ONLY ]]; then  # one part alone (a re-run of one cut short), as a call of its own
     [[ -n ${CMD[$ONLY]:-} ]] || { echo "gpu_session_b.sh: --part $ONLY: give one of ${!CMD[*]}" >&2; exit 2; }
     PARTS[only]=$ONLY

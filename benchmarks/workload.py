@@ -154,5 +154,15 @@ def main(argv: list[str] | None = None) -> None:
           f"mean {lens.mean():.0f}, median {np.median(lens):.0f}, {np.mean(lens == args.cap):.1%} at the cap")
 
 
+def ensure_parquet(prefix: str, tokenizer: Path, prompts: int, n: int, cap: int, seed: int, steps: int) -> Path:
+    """The folder `main` writes for these settings, under /tmp/<prefix>_..., written once: every configuration of
+    a benchmark on the host reads the same file."""
+    data = Path(f"/tmp/{prefix}_{Path(tokenizer).name}_{prompts}x{n}_cap{cap}_s{steps}_seed{seed}")
+    if not (data / "train.parquet").exists():
+        main(["--prompts", str(prompts), "--n", str(n), "--cap", str(cap), "--seed", str(seed), "--steps",
+              str(steps), "--tokenizer", str(tokenizer), "--out", str(data)])
+    return data
+
+
 if __name__ == "__main__":
     main()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from rlpost import keys
@@ -20,3 +22,19 @@ def varied_batch(vocab: int, p: int = 7, r: int = 6) -> dict[str, torch.Tensor]:
     attn = torch.cat([p_mask, r_mask], dim=1)
     return {keys.RESPONSES: responses, keys.RESPONSE_MASK: r_mask, keys.INPUT_IDS: torch.cat([prompts, responses], 1),
             keys.ATTENTION_MASK: attn, keys.POSITION_IDS: (attn.cumsum(-1) - 1).clamp(min=0)}
+
+
+def own_policy_actor(vocab: int) -> tuple[Any, dict[str, torch.Tensor], torch.Tensor]:
+    """A `DataParallelPPOActor` of the SMALL config over a random tiny Qwen2 (SGD at lr 0), `varied_batch(vocab)`
+    and the policy's own log-probs of its responses (B, R)."""
+    from _compose import SMALL, typed_config_of
+    from rlpost.utils.tiny_families import family_model
+    from rlpost.workers.actor import DataParallelPPOActor
+
+    cfg = typed_config_of(*SMALL).actor_rollout_ref.actor
+    model = family_model("qwen2", vocab)
+    actor = DataParallelPPOActor(cfg, model, torch.optim.SGD(model.parameters(), lr=0.0), use_remove_padding=False)
+    batch = varied_batch(vocab)
+    with torch.no_grad():
+        own = actor._forward_micro_batch(batch, 1.0, calculate_entropy=False)[1]
+    return actor, batch, own

@@ -21,6 +21,7 @@ from rlpost.engine.fused_logprob import FusedHeadOptions, chunk_stats, compiled,
 from rlpost.engine.packed_attention import PACKED_KWARG, packed_sequences
 from rlpost.engine.vision import (language_model_slice, mm_rows, model_kwargs, pack_positions, real_placeholders,
                                   vision_inputs)
+from rlpost.utils.masked import masked_var
 from rlpost.utils.moe_aux_loss import router_aux_loss
 from rlpost.utils.router_replay import ReplayState, from_grid, replay_metrics, to_grid
 from rlpost.utils.padding import next_token_labels, pad_output, unpad_input
@@ -471,7 +472,8 @@ class DataParallelPPOActor:
         loss = pg_loss
         metrics: dict[str, torch.Tensor | float] = {
             "actor/pg_loss": pg_loss.detach(), "actor/pg_clipfrac": clipfrac.detach(),
-            "actor/ppo_kl": ppo_kl.detach(), "actor/pg_clipfrac_lower": clipfrac_lower.detach()}
+            "actor/ppo_kl": ppo_kl.detach(), "actor/pg_clipfrac_lower": clipfrac_lower.detach(),
+            "actor/log_ratio_std": masked_var(logp.detach() - mb[keys.OLD_LOG_PROBS], mask, unbiased=False).sqrt()}
         if replay is not None:
             metrics.update(replay_metrics(replay, mb[keys.ATTENTION_MASK], self.use_remove_padding))
         if ent is not None:

@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 import bench_async_d2  # noqa: E402
 import bench_limits  # noqa: E402
+import bench_moe  # noqa: E402
 import bench_multiturn_tp  # noqa: E402
 import bench_scale  # noqa: E402
 import bench_sglang  # noqa: E402
@@ -28,7 +29,8 @@ pytestmark = pytest.mark.timeout(60)
 REPO = Path(__file__).resolve().parents[2]
 PARSERS = {"bench_limits.py": bench_limits.parse_args, "bench_scale.py": bench_scale.parse_args,
            "bench_ulysses.py": bench_ulysses.parse_args, "bench_sglang.py": bench_sglang.parse_args,
-           "bench_multiturn_tp.py": bench_multiturn_tp.parse_args, "bench_async_d2.py": bench_async_d2.parse_args}
+           "bench_multiturn_tp.py": bench_multiturn_tp.parse_args, "bench_async_d2.py": bench_async_d2.parse_args,
+           "bench_moe.py": bench_moe.parse_args}
 RECORDED = REPO / "benchmarks/results/2026-11-28_h200x4/h200x4_7f59280"  # the 7B limits and 4-GPU step of issue 18
 
 
@@ -53,7 +55,7 @@ def test_dry_run_commands_parse_and_calls_fit(tmp_path: Path, monkeypatch: pytes
     monkeypatch.setattr(bench_ulysses.torch.cuda, "device_count", lambda: bench_ulysses.WORLD)
     session, calls, out = dry_run(tmp_path)
     assert session.parent == tmp_path / "results" and sorted(calls) == ["b1a", "b1b", "b1c", "d1", "d2a", "d2b", "d2c", "d3",
-                                                                       "t1s", "t1v"]
+                                                                       "m1a", "m1b", "t1s", "t1v"]
     parsed = {}
     for call, parts in calls.items():
         assert sum(limit for limit, _ in parts.values()) <= 550, call  # a device call is at most 600 s
@@ -96,6 +98,12 @@ def test_dry_run_commands_parse_and_calls_fit(tmp_path: Path, monkeypatch: pytes
     assert [o for o in d2["fully_async"].override if o.startswith(mem)] == [mem + "0.8"]
     assert [(parsed[f"t1_{e}"].engines, parsed[f"t1_{e}"].device) for e in ("vllm", "sglang")] == [
         (["vllm"], "cuda"), (["sglang"], "cuda")]
+    written["moe.json"] = "m1_off"
+    moe = {r: parsed[f"m1_{r}"] for r in goals_49.MOE_REPLAYS}  # one replay setting per call, the same work
+    assert [a.replay for a in moe.values()] == list(goals_49.MOE_REPLAYS) and parsed["m_model"].build_only
+    for r, a in moe.items():
+        assert (a.gpus, a.layers, a.prompts, a.steps, a.out_dir) == (4, 24, 64, 4, session)
+        assert a.timeout < calls[{"off": "m1a", "r2": "m1b"}[r]][f"m1_{r}"][0] and not a.build_only
     for fname, call in goals_49.FILES.values():
         assert fname in written and written[fname] in calls[call], fname
     assert [line.split(":")[0] for line in out if ": not built: " in line] == list(goals_49.NOT_BUILT)
@@ -113,7 +121,7 @@ def test_summary_holds_every_goal_49_id_without_results(tmp_path: Path) -> None:
     for gid, g in goals.items():
         assert g["value"] is None and g["met"] is None and g["target"] == goals_49.GOALS[gid] and g["reason"]
     assert goals["D3"]["reason"] == "no SGLang on the host"
-    assert goals["M1"]["reason"].startswith("not built: ") and "scale_7b_2gpu.json" in goals["B5"]["reason"]
+    assert "moe.json" in goals["M1"]["reason"] and "scale_7b_2gpu.json" in goals["B5"]["reason"]
 
 
 def test_b_goals_from_the_recorded_7b_session(tmp_path: Path) -> None:

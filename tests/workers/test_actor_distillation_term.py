@@ -10,10 +10,8 @@ import math
 import pytest
 import torch
 
-from _batches import varied_batch
-from _compose import SMALL, typed_config_of
+from _batches import own_policy_actor
 from rlpost import keys
-from rlpost.utils.tiny_families import family_model
 
 pytestmark = pytest.mark.timeout(120)
 VOCAB = 96
@@ -22,15 +20,9 @@ K3 = {"loss_mode": "k3", "coef": COEF, "loss_max_clamp": None, "log_prob_min_cla
 
 
 def _actor_and_batch():
-    from rlpost.workers.actor import DataParallelPPOActor
-
-    cfg = typed_config_of(*SMALL).actor_rollout_ref.actor
+    actor, batch, own = own_policy_actor(VOCAB)
+    cfg = actor.config
     assert cfg.entropy_coeff == 0 and not cfg.use_kl_loss and cfg.loss_agg_mode == "token-mean"
-    model = family_model("qwen2", VOCAB)
-    actor = DataParallelPPOActor(cfg, model, torch.optim.SGD(model.parameters(), lr=0.0), use_remove_padding=False)
-    batch = varied_batch(VOCAB)
-    with torch.no_grad():
-        own = actor._forward_micro_batch(batch, 1.0, calculate_entropy=False)[1]
     batch.update({keys.OLD_LOG_PROBS: own, keys.ADVANTAGES: torch.zeros_like(own)})  # zero advantages: pg loss 0
     actor._distill = dict(K3)  # what update_policy reads from meta_info["distillation"]
     return actor, batch, own
