@@ -201,6 +201,12 @@ CASES = [
      ["data.train_batch_size=3", "actor_rollout_ref.actor.ppo_mini_batch_size=3", "actor_rollout_ref.rollout.n=1"],
      ["data.train_batch_size=3 x actor_rollout_ref.rollout.n=1 = 3 responses",
       "trainer.nnodes x trainer.n_gpus_per_node = 2 devices", "use data.train_batch_size=4"]),
+    ("B60", "vLLM expert parallelism on CPU", ["+actor_rollout_ref.rollout.engine_kwargs.vllm.enable_expert_parallel=true"],
+     ["not supported yet: actor_rollout_ref.rollout.engine_kwargs.vllm.enable_expert_parallel=true",
+      "cpu_fused_moe.cpp", "leave it unset"]),
+    ("B61", "MoE load metrics on a dense model", ["actor_rollout_ref.rollout.moe_load_balance_metrics_interval=5"],
+     ["actor_rollout_ref.rollout.moe_load_balance_metrics_interval=5: a", "is dense",
+      "set actor_rollout_ref.rollout.moe_load_balance_metrics_interval=0"]),
 ]
 
 BASE = ["trainer.device=cpu", "trainer.n_gpus_per_node=2", "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
