@@ -34,10 +34,12 @@ def row_expert_counts(routed: torch.Tensor, token_mask: torch.Tensor, num_expert
     idx = routed.long()
     if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= num_experts):
         raise ValueError(f"row_expert_counts: expert ids outside [0, {num_experts})")
-    weight = token_mask.to(torch.int64)[:, :, None, None].expand_as(idx)
-    flat = (torch.arange(b)[:, None, None, None] * layers + torch.arange(layers)[None, None, :, None]) * num_experts
-    counts = torch.zeros(b * layers * num_experts, dtype=torch.int64)
-    counts.scatter_add_(0, (flat + idx).reshape(-1), weight.reshape(-1))
+    # one bin per (row, layer, expert); only the counted tokens' slots are gathered, on the input's device
+    mask = token_mask.to(device=idx.device, dtype=torch.bool)
+    row = torch.arange(b, device=idx.device)[:, None].expand_as(mask)[mask]  # (n,) the row of each counted token
+    layer = torch.arange(layers, device=idx.device)[None, :, None]
+    bins = (row[:, None, None] * layers + layer) * num_experts + idx[mask]  # (n, L, K)
+    counts = torch.bincount(bins.reshape(-1), minlength=b * layers * num_experts)
     return counts.reshape(b, layers, num_experts)
 
 

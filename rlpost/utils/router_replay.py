@@ -26,7 +26,9 @@ import torch
 
 REPLAYABLE_ROUTERS = frozenset({"Qwen2MoeTopKRouter", "Qwen3MoeTopKRouter", "Qwen3NextTopKRouter",
                                 "Qwen3_5MoeTopKRouter", "OlmoeTopKRouter", "MixtralTopKRouter"})
-REPLAYABLE_MODEL_TYPES = frozenset({"qwen2_moe", "qwen3_moe", "qwen3_next", "qwen3_5_moe", "olmoe", "mixtral"})
+# (a multi-modal model's text config names its own type: Qwen3.5-MoE's is qwen3_5_moe_text)
+REPLAYABLE_MODEL_TYPES = frozenset({"qwen2_moe", "qwen3_moe", "qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text", "olmoe",
+                                    "mixtral"})
 _STATE = "_rlpost_router_replay"
 
 

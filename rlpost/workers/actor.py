@@ -21,7 +21,7 @@ from rlpost.engine.fused_logprob import FusedHeadOptions, chunk_stats, compiled,
 from rlpost.engine.packed_attention import PACKED_KWARG, packed_sequences
 from rlpost.engine.vision import (language_model_slice, mm_rows, model_kwargs, pack_positions, real_placeholders,
                                   vision_inputs)
-from rlpost.utils.masked import masked_var
+from rlpost.utils.masked import masked_mean
 from rlpost.utils.moe_aux_loss import router_aux_loss
 from rlpost.utils.router_replay import ReplayState, from_grid, replay_metrics, to_grid
 from rlpost.utils.padding import next_token_labels, pad_output, unpad_input
@@ -30,6 +30,22 @@ from rlpost.engine.ulysses import (SHARD_KWARG, SequenceParallel, gather_sequenc
 from rlpost.workers.batching import TensorDict, micro_batches, train_epochs
 
 _MODEL_INPUTS = (keys.INPUT_IDS, keys.ATTENTION_MASK, keys.POSITION_IDS, keys.RESPONSES)
+_LOG_RATIO_MOMENTS = ("actor/_log_ratio_mean", "actor/_log_ratio_sq_mean")
+
+
+def log_ratio_moments(log_ratio: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """A micro-batch's token means of log pi_theta - log pi_old and of its square (0-dim, no device sync):
+    `train_epochs` weights them by the micro-batch's share, so per mini-batch they are the mini-batch's moments."""
+    return dict(zip(_LOG_RATIO_MOMENTS, (masked_mean(log_ratio, mask), masked_mean(log_ratio * log_ratio, mask))))
+
+
+def with_log_ratio_std(metrics: dict[str, list[float]]) -> dict[str, list[float]]:
+    """`actor/log_ratio_std` per mini-batch, sqrt(E[d^2] - E[d]^2) of d = log pi_theta - log pi_old over its
+    response tokens (the importance ratio's spread in log space), in place of the two moments."""
+    mean, sq = (metrics.pop(k, []) for k in _LOG_RATIO_MOMENTS)
+    if mean:
+        metrics["actor/log_ratio_std"] = [max(s - m * m, 0.0) ** 0.5 for m, s in zip(mean, sq)]
+    return metrics
 _CHUNK_TOKENS = 4096  # rows of (tokens, V) float32 temporaries per step: 4096 x 152k x 4 B = 2.5 GB
 
 
@@ -422,10 +438,13 @@ class DataParallelPPOActor:
         for mb in micros:
             if self.router_replay is not None:
                 self.router_replay.mode = "record"
-            per_tok.append(self._forward_stats(mb, temperature, calculate_entropy, calculate_sum_pi_squared)
-                           .reshape(*mb[keys.RESPONSES].shape, -1))
+            try:
+                per_tok.append(self._forward_stats(mb, temperature, calculate_entropy, calculate_sum_pi_squared)
+                               .reshape(*mb[keys.RESPONSES].shape, -1))
+            finally:  # a forward that raised leaves the routers routing as the model does
+                if self.router_replay is not None:
+                    self.router_replay.mode = None
             if self.router_replay is not None:
-                self.router_replay.mode = None
                 routed.append(to_grid(self.router_replay.recorded, mb[keys.ATTENTION_MASK], self.use_remove_padding))
         per_tok = torch.cat(per_tok)
         if rev is not None:
@@ -473,7 +492,7 @@ class DataParallelPPOActor:
         metrics: dict[str, torch.Tensor | float] = {
             "actor/pg_loss": pg_loss.detach(), "actor/pg_clipfrac": clipfrac.detach(),
             "actor/ppo_kl": ppo_kl.detach(), "actor/pg_clipfrac_lower": clipfrac_lower.detach(),
-            "actor/log_ratio_std": masked_var(logp.detach() - mb[keys.OLD_LOG_PROBS], mask, unbiased=False).sqrt()}
+            **log_ratio_moments(logp.detach() - mb[keys.OLD_LOG_PROBS], mask)}
         if replay is not None:
             metrics.update(replay_metrics(replay, mb[keys.ATTENTION_MASK], self.use_remove_padding))
         if ent is not None:
@@ -530,10 +549,10 @@ class DataParallelPPOActor:
         if self.sp is not None and cfg.shuffle and cfg.data_loader_seed is None:
             sync_rng(self.sp)
         try:
-            return train_epochs(self.module, self.optimizer, cfg, tensors,
-                                lambda mb: self._micro_loss(mb, temperature), "actor",
-                                self.mini_batch_rows, cfg.data_loader_seed, sp_size=sp_size(self.sp),
-                                defer_grad_sync=bool(cfg.fsdp_config.use_no_sync_for_gradient_accumulation))
+            return with_log_ratio_std(train_epochs(
+                self.module, self.optimizer, cfg, tensors, lambda mb: self._micro_loss(mb, temperature), "actor",
+                self.mini_batch_rows, cfg.data_loader_seed, sp_size=sp_size(self.sp),
+                defer_grad_sync=bool(cfg.fsdp_config.use_no_sync_for_gradient_accumulation)))
         finally:
             if self.router_replay is not None:
                 self.router_replay.mode = None

@@ -439,7 +439,10 @@ class ActorRolloutRefWorker(_FSDPRole):
 
         mask = torch.zeros(routed.shape[:2], dtype=torch.bool)
         width = data.batch[keys.RESPONSES].shape[1]
-        mask[:, -width:] = data.batch[keys.ATTENTION_MASK][:, -width:].bool().cpu()
+        # the generated tokens (RESPONSE_MASK leaves a multi-turn rollout's tool tokens out), else the real ones
+        own = data.batch[keys.RESPONSE_MASK] if keys.RESPONSE_MASK in data.batch.keys() else \
+            data.batch[keys.ATTENTION_MASK][:, -width:]
+        mask[:, -width:] = own.bool().cpu()
         return row_expert_counts(routed.cpu(), mask, model_traits(self.actor_module.config).experts)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)

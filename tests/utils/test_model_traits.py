@@ -62,3 +62,15 @@ def test_router_replay_is_refused_for_models_it_does_not_cover():
     dense = replay_refusal(model_traits(family_config("llama", 64)), "R2")
     assert "a llama model is dense" in dense and dense.endswith("set actor_rollout_ref.actor.router_replay.mode=disabled")
     assert "routes its experts in a way" in replay_refusal(model_traits(family_config("deepseek_v3", 64)), "R2")
+
+
+def test_qwen3_5_moe_routers_are_covered_through_its_text_config():
+    """A Qwen3.5-MoE config's text part calls itself qwen3_5_moe_text: replay and the load metrics take it."""
+    from transformers import Qwen3_5MoeConfig
+
+    from rlpost.utils.model_traits import load_metrics_refusal, replay_refusal
+
+    traits = model_traits(Qwen3_5MoeConfig())
+    assert traits.model_type == "qwen3_5_moe_text" and traits.experts > 0
+    assert replay_refusal(traits, "R2") is None and load_metrics_refusal(traits, 1) is None
+    assert "is dense" in load_metrics_refusal(model_traits(family_config("llama", 64)), 1)

@@ -237,6 +237,13 @@ def check_engine_kwargs(config: Any) -> None:
 
     rollout = config.actor_rollout_ref.rollout
     extra = [k for k, v in dict(rollout.engine_kwargs.vllm or {}).items() if v is not None]
+    if rollout.name == "vllm" and str(rollout.engine_kwargs.vllm.get("enable_expert_parallel")).lower() == "true":
+        key = "actor_rollout_ref.rollout.engine_kwargs.vllm.enable_expert_parallel=true"
+        why = ("vLLM's CPU fused-MoE kernel crashes the worker with it (a segfault in cpu_fused_moe.cpp, seen on "
+               "a tiny Qwen3-MoE at TP 2)" if config.trainer.device == "cpu" else
+               "the weight sync into expert-parallel shards has not been checked on a GPU yet")
+        raise ValueError(f"not supported yet: {key}: {why}; leave it unset (each expert is then split over the "
+                         "tensor-parallel ranks)")
     if rollout.name != "vllm" or not extra or importlib.util.find_spec("vllm") is None:
         return
     from dataclasses import fields
@@ -244,13 +251,6 @@ def check_engine_kwargs(config: Any) -> None:
     import vllm
 
     accepted = {f.name for f in fields(vllm.EngineArgs)} | {"seed"}
-    if rollout.engine_kwargs.vllm.get("enable_expert_parallel"):
-        key = "actor_rollout_ref.rollout.engine_kwargs.vllm.enable_expert_parallel=true"
-        why = ("vLLM's CPU fused-MoE kernel crashes the worker with it (a segfault in cpu_fused_moe.cpp, seen on "
-               "a tiny Qwen3-MoE at TP 2)" if config.trainer.device == "cpu" else
-               "the weight sync into expert-parallel shards has not been checked on a GPU yet")
-        raise ValueError(f"not supported yet: {key}: {why}; leave it unset (each expert is then split over the "
-                         "tensor-parallel ranks)")
     for key in extra:
         if key not in accepted:
             close = difflib.get_close_matches(key, sorted(accepted), n=3)
