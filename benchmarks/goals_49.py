@@ -295,8 +295,11 @@ def _m1_goal(res: harness.Result, moe: dict | None) -> None:
                     steps_done_fraction=done, step_s={r: run["step_s"] for r, run in runs.items()},
                     medians=figures, params={r: (run["params_total"], run["params_active"]) for r, run in runs.items()})
     absent = [r for r in MOE_REPLAYS if r not in runs]
+    shapes = {(run["gpus"], run["layers"], run["params_total"]) for run in runs.values()}
     if absent:
         goal["met"], goal["reason"] = None, f"router replay {', '.join(absent)} did not run (the goal asks for both)"
+    elif len(shapes) > 1:
+        goal["met"], goal["reason"] = None, f"the runs differ in (GPUs, layers, parameters): {sorted(shapes)}"
     else:
         goal["met"], goal["reason"] = False, f"steps done {min(done.values()):.2f} of those asked, but {NO_EP}"
 

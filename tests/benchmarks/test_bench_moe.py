@@ -60,3 +60,5 @@ def test_router_replay_run_on_cpu_and_the_m1_goal(tmp_path: Path) -> None:
     goal = goals_49.derive(out).goals["M1"]
     assert goal["met"] is False and "expert parallelism is not built" in goal["reason"]
     assert set(goal["medians"]) == {"off", "r2"} and goal["medians"]["r2"]["actor/log_ratio_std"] >= 0.0
+    (out / "moe.json").write_text(json.dumps({**both, "runs": {**both["runs"], "off": {**run, "layers": 48}}}))
+    assert "the runs differ" in goals_49.derive(out).goals["M1"]["reason"]  # not the same work: not judged
