@@ -28,6 +28,25 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.path not in e2e_files)  # a stable sort: False (e2e files) first
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _no_process_group_across_files():
+    """A default process group a file's tests started in this process (an in-process worker, a benchmark's
+    worker) ends with the file: the next file the same xdist process runs starts its own."""
+    yield
+    import sys
+
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    state = sys.modules.get("vllm.distributed.parallel_state")
+    if state is not None:  # an in-process engine's groups go first, so its shutdown at exit finds none left
+        state.destroy_model_parallel()
+        state.destroy_distributed_environment()
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
 @pytest.fixture(autouse=True)
 def _restore_dist_env():
     before = {k: os.environ.get(k) for k in _DIST_ENV}
