@@ -31,7 +31,9 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(autouse=True, scope="module")
 def _no_process_group_across_files():
     """A default process group a file's tests started in this process (an in-process worker, a benchmark's
-    worker) ends with the file: the next file the same xdist process runs starts its own."""
+    worker) ends with the file: the next file the same xdist process runs starts its own. An in-process vLLM
+    engine's groups are left alone: a session-scoped fixture (tests/agent/conftest.py's vllm_engine) holds the
+    engine for the files after this one, and its forward needs them."""
     yield
     import sys
 
@@ -40,11 +42,9 @@ def _no_process_group_across_files():
     if not (dist.is_available() and dist.is_initialized()):
         return
     state = sys.modules.get("vllm.distributed.parallel_state")
-    if state is not None:  # an in-process engine's groups go first, so its shutdown at exit finds none left
-        state.destroy_model_parallel()
-        state.destroy_distributed_environment()
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    if state is not None and state.model_parallel_is_initialized():
+        return
+    dist.destroy_process_group()
 
 
 @pytest.fixture(autouse=True)

@@ -35,9 +35,12 @@ def trimming_tokenizer(tiny_model_dir):
     return tok
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def vllm_engine(tiny_model_dir):
-    """(agent front of a vLLM CPU rollout whose weights are perturbed so greedy text varies, tokenizer)."""
+    """(agent front of a vLLM CPU rollout whose weights are perturbed so greedy text varies, tokenizer).
+
+    One per file: vLLM's parallel groups are per process, and another in-process engine that a later file of
+    the same xdist process builds and drops (benchmarks/lora_limits.py's bare `LLM`) takes them down with it."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -70,16 +70,21 @@ def test_model_loading_and_wrapping_units(tiny_model_dir):
 
 
 def _fully_shard_each(units):
-    """fully_shard accepts every unit (one gloo rank in this process, torn down after)."""
+    """fully_shard accepts every unit (one gloo rank in this process, torn down after; a one-rank group an
+    in-process vLLM engine of an earlier file still holds is used as it is)."""
     import torch.distributed as dist
     from torch.distributed.fsdp import fully_shard
 
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    own = not dist.is_initialized()
+    if own:
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    assert dist.get_world_size() == 1
     try:
         for unit in units:
             fully_shard(unit)
     finally:
-        dist.destroy_process_group()
+        if own:
+            dist.destroy_process_group()
 
 
 def test_nonfinite_grad_skips_step_and_loss_weights():
