@@ -85,6 +85,8 @@ ROLLOUT_IS_WEIGHTS = "rollout_is_weights"  # (B, R) rollout-correction weights p
 # dict: the distillation loss the actor adds ({loss_mode, coef, loss_max_clamp, log_prob_min_clamp}), with
 # `teacher_log_probs` in the batch
 META_DISTILLATION = "distillation"
+# dict: algorithm.rollout_correction, when bypass mode corrects in the actor's loss
+META_BYPASS_CORRECTION = "bypass_correction"
 # int k: the old-log-prob pass also writes `student_topk_ids` (top-k distillation)
 META_STUDENT_TOPK = "student_topk"
 META_MOE_LOAD = "moe_load"  # true: compute_log_prob also returns MOE_EXPERT_COUNTS (the MoE load metrics' step)

@@ -32,10 +32,16 @@ def pytest_collection_modifyitems(config, items):
 def _no_process_group_across_files():
     """A default process group a file's tests started in this process (an in-process worker, a benchmark's
     worker) ends with the file: the next file the same xdist process runs starts its own. An in-process vLLM
-    engine's groups are left alone: a session-scoped fixture (tests/agent/conftest.py's vllm_engine) holds the
-    engine for the files after this one, and its forward needs them."""
+    engine's groups are left alone while an engine still holds them.
+
+    The file's dropped in-process vLLM engines are collected here first: vLLM shuts an engine down from a
+    `weakref.finalize` (tearing down the process's parallel groups), and left to the collector that would happen
+    at any time, e.g. in the middle of the next file's engine, which shares those groups."""
     yield
+    import gc
     import sys
+
+    gc.collect()
 
     import torch.distributed as dist
 

@@ -139,7 +139,8 @@ def merge_topk(at_student_ids: torch.Tensor, student_ids: torch.Tensor, own_log_
 
 def distillation_loss(student_log_probs: torch.Tensor, teacher_log_probs: torch.Tensor, response_mask: torch.Tensor,
                       loss_mode: str, loss_agg_mode: str = "token-mean", log_prob_min_clamp: float | None = None,
-                      loss_max_clamp: float | None = None, jsd_beta: float = 0.5) -> torch.Tensor:
+                      loss_max_clamp: float | None = None, jsd_beta: float = 0.5,
+                      loss_scale_factor: float | None = None) -> torch.Tensor:
     """The distillation term of the actor's loss: the per-token divergence aggregated like the policy loss.
 
     Args:
@@ -147,7 +148,7 @@ def distillation_loss(student_log_probs: torch.Tensor, teacher_log_probs: torch.
         response_mask: (B, R) 1 on generated tokens.
         loss_mode, log_prob_min_clamp, loss_max_clamp, jsd_beta: see `estimator_divergence` / `topk_divergence`
             (the log-prob floor applies to the estimator modes).
-        loss_agg_mode: `rlpost.algos.losses.agg_loss` mode.
+        loss_agg_mode: `rlpost.algos.losses.agg_loss` mode; loss_scale_factor: its seq-mean-token-sum-norm divisor.
 
     Returns:
         scalar loss.
@@ -157,7 +158,7 @@ def distillation_loss(student_log_probs: torch.Tensor, teacher_log_probs: torch.
     else:
         per_token = estimator_divergence(student_log_probs, teacher_log_probs, loss_mode, log_prob_min_clamp,
                                          loss_max_clamp)
-    return agg_loss(per_token, response_mask, loss_agg_mode)
+    return agg_loss(per_token, response_mask, loss_agg_mode, loss_scale_factor=loss_scale_factor)
 
 
 def distillation_advantages(old_log_probs: torch.Tensor, teacher_log_probs: torch.Tensor,

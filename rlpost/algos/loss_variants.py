@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from rlpost.algos.losses import (_clip_params, cfg_value, policy_loss_tuple,
+from rlpost.algos.losses import (_clip_params, batch_info, cfg_value, policy_loss_tuple,
                                  register_policy_loss, row_mean)
 from rlpost.utils.masked import masked_mean
 
@@ -75,7 +75,7 @@ def compute_policy_loss_clip_cov(
     keep[idx] = 0.0
     keep = keep.reshape(advantages.shape)
     return policy_loss_tuple(torch.maximum(unclipped, clipped) * keep, log_ratio, response_mask, loss_agg_mode,
-                             rollout_is_weights, clipped=keep == 0)
+                             rollout_is_weights, clipped=keep == 0, **batch_info(config))
 
 
 @register_policy_loss("kl_cov")
@@ -116,7 +116,7 @@ def compute_policy_loss_kl_cov(
         penalised[top] = True
         pg_losses = torch.where(penalised.reshape(pg_losses.shape), pg_losses + coef * abs_kl, pg_losses)
     return policy_loss_tuple(pg_losses, log_ratio, response_mask, loss_agg_mode, rollout_is_weights,
-                             kl_values=abs_kl)
+                             kl_values=abs_kl, **batch_info(config))
 
 
 @register_policy_loss("geo_mean")
@@ -183,7 +183,7 @@ def compute_policy_loss_cispo(
     ratio = torch.exp(log_ratio)
     weight = ratio.clamp(1.0 - low, 1.0 + high).detach()
     return policy_loss_tuple(-weight * advantages * log_prob, log_ratio, response_mask, loss_agg_mode,
-                             rollout_is_weights, clipped=ratio != weight)
+                             rollout_is_weights, clipped=ratio != weight, **batch_info(config))
 
 
 @register_policy_loss("sapo")
@@ -216,7 +216,8 @@ def compute_policy_loss_sapo(
     ratio = torch.exp(log_ratio)
     tau = torch.where(advantages > 0, tau_pos, tau_neg).to(ratio.dtype)
     gate = torch.sigmoid(tau * (ratio - 1.0)) * 4.0 / tau
-    return policy_loss_tuple(-gate * advantages, log_ratio, response_mask, loss_agg_mode, rollout_is_weights)
+    return policy_loss_tuple(-gate * advantages, log_ratio, response_mask, loss_agg_mode, rollout_is_weights,
+                             **batch_info(config))
 
 
 @register_policy_loss("topr")
@@ -254,7 +255,7 @@ def compute_policy_loss_topr(
     weight = torch.where(negative, seq_ratio.clamp(lower, upper), torch.ones_like(seq_ratio))
     tapered = negative & ((seq_ratio < lower) | (seq_ratio > upper))
     return policy_loss_tuple(-weight * advantages * log_prob, log_ratio, response_mask, loss_agg_mode,
-                             rollout_is_weights, clipped=tapered)
+                             rollout_is_weights, clipped=tapered, **batch_info(config))
 
 
 @register_policy_loss("dro")
@@ -284,4 +285,5 @@ def compute_policy_loss_dro(
                          "e.g. actor_rollout_ref.actor.policy_loss.dro_beta=0.05")
     log_ratio = log_prob - old_log_prob
     pg_losses = -(advantages * log_prob - 0.5 * float(beta) * log_ratio.pow(2))
-    return policy_loss_tuple(pg_losses, log_ratio, response_mask, loss_agg_mode, rollout_is_weights)
+    return policy_loss_tuple(pg_losses, log_ratio, response_mask, loss_agg_mode, rollout_is_weights,
+                             **batch_info(config))

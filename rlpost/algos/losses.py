@@ -51,6 +51,16 @@ def cfg_value(config: Any, key: str) -> Any:
         raise ValueError(f"the config has no key {key!r}; every key an algorithm reads must be set") from err
 
 
+def batch_info(config: Any) -> dict[str, Any]:
+    """`config.global_batch_info` (verl's extra `agg_loss` arguments; rlpost's actor config holds
+    `loss_scale_factor` there when it is set), or {} for a config without it (a plain dict, None)."""
+    if config is None:
+        return {}
+    mapping = isinstance(config, Mapping)
+    info = config.get("global_batch_info") if mapping else getattr(config, "global_batch_info", None)
+    return dict(info or {})
+
+
 def row_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """(B,) mean of each row's valid entries of `values` (B, R); 0 for a row without any."""
     mask = mask.to(values.dtype)
@@ -183,6 +193,7 @@ def apply_is_weights(pg_losses: torch.Tensor, rollout_is_weights: torch.Tensor |
 def policy_loss_tuple(pg_losses: torch.Tensor, log_ratio: torch.Tensor, response_mask: torch.Tensor,
                       loss_agg_mode: str, rollout_is_weights: torch.Tensor | None = None,
                       clipped: torch.Tensor | None = None, kl_values: torch.Tensor | None = None,
+                      loss_scale_factor: float | None = None,
                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """verl's loss tuple from per-token losses; the tail every unclipped or single-clip loss shares.
 
@@ -191,11 +202,13 @@ def policy_loss_tuple(pg_losses: torch.Tensor, log_ratio: torch.Tensor, response
             log_prob - old_log_prob. response_mask: (B, R). loss_agg_mode: see `agg_loss`.
         rollout_is_weights: (B, R) or None. clipped: (B, R) bool, the tokens the loss counts as clipped, or
             None (the loss does not clip). kl_values: (B, R) what ppo_kl averages instead of -log_ratio.
+        loss_scale_factor: the divisor of seq-mean-token-sum-norm (`batch_info(config)` gives it).
 
     Returns:
         pg_loss, pg_clipfrac (share of valid tokens in `clipped`, else 0), ppo_kl (detached), 0.
     """
-    pg_loss = agg_loss(apply_is_weights(pg_losses, rollout_is_weights), response_mask, loss_agg_mode)
+    pg_loss = agg_loss(apply_is_weights(pg_losses, rollout_is_weights), response_mask, loss_agg_mode,
+                       loss_scale_factor=loss_scale_factor)
     if clipped is None:
         pg_clipfrac = torch.zeros_like(pg_loss).detach()
     else:
@@ -269,7 +282,7 @@ def compute_policy_loss_vanilla(
     dual_loss = torch.minimum(clip_loss, dual)
     pg_clipfrac_lower = masked_mean(((clip_loss > dual) & (advantages < 0)).float(), response_mask)
     pg_losses = apply_is_weights(torch.where(advantages < 0, dual_loss, clip_loss), rollout_is_weights)
-    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode, **batch_info(config))
     return pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower
 
 
@@ -311,7 +324,7 @@ def compute_policy_loss_gspo(
     unclipped = -advantages * ratio
     clipped = -advantages * ratio.clamp(1.0 - p["clip_ratio_low"], 1.0 + p["clip_ratio_high"])
     pg_losses = apply_is_weights(torch.maximum(unclipped, clipped), rollout_is_weights)
-    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode, **batch_info(config))
     pg_clipfrac = masked_mean((clipped > unclipped).float(), response_mask)
     ppo_kl = masked_mean(-log_ratio, response_mask).detach()
     return pg_loss, pg_clipfrac, ppo_kl, torch.zeros_like(pg_loss)
@@ -332,7 +345,7 @@ def compute_policy_loss_gpg(
     Clip settings in `config` do not apply. Returns pg_loss, 0, ppo_kl, 0 (verl's tuple order).
     """
     return policy_loss_tuple(-advantages * log_prob, log_prob - old_log_prob, response_mask, loss_agg_mode,
-                             rollout_is_weights)
+                             rollout_is_weights, **batch_info(config))
 
 
 def compute_value_loss(

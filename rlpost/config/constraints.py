@@ -36,6 +36,7 @@ POSITIVE_OR_NULL = Constraint("must be an integer >= 1 or null", lambda v: v >= 
                               allow_none=True)
 NON_NEGATIVE = Constraint("must be >= 0", lambda v: v >= 0, lambda v: "0")
 POSITIVE_FLOAT = Constraint("must be > 0", lambda v: v > 0, lambda v: "1.0")
+POSITIVE_FLOAT_OR_NULL = Constraint("must be > 0 or null", lambda v: v > 0, lambda v: "null", allow_none=True)
 OPEN_UNIT = Constraint("must be in (0, 1]", lambda v: 0 < v <= 1, _unit(0.1))
 CLOSED_UNIT = Constraint("must be in [0, 1]", lambda v: 0 <= v <= 1, _unit(0.0), allow_none=True)
 BELOW_ONE = Constraint("must be in [0, 1)", lambda v: 0 <= v < 1, lambda v: "0.0" if v < 0 else "0.5")

@@ -19,6 +19,7 @@ from rlpost.config.constraints import (
     OPEN_UNIT,
     POSITIVE,
     POSITIVE_FLOAT,
+    POSITIVE_FLOAT_OR_NULL,
     POSITIVE_OR_NULL,
     TOP_K,
 )
@@ -291,10 +292,18 @@ class ActorConfig(BaseConfig):
     sum_pi_squared_checkpointing: bool
     rollout_n: int
     use_prefix_grouper: bool
-    loss_scale_factor: float | None
+    loss_scale_factor: Annotated[float | None, POSITIVE_FLOAT_OR_NULL]
     pad_to_length: bool
     router_replay: RouterReplayConfig
     qat: dict[str, Any]  # not built (unsupported.UNBUILT_GROUPS)
+
+    @property
+    def global_batch_info(self) -> dict[str, Any]:
+        """verl's extra `agg_loss` arguments a policy loss spreads into it
+        (`agg_loss(..., **config.global_batch_info)`): here only `loss_scale_factor`, the constant divisor of
+        seq-mean-token-sum-norm, when set. (The data-parallel and micro-batch shares are applied outside the
+        loss, by the weights of `rlpost.workers.batching`.)"""
+        return {} if self.loss_scale_factor is None else {"loss_scale_factor": float(self.loss_scale_factor)}
 
 
 @dataclass(frozen=True)

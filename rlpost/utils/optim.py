@@ -1,6 +1,8 @@
-"""AdamW and the learning-rate schedules (constant / cosine, both with linear warmup).
+"""The optimiser (AdamW unless `optim.optimizer` / `optim.optimizer_impl` name another) and the learning-rate
+schedules (constant / cosine, both with linear warmup).
 
-Config keys read (verl's `*.optim` group): lr, weight_decay, betas, lr_warmup_steps, lr_warmup_steps_ratio,
+Config keys read (verl's `*.optim` group): optimizer, optimizer_impl, override_optimizer_config, lr,
+weight_decay, betas, lr_warmup_steps, lr_warmup_steps_ratio,
 lr_scheduler, min_lr_ratio, num_cycles, zero_indexed_step, total_training_steps. The number of training steps is
 an explicit argument (the trainer knows it); `optim.total_training_steps` is only its fallback when > 0.
 """
@@ -16,13 +18,73 @@ from torch.optim.lr_scheduler import LambdaLR
 SCHEDULES = ("constant", "cosine")
 
 
-def build_optimizer(params: Iterable[torch.nn.Parameter], optim_cfg: Any) -> torch.optim.AdamW:
-    """AdamW from `optim.lr`, `optim.weight_decay` and `optim.betas`."""
-    betas = tuple(optim_cfg.betas)
-    if len(betas) != 2:
-        raise ValueError(f"optim.betas must have 2 values, got {list(betas)}; e.g. [0.9, 0.999]")
-    return torch.optim.AdamW(params, lr=float(optim_cfg.lr), betas=(float(betas[0]), float(betas[1])),
-                             weight_decay=float(optim_cfg.weight_decay))
+def optimizer_class(optimizer_impl: str, optimizer: str, prefix: str = "optim") -> type[torch.optim.Optimizer]:
+    """The class `optimizer` inside the module `optimizer_impl` (verl's rule: e.g. torch.optim + AdamW,
+    torchao.optim + _AdamW, bitsandbytes.optim + AdamW8bit), checked to be a torch optimiser.
+
+    Raises:
+        ValueError: the module does not import, has no such class, or the class is not a torch.optim.Optimizer;
+            the message names `<prefix>.optimizer_impl` / `<prefix>.optimizer` and a value that works.
+    """
+    import importlib
+
+    try:
+        module = importlib.import_module(str(optimizer_impl))
+    except ImportError as err:
+        raise ValueError(f"{prefix}.optimizer_impl={optimizer_impl}: the module does not import ({err}); install its "
+                         f"package or use {prefix}.optimizer_impl=torch.optim") from None
+    cls = getattr(module, str(optimizer), None)
+    if cls is None:
+        names = sorted(n for n, v in vars(module).items() if isinstance(v, type)
+                       and issubclass(v, torch.optim.Optimizer) and v is not torch.optim.Optimizer)
+        raise ValueError(f"{prefix}.optimizer={optimizer}: {optimizer_impl} has no such class; its optimisers: "
+                         f"{', '.join(names) or 'none'} (e.g. {prefix}.optimizer=AdamW with torch.optim)")
+    if not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)):
+        raise ValueError(f"{prefix}.optimizer={optimizer}: {optimizer_impl}.{optimizer} is not a torch.optim.Optimizer "
+                         f"subclass (e.g. {prefix}.optimizer=AdamW with {prefix}.optimizer_impl=torch.optim)")
+    return cls
+
+
+def optimizer_kwargs(optim_cfg: Any, prefix: str = "optim") -> dict[str, Any]:
+    """Constructor arguments (verl's rule): lr and weight_decay; betas for an Adam-family class (its name holds
+    'adam' or 'ademamix'); then `override_optimizer_config` on top. Checked against the class's signature.
+
+    Raises:
+        ValueError: betas not two values, or an argument the class does not take (named with its key).
+    """
+    import inspect
+
+    name = str(getattr(optim_cfg, "optimizer", "AdamW"))
+    cls = optimizer_class(getattr(optim_cfg, "optimizer_impl", "torch.optim"), name, prefix)
+    kwargs: dict[str, Any] = {"lr": float(optim_cfg.lr), "weight_decay": float(optim_cfg.weight_decay)}
+    if "adam" in name.lower() or "ademamix" in name.lower():
+        betas = tuple(optim_cfg.betas)
+        if len(betas) != 2:
+            raise ValueError(f"{prefix}.betas must have 2 values, got {list(betas)}; e.g. [0.9, 0.999]")
+        kwargs["betas"] = (float(betas[0]), float(betas[1]))
+    override = getattr(optim_cfg, "override_optimizer_config", None) or {}
+    if not hasattr(override, "items"):
+        raise ValueError(f"{prefix}.override_optimizer_config={override!r}: give a mapping of constructor arguments "
+                         "(e.g. {amsgrad: true}) or null")
+    kwargs.update({str(k): v for k, v in override.items()})
+    params = inspect.signature(cls.__init__).parameters
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        taken = [n for n in params if n not in ("self", "params")]
+        for key in kwargs:
+            if key not in taken:
+                where = f"{prefix}.override_optimizer_config.{key}" if key in override else f"{prefix}.{key}"
+                raise ValueError(f"{where}: {cls.__module__}.{cls.__name__} takes no argument {key!r}; it takes "
+                                 f"{', '.join(taken)}")
+    return kwargs
+
+
+def build_optimizer(params: Iterable[torch.nn.Parameter], optim_cfg: Any, prefix: str = "optim"
+                    ) -> torch.optim.Optimizer:
+    """`optim.optimizer` from `optim.optimizer_impl` (AdamW from torch.optim by default) with
+    `optimizer_kwargs`."""
+    cls = optimizer_class(getattr(optim_cfg, "optimizer_impl", "torch.optim"),
+                          getattr(optim_cfg, "optimizer", "AdamW"), prefix)
+    return cls(params, **optimizer_kwargs(optim_cfg, prefix))
 
 
 def resolve_total_steps(optim_cfg: Any, total_training_steps: int | None) -> int:

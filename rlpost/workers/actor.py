@@ -14,7 +14,8 @@ from typing import Any
 import torch
 
 from rlpost import keys
-from rlpost.algos import agg_loss, get_policy_loss_fn, kl_penalty
+from rlpost.algos import agg_loss, compute_policy_loss_vanilla, get_policy_loss_fn, kl_penalty
+from rlpost.algos.rollout_correction import bypass_policy_loss
 from rlpost.algos.distillation import distillation_loss, is_topk_mode, mask_duplicate_ids
 from rlpost.engine import triton_logprob
 from rlpost.engine.fused_logprob import FusedHeadOptions, chunk_stats, compiled, eager, fused_lm_head
@@ -338,6 +339,7 @@ class DataParallelPPOActor:
         # the router load-balancing loss, when the model's config asks for it (output_router_logits)
         self.router_aux = router_aux_loss(module) if optimizer is not None else None
         self._distill: dict | None = None  # the distillation loss's settings of the current update (meta_info)
+        self._bypass: dict | None = None  # algorithm.rollout_correction in bypass mode (meta_info), else None
         self._mm_rows: list[dict] | None = None  # the current batch's per-row multi_modal_inputs
 
     def _with_mm_rows(self, data: Any, tensors: TensorDict) -> TensorDict:
@@ -484,19 +486,27 @@ class DataParallelPPOActor:
         else:
             ent, logp = self._forward_micro_batch(mb, temperature, calculate_entropy=entropy_coeff != 0)
         mask = mb[keys.RESPONSE_MASK]
-        pg_loss, clipfrac, ppo_kl, clipfrac_lower = get_policy_loss_fn(cfg.policy_loss.loss_mode)(
-            old_log_prob=mb[keys.OLD_LOG_PROBS], log_prob=logp, advantages=mb[keys.ADVANTAGES],
-            response_mask=mask, loss_agg_mode=mode, config=cfg,
-            rollout_is_weights=mb.get(keys.ROLLOUT_IS_WEIGHTS))
+        if self._bypass is not None:  # old log-probs are the rollout's: correct against the current policy here
+            name = cfg.policy_loss.loss_mode
+            loss_fn = compute_policy_loss_vanilla if name == "bypass_mode" else get_policy_loss_fn(name)
+            (pg_loss, clipfrac, ppo_kl, clipfrac_lower), kept = bypass_policy_loss(
+                loss_fn, mb[keys.OLD_LOG_PROBS], logp, mb[keys.ADVANTAGES], mask, mode, cfg, self._bypass)
+        else:
+            pg_loss, clipfrac, ppo_kl, clipfrac_lower = get_policy_loss_fn(cfg.policy_loss.loss_mode)(
+                old_log_prob=mb[keys.OLD_LOG_PROBS], log_prob=logp, advantages=mb[keys.ADVANTAGES],
+                response_mask=mask, loss_agg_mode=mode, config=cfg,
+                rollout_is_weights=mb.get(keys.ROLLOUT_IS_WEIGHTS))
         loss = pg_loss
         metrics: dict[str, torch.Tensor | float] = {
             "actor/pg_loss": pg_loss.detach(), "actor/pg_clipfrac": clipfrac.detach(),
             "actor/ppo_kl": ppo_kl.detach(), "actor/pg_clipfrac_lower": clipfrac_lower.detach(),
             **log_ratio_moments(logp.detach() - mb[keys.OLD_LOG_PROBS], mask)}
+        if self._bypass is not None:  # the share of response tokens the rejection dropped from the policy loss
+            metrics["rollout_corr/rejected_frac"] = masked_mean(1.0 - kept.to(mask.dtype), mask.to(kept.dtype)).detach()
         if replay is not None:
             metrics.update(replay_metrics(replay, mb[keys.ATTENTION_MASK], self.use_remove_padding))
         if ent is not None:
-            entropy = agg_loss(ent, mask, mode)
+            entropy = agg_loss(ent, mask, mode, **cfg.global_batch_info)
             loss = loss - entropy_coeff * entropy
             metrics["actor/entropy"] = entropy.detach()
         aux = self.router_aux.take() if self.router_aux is not None else None
@@ -505,7 +515,7 @@ class DataParallelPPOActor:
             metrics["actor/moe_aux_loss"] = aux.detach()
         if cfg.use_kl_loss:
             kld = kl_penalty(logp, mb[keys.REF_LOG_PROB], cfg.kl_loss_type)
-            kl_loss = agg_loss(kld, mask, mode)
+            kl_loss = agg_loss(kld, mask, mode, **cfg.global_batch_info)
             loss = loss + float(cfg.kl_loss_coef) * kl_loss
             metrics["actor/kl_loss"] = kl_loss.detach()
             metrics["actor/kl_coef"] = float(cfg.kl_loss_coef)
@@ -514,7 +524,7 @@ class DataParallelPPOActor:
             student, teacher = (student_topk, mb[keys.TEACHER_TOPK_LOG_PROBS]) if topk else \
                 (logp, mb[keys.TEACHER_LOG_PROBS])
             distill = distillation_loss(student, teacher, mask, d["loss_mode"], mode, d["log_prob_min_clamp"],
-                                        d["loss_max_clamp"])
+                                        d["loss_max_clamp"], loss_scale_factor=cfg.loss_scale_factor)
             loss = loss + d["coef"] * distill
             metrics["actor/distillation_loss"] = distill.detach()
         return loss, metrics
@@ -539,6 +549,7 @@ class DataParallelPPOActor:
         if keys.ROLLOUT_IS_WEIGHTS in data.batch.keys():
             wanted.append(keys.ROLLOUT_IS_WEIGHTS)
         self._distill = data.meta_info.get(keys.META_DISTILLATION)
+        self._bypass = data.meta_info.get(keys.META_BYPASS_CORRECTION)
         if self._distill is not None:
             wanted += [keys.TEACHER_TOPK_IDS, keys.TEACHER_TOPK_LOG_PROBS] if is_topk_mode(self._distill["loss_mode"]) \
                 else [keys.TEACHER_LOG_PROBS]

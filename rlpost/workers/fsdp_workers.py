@@ -116,7 +116,8 @@ class _FSDPRole(ProfiledWorker):
 
     def _build_trainable(self, model_cfg: Any, optim_cfg: Any, fsdp_cfg: Any, value_model: bool,
                          total_training_steps: int | None, group: str, freeze_vision: bool = False):
-        """Load (master weights in `fsdp_config.model_dtype`), shard, then AdamW + an LR schedule over
+        """Load (master weights in `fsdp_config.model_dtype`), shard, then the optimiser (`optim.optimizer`,
+        AdamW by default) + an LR schedule over
         `total_training_steps` (None: `optim.total_training_steps`, see `rlpost.utils.optim.resolve_total_steps`).
         With `model.enable_activation_offload` the forward's saved activations wait on the host.
 
@@ -136,7 +137,8 @@ class _FSDPRole(ProfiledWorker):
         del full_state  # rank 0's full copy
         if model_cfg.enable_activation_offload:
             enable_activation_offload(module, self.device)
-        optimizer = build_optimizer([p for p in module.parameters() if p.requires_grad], optim_cfg)
+        optim_key = "critic.optim" if group.startswith("critic") else "actor_rollout_ref.actor.optim"
+        optimizer = build_optimizer([p for p in module.parameters() if p.requires_grad], optim_cfg, optim_key)
         return module, optimizer, build_lr_scheduler(optimizer, optim_cfg, total_training_steps), peft_model
 
     def _save(self, local_path: str, module, optimizer, scheduler, fsdp_cfg, global_step: int,
@@ -273,7 +275,7 @@ class ActorRolloutRefWorker(_FSDPRole):
         return self.actor_part.peft if self.actor_part else None
 
     def _actor_part(self, model_cfg: Any, total_training_steps: int | None) -> ModelPart:
-        """The trainable policy: sharded, with AdamW and its LR schedule (LoRA adapters when configured)."""
+        """The trainable policy: sharded, with its optimiser and LR schedule (LoRA adapters when configured)."""
         acfg = self.config.actor
         module, optimizer, scheduler, peft = self._build_trainable(
             model_cfg, acfg.optim, acfg.fsdp_config, False, total_training_steps, "actor_rollout_ref.model",
@@ -528,7 +530,7 @@ class CriticWorker(_FSDPRole):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self, total_training_steps: int | None = None) -> None:
-        """Load the value model from critic.model.path, shard it, build AdamW + LR schedule.
+        """Load the value model from critic.model.path, shard it, build its optimiser + LR schedule.
 
         Args:
             total_training_steps: optimiser steps the LR schedule spans (the trainer's step count);

@@ -175,3 +175,75 @@ def test_icepop_band_zeroes_weights_outside_and_keeps_the_tokens():
     _close(torch.tensor(m["rollout_corr/truncated_frac"]), 2 / 5)
     with pytest.raises(ValueError, match="rollout_is_threshold='1_0.5' is invalid"):
         _run(rollout_is_threshold="1_0.5")
+
+
+def test_rejection_lower_bound_moves_off_one_over_the_threshold():
+    # token level, upper 2.0: default band [0.5, 2] drops 0.4 and 3.0; a lower bound of 0.3 keeps 0.4
+    _, mask, _ = _run(rollout_is=None, rollout_rs="token", rollout_rs_threshold=2.0)
+    _close(mask, [[0.0, 1.0, 0.0], [1.0, 1.0, 0.0]])
+    _, mask, m = _run(rollout_is=None, rollout_rs="token", rollout_rs_threshold=2.0, rollout_rs_threshold_lower=0.3)
+    _close(mask, [[1.0, 1.0, 0.0], [1.0, 1.0, 0.0]])
+    assert m["rollout_corr/rejected_frac"] == pytest.approx(1 / 5)
+    # sequence level: products 1.8 and 0.96; a lower bound of 0.97 drops row 1 only
+    _, mask, _ = _run(rollout_is=None, rollout_rs="sequence", rollout_rs_threshold=2.0, rollout_rs_threshold_lower=0.97)
+    _close(mask, [[1.0, 1.0, 1.0], [0.0, 0.0, 0.0]])
+
+
+def test_token_veto_drops_a_whole_row_with_one_catastrophic_token():
+    # veto 0.5: row 0 holds 0.4 < 0.5 and goes whole; row 1 (1.2, 0.8) stays; the IS weights follow the mask
+    w, mask, m = _run(rollout_token_veto_threshold=0.5)
+    _close(mask, [[0.0, 0.0, 0.0], [1.0, 1.0, 0.0]])
+    _close(w, [[0.0, 0.0, 0.0], [1.2, 0.8, 0.0]])
+    assert m["rollout_corr/catastrophic_token_frac"] == pytest.approx(1 / 5)
+    assert m["rollout_corr/veto_seq_frac"] == pytest.approx(1 / 2)
+    assert m["rollout_corr/rejected_frac"] == pytest.approx(3 / 5)
+    _, mask, m = _run(rollout_is=None, rollout_token_veto_threshold=0.3)  # no token below 0.3: nothing dropped
+    _close(mask, MASK)
+    assert m["rollout_corr/veto_seq_frac"] == 0.0
+
+
+@pytest.mark.parametrize("over, message", [
+    ({"rollout_rs": "token", "rollout_rs_threshold": 2.0, "rollout_rs_threshold_lower": 2.5},
+     "rollout_correction.rollout_rs_threshold_lower=2.5 is invalid: must be in (0, 2.0)"),
+    ({"rollout_rs_threshold_lower": 0.5}, "rollout_correction.rollout_rs_threshold_lower=0.5 needs rollout_rs"),
+    ({"rollout_rs": "token_k1", "rollout_rs_threshold": "0.5_2.0", "rollout_rs_threshold_lower": 0.5},
+     "rollout_correction.rollout_rs_threshold_lower=0.5 does not apply to verl's criteria (token_k1)"),
+    ({"rollout_token_veto_threshold": 1.5}, "rollout_correction.rollout_token_veto_threshold=1.5 is invalid"),
+])
+def test_lower_bound_and_veto_refuse_bad_values(over, message):
+    with pytest.raises(ValueError) as err:
+        _run(**over)
+    assert str(err.value).startswith(message), str(err.value)
+
+
+def test_a_config_without_the_older_keys_still_works():
+    cfg = _cfg()
+    assert not hasattr(cfg, "rollout_token_veto_threshold")  # verl's current key set has neither
+    w, _, _ = ca.compute_rollout_correction(torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1, 2), cfg)
+    _close(w, [[1.0, 1.0]])
+
+
+def test_bypass_policy_loss_keeps_the_actors_own_loss_and_normalises_sequence_weights():
+    from rlpost.algos.rollout_correction import bypass_policy_loss
+
+    rollout = torch.zeros(2, 3)  # old_log_prob are the rollout's; the current ratios are RATIOS
+    cur = torch.log(torch.tensor(RATIOS)).requires_grad_(True)
+    adv = torch.ones(2, 3)
+    rc = _cfg(rollout_is="sequence", rollout_is_threshold=2.0, rollout_is_batch_normalize=True, bypass_mode=True,
+              loss_type="reinforce")
+    (loss, *_), keep = bypass_policy_loss(None, rollout, cur, adv, MASK, "token-mean", None, rc)
+    # row weights 1.8 and 0.96 (products, under the cap 2), over their mean 1.38
+    w = [1.8 / 1.38, 0.96 / 1.38]
+    logs = [[math.log(r) for r in RATIOS[0]], [math.log(r) for r in RATIOS[1][:2]]]
+    want = -(w[0] * sum(logs[0]) + w[1] * sum(logs[1])) / 5
+    assert float(loss) == pytest.approx(want, abs=1e-6)
+    loss.backward()
+    _close(cur.grad, [[-w[0] / 5] * 3, [-w[1] / 5, -w[1] / 5, 0.0]])
+    _close(keep, MASK)
+    # ppo_clip: the actor's configured loss (here GSPO) runs on the mask the rejection kept
+    rc = _cfg(rollout_is=None, rollout_rs="token", rollout_rs_threshold=2.0, bypass_mode=True)
+    gspo = ca.get_policy_loss_fn("gspo")
+    (loss, *_), keep = bypass_policy_loss(gspo, rollout, cur.detach(), adv, MASK, "token-mean", None, rc)
+    _close(keep, [[0.0, 1.0, 0.0], [1.0, 1.0, 0.0]])
+    alone, *_ = gspo(rollout, cur.detach(), adv, keep, "token-mean", None, None)
+    assert float(loss) == float(alone)

@@ -241,3 +241,28 @@ def test_verl_import_path_aliases():
     assert gsm8k.compute_score("so #### 1,234", "1234") == 1.0
     assert math.compute_score(r"the answer is \boxed{\frac{1}{2}}", r"\frac{1}{2}") == 1.0
     assert default_compute_score("openai/gsm8k", "#### 7", "8") == 0.0
+
+
+CORRECTION = sorted((EXAMPLES / "rollout_correction").glob("run_*.sh"))
+
+
+@pytest.mark.parametrize("script", CORRECTION, ids=lambda p: p.stem)
+def test_rollout_correction_scripts_dry_run(script, tmp_path):
+    """verl's two rollout-correction examples (bypass mode with REINFORCE and sequence weights; PPO clipping with
+    two rejection criteria), on GPUs and tiny on CPU: the plan names what the loss does."""
+    tiny = script.stem.startswith("run_tiny_cpu")
+    env = tiny_env(tmp_path) if tiny else {"HOME": str(tmp_path)}
+    overrides = launch_args(script, env, tmp_path)
+    assert REQUIRED <= keys_of(overrides) and len(keys_of(overrides)) == len(overrides)
+    cfg, plan = dry_run(overrides)
+    assert cfg.trainer.device == ("cpu" if tiny else "cuda")
+    corr = cfg.algorithm.rollout_correction
+    assert corr.bypass_mode and cfg.actor_rollout_ref.rollout.calculate_log_probs
+    if script.stem.endswith("multi_rs"):
+        assert (corr.rollout_rs, corr.rollout_rs_threshold) == ("token_k1,seq_max_k2", "0.6_1.6,2.5")
+        assert ("rejection=token_k1,seq_max_k2 (0.6_1.6,2.5); bypass mode: old policy = the rollout's log-probs, loss "
+                "ppo_clip (vanilla clipping; weights unused)") in plan
+    else:
+        assert cfg.algorithm.adv_estimator == "rloo" and corr.loss_type == "reinforce"
+        assert ("rollout correction: importance weights=sequence (cap 2.0, batch-normalised), rejection=off; bypass "
+                "mode: old policy = the rollout's log-probs, loss reinforce (-w * A * log pi)") in plan

@@ -60,10 +60,21 @@ def _algorithm(c: PPOTrainerConfig) -> list[str]:
     if algo.use_kl_in_reward:
         lines.append(f"KL in reward: {algo.kl_penalty}, {algo.kl_ctrl.type} controller, kl_coef={algo.kl_ctrl.kl_coef}")
     corr = algo.rollout_correction
-    if corr.rollout_is or corr.rollout_rs:
+    veto = corr.rollout_token_veto_threshold
+    if corr.rollout_is or corr.rollout_rs or corr.bypass_mode or veto is not None:
         normalised = ", batch-normalised" if corr.rollout_is_batch_normalize else ""
-        lines.append(f"rollout correction: importance weights={corr.rollout_is or 'off'} "
-                     f"(cap {corr.rollout_is_threshold}{normalised}), rejection={corr.rollout_rs or 'off'}")
+        rejection = corr.rollout_rs or "off"
+        if corr.rollout_rs and corr.rollout_rs_threshold is not None:
+            rejection += f" ({corr.rollout_rs_threshold})"
+        line = (f"rollout correction: importance weights={corr.rollout_is or 'off'} "
+                f"(cap {corr.rollout_is_threshold}{normalised}), rejection={rejection}")
+        if veto is not None:
+            line += f", veto of rows with a token ratio < {veto}"
+        if corr.bypass_mode:
+            use = ("-w * A * log pi" if corr.loss_type == "reinforce" else
+                   f"{actor.policy_loss.loss_mode} clipping; weights unused")
+            line += f"; bypass mode: old policy = the rollout's log-probs, loss {corr.loss_type} ({use})"
+        lines.append(line)
     own_line = estimator_needs(algo.adv_estimator).plan_line
     if own_line is not None:
         lines.append(own_line(algo))

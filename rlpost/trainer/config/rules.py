@@ -106,10 +106,16 @@ def check_combinations(c: PPOTrainerConfig) -> None:
     if algo.use_kl_in_reward and c.actor_rollout_ref.actor.use_kl_loss:
         warn(f"algorithm.use_kl_in_reward=true and {ARR}.actor.use_kl_loss=true: double KL penalty "
              f"(reward and loss); usually keep one, e.g. {ARR}.actor.use_kl_loss=false.")
+    actor = c.actor_rollout_ref.actor
+    if actor.loss_scale_factor is not None and actor.loss_agg_mode != "seq-mean-token-sum-norm":
+        warn(f"{ARR}.actor.loss_scale_factor={actor.loss_scale_factor} is read only with {ARR}.actor.loss_agg_mode="
+             f"seq-mean-token-sum-norm (it is {actor.loss_agg_mode}): it has no effect here.")
     corr = algo.rollout_correction
-    if (corr.rollout_is or corr.rollout_rs or corr.bypass_mode) and not rollout.calculate_log_probs:
+    veto = corr.rollout_token_veto_threshold
+    if (corr.rollout_is or corr.rollout_rs or corr.bypass_mode or veto is not None) and not rollout.calculate_log_probs:
         fail(f"algorithm.rollout_correction (rollout_is={show(corr.rollout_is)}, rollout_rs={show(corr.rollout_rs)}, "
-             f"bypass_mode={show(corr.bypass_mode)}), {ARR}.rollout.calculate_log_probs=false",
+             f"bypass_mode={show(corr.bypass_mode)}, rollout_token_veto_threshold={show(veto)}), "
+             f"{ARR}.rollout.calculate_log_probs=false",
              "the correction needs the rollout engine's own log-probs", f"{ARR}.rollout.calculate_log_probs=true")
     if algo.filter_groups.enable and not estimator_needs(algo.adv_estimator).groups:
         fail(f"algorithm.filter_groups.enable=true, algorithm.adv_estimator={algo.adv_estimator}",
@@ -124,14 +130,20 @@ def check_combinations(c: PPOTrainerConfig) -> None:
     try:  # thresholds may be strings ('lower_upper' bands, one per rejection criterion): the algorithm parses them
         from rlpost.algos.rollout_correction import parse_is_threshold, parse_rejection
 
-        parse_is_threshold(corr.rollout_is_threshold)
-        parse_rejection(corr.rollout_rs, corr.rollout_rs_threshold)
+        from rlpost.algos.rollout_correction import check_lower_and_veto
+
+        upper = parse_is_threshold(corr.rollout_is_threshold)[1]
+        criteria = parse_rejection(corr.rollout_rs, corr.rollout_rs_threshold)
+        single = corr.rollout_rs is not None and criteria is None  # a single level: its upper bound is a float
+        rs_upper = float(corr.rollout_rs_threshold if corr.rollout_rs_threshold is not None else upper) \
+            if single else None
+        check_lower_and_veto(corr, rs_upper, criteria)
     except ValueError as err:
         raise ConfigError(f"algorithm.{err}") from None
-    if corr.bypass_mode and corr.loss_type != "ppo_clip":
-        fail(f"not supported yet: algorithm.rollout_correction.loss_type={corr.loss_type} with bypass_mode=true",
-             "bypass mode trains with PPO clipping against the rollout log-probs",
-             "algorithm.rollout_correction.loss_type=ppo_clip")
+    if c.actor_rollout_ref.actor.policy_loss.loss_mode == "bypass_mode" and not corr.bypass_mode:
+        fail(f"{ARR}.actor.policy_loss.loss_mode=bypass_mode, algorithm.rollout_correction.bypass_mode=false",
+             "the bypass-mode loss takes the rollout's log-probs as the old policy, which only bypass mode provides",
+             "algorithm.rollout_correction.bypass_mode=true (or another loss_mode, e.g. vanilla)")
     if groups_metric_after_kl(algo):
         warn("algorithm.filter_groups.metric=seq_final_reward with algorithm.use_kl_in_reward=true: groups are "
              "filtered before the KL penalty is applied, so the metric equals seq_reward there.")

@@ -138,7 +138,7 @@ def build_trainer(config: Any):
 
     from rlpost.trainer.ppo.preflight import (check_context_length, check_engine_kwargs, check_lora_inputs,
                                               check_model_and_data_paths, check_model_families,
-                                              check_output_folder)
+                                              check_optimizers, check_output_folder)
 
     config = as_typed(config)
     try:  # bad input fails here, in seconds and with one message, before the workers start
@@ -148,6 +148,7 @@ def build_trainer(config: Any):
         check_model_families(config)
         check_context_length(config)
         check_engine_kwargs(config)
+        check_optimizers(config)
         processor = check_vision_inputs(config)  # None for a text model
         tokenizer = load_tokenizer(config)
         data_cfg = config.data

@@ -230,6 +230,18 @@ def check_context_length(config: Any) -> None:
                          f"(max_position_embeddings in {model_file}); {fix}")
 
 
+def check_optimizers(config: Any) -> None:
+    """Each trained model's `optim.optimizer` exists in `optim.optimizer_impl`, is a torch optimiser, and takes
+    every constructor argument it will get (lr, weight_decay, betas for an Adam, `override_optimizer_config`)."""
+    from rlpost.utils.optim import optimizer_kwargs
+
+    groups = {"actor_rollout_ref.actor.optim": config.actor_rollout_ref.actor.optim}
+    if need_critic(config):
+        groups["critic.optim"] = config.critic.optim
+    for key, optim in groups.items():
+        optimizer_kwargs(optim, key)
+
+
 def check_engine_kwargs(config: Any) -> None:
     """Every `rollout.engine_kwargs.vllm` key is an argument of the installed vLLM's engine (a typo would
     otherwise fail inside every worker after Ray starts)."""

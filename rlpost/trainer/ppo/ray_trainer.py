@@ -23,6 +23,8 @@ this file only moves `DataProto` batches between worker groups and does the chea
 
 from __future__ import annotations
 
+import dataclasses
+
 import logging
 import uuid
 from typing import Any, Iterator
@@ -104,7 +106,8 @@ class RayPPOTrainer:
         self.kl_ctrl_in_reward = (core_algos.get_kl_controller(self.algo.kl_ctrl) if self.algo.use_kl_in_reward
                                   else None)
         rc = self.algo.rollout_correction  # bypass mode corrects inside the actor's loss instead
-        self.use_rollout_correction = bool(rc.rollout_is or rc.rollout_rs) and not rc.bypass_mode
+        self.use_rollout_correction = bool(rc.rollout_is or rc.rollout_rs or rc.rollout_token_veto_threshold is not None
+                                           ) and not rc.bypass_mode
         self.workers: WorkerGroups | None = None
         self.profiler, self.memory_estimate = ProfileSchedule(self.config, {}), {}  # set in init_workers
         self.global_steps, self.epoch, self.tracker = 0, 0, None
@@ -400,8 +403,9 @@ class RayPPOTrainer:
 
     def _compute_old_log_prob(self, batch: DataProto, metrics: dict[str, Any]) -> None:
         """`old_log_probs` from the actor; in rollout_correction.bypass_mode, the rollout's own log-probs."""
-        if self.algo.rollout_correction.bypass_mode:
+        if self.algo.rollout_correction.bypass_mode:  # the actor's loss corrects against the current policy
             batch.batch[K.OLD_LOG_PROBS] = _rollout_log_probs(batch).clone()
+            batch.meta_info[K.META_BYPASS_CORRECTION] = _as_dict(self.algo.rollout_correction)
             return
         load_step = moe_load.due(self.config.actor_rollout_ref.rollout.moe_load_balance_metrics_interval,
                                  self.global_steps)
@@ -413,8 +417,9 @@ class RayPPOTrainer:
             metrics.update(moe_load.load_balance_metrics(counts.sum(dim=0)))
         entropys = out.batch.pop(K.ENTROPYS, None)
         if entropys is not None:
+            actor = self.config.actor_rollout_ref.actor
             metrics["actor/entropy"] = core_algos.agg_loss(
-                entropys, batch.batch[K.RESPONSE_MASK], self.config.actor_rollout_ref.actor.loss_agg_mode
+                entropys, batch.batch[K.RESPONSE_MASK], actor.loss_agg_mode, loss_scale_factor=actor.loss_scale_factor
             ).item()
         batch.union(out)
         if K.ROLLOUT_LOG_PROBS in batch.batch:
@@ -481,6 +486,15 @@ def _reward_metrics(batch: DataProto, step: int) -> dict[str, Any]:
     if slowest := slowest_samples(batch.non_tensor_batch):
         print(f"[rlpost] step {step} slowest sandbox samples: {format_slowest(slowest)}")
     return out
+
+
+def _as_dict(section: Any) -> dict[str, Any]:
+    """A typed config section (or a DictConfig a verl-style caller gave) as a plain dict for the workers."""
+    if dataclasses.is_dataclass(section):
+        return dataclasses.asdict(section)
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(section, resolve=True) if OmegaConf.is_config(section) else dict(section)
 
 
 def _rollout_log_probs(batch: DataProto) -> torch.Tensor:

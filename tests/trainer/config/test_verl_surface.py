@@ -34,6 +34,8 @@ def test_every_registered_name_validates(small_cfg, key, names):
             extra = {"reward_model.reward_manager": "dapo"}
         if name == "dro":  # weighs its log-ratio penalty by dro_beta
             extra = {f"{ARR}.actor.policy_loss.dro_beta": 0.05}
+        if name == "bypass_mode":  # the old policy is the rollout's log-probs
+            extra = {"algorithm.rollout_correction.bypass_mode": True, f"{ARR}.rollout.calculate_log_probs": True}
         typed = typed_config(small_cfg({**group, **extra, key: name}))
         node = typed
         for part in key.split("."):

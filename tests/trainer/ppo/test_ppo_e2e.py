@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -129,18 +130,34 @@ def test_ppo_gae_with_critic_hf_rollout_and_reward_model(workspace):
     """PPO (GAE) with the critic on its plain path (no LoRA, no sequence parallelism: those run below), the HF
     generate() rollout, and a sequence-classification RM, turned on with verl's newer spelling
     (reward.reward_model.enable, reward.reward_model.model_path), scores every response in the loop; its
-    continuous scores replace the rule scorer's 0/1 ones. (One run for the three features: each run
-    costs a Ray start, two workers and their models. RLOO runs end to end in test_multinode_e2e.py,
-    reinforce_plus_plus in test_resume_e2e.py.)"""
+    continuous scores replace the rule scorer's 0/1 ones. The critic trains with torch's SGD (Nesterov momentum),
+    the actor with Adam (amsgrad), and the actor's loss takes the engine's log-probs through rollout correction
+    (token weights, token rejection with its own lower bound, the catastrophic-token veto); the last step is saved
+    and the optimiser shards show each optimiser's state. (One run for these features: each run costs a Ray start,
+    two workers and their models. RLOO runs end to end in test_multinode_e2e.py, reinforce_plus_plus in
+    test_resume_e2e.py.)"""
     rows = run_main_ppo(workspace, "gae_hf_rm", "algorithm.adv_estimator=gae", "actor_rollout_ref.rollout.name=hf",
                         f"critic.model.path={workspace['model']}", "critic.ppo_mini_batch_size=2",
                         "critic.ppo_micro_batch_size_per_gpu=2", "critic.forward_micro_batch_size_per_gpu=4",
                         "critic.optim.lr=1e-4", "reward.reward_model.enable=true",
                         f"reward.reward_model.model_path={reward_model_dir(workspace)}",
-                        "reward_model.micro_batch_size_per_gpu=4")
+                        "reward_model.micro_batch_size_per_gpu=4",
+                        "critic.optim.optimizer=SGD", "critic.optim.override_optimizer_config={momentum:0.9,nesterov:true}",
+                        "actor_rollout_ref.actor.optim.optimizer=Adam",
+                        "actor_rollout_ref.actor.optim.override_optimizer_config={amsgrad:true}",
+                        "actor_rollout_ref.rollout.calculate_log_probs=true",
+                        "algorithm.rollout_correction.rollout_is=token", "algorithm.rollout_correction.rollout_rs=token",
+                        "algorithm.rollout_correction.rollout_rs_threshold=4.0",
+                        "algorithm.rollout_correction.rollout_rs_threshold_lower=0.1",
+                        "algorithm.rollout_correction.rollout_token_veto_threshold=1e-4", "trainer.save_freq=3")
     check_metrics(rows, ("critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean", "critic/grad_norm",
-                         "critic/lr", "critic/values/mean", "timing_s/values", "timing_s/update_critic"))
+                         "critic/lr", "critic/values/mean", "timing_s/values", "timing_s/update_critic",
+                         "rollout_corr/is_weight_mean", "rollout_corr/veto_seq_frac", "rollout_corr/rejected_frac"))
     check_rm_scores(rows)
+    step = workspace["root"] / "gae_hf_rm" / "global_step_3"
+    for role, key in (("actor", "max_exp_avg_sq"), ("critic", "momentum_buffer")):
+        states = list(torch.load(step / role / "optim_world_size_2_rank_0.pt", weights_only=False)["state"].values())
+        assert states and all(key in st for st in states), (role, key)
 
 
 def test_lora_actor_and_critic_then_export(workspace, tmp_path):
