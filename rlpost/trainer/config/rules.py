@@ -106,6 +106,8 @@ def check_combinations(c: PPOTrainerConfig) -> None:
     if algo.use_kl_in_reward and c.actor_rollout_ref.actor.use_kl_loss:
         warn(f"algorithm.use_kl_in_reward=true and {ARR}.actor.use_kl_loss=true: double KL penalty "
              f"(reward and loss); usually keep one, e.g. {ARR}.actor.use_kl_loss=false.")
+    if rollout.skip_rollout:
+        _check_rollout_skip(c)
     actor = c.actor_rollout_ref.actor
     if actor.loss_scale_factor is not None and actor.loss_agg_mode != "seq-mean-token-sum-norm":
         warn(f"{ARR}.actor.loss_scale_factor={actor.loss_scale_factor} is read only with {ARR}.actor.loss_agg_mode="
@@ -193,6 +195,23 @@ def _check_recorded_routing(c: PPOTrainerConfig, key: str) -> None:
         fail(f"{key}, algorithm.rollout_correction.bypass_mode=true",
              "bypass mode takes the old log-probs from the engine, so no actor pass records the routing",
              "algorithm.rollout_correction.bypass_mode=false")
+
+
+def _check_rollout_skip(c: PPOTrainerConfig) -> None:
+    """What training on one saved batch excludes: another way of building the step's batch."""
+    key = f"{ARR}.rollout.skip_rollout=true"
+    if c.algorithm.filter_groups.enable:
+        fail(f"{key}, algorithm.filter_groups.enable=true", "dynamic sampling generates the step's batch itself",
+             "algorithm.filter_groups.enable=false")
+    if not c.actor_rollout_ref.hybrid_engine:
+        fail(f"{key}, {ARR}.hybrid_engine=false", "split rollouts generate ahead of the step they train",
+             f"{ARR}.hybrid_engine=true")
+    if c.actor_rollout_ref.rollout.over_sample_rate:
+        fail(f"{key}, {ARR}.rollout.over_sample_rate={c.actor_rollout_ref.rollout.over_sample_rate}",
+             "over-sampling cuts each generation's unfinished groups", f"{ARR}.rollout.over_sample_rate=0")
+    if "codapo" in estimator_needs(c.algorithm.adv_estimator).step_features:
+        fail(f"{key}, algorithm.adv_estimator={c.algorithm.adv_estimator}",
+             "CoDaPO builds each focused batch from the step before it", "algorithm.adv_estimator=grpo")
 
 
 def check_codapo(c: PPOTrainerConfig) -> None:

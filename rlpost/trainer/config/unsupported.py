@@ -136,7 +136,6 @@ NOT_SUPPORTED_YET: dict[str, Refusal] = {
     "trainer.v1.sampler.sampler_kwargs": only({}),
     f"{ARR}.rollout.checkpoint_engine.backend": only("naive"),
     f"{ARR}.rollout.trace.backend": only(None),
-    f"{ARR}.rollout.skip_rollout": only(False),
     f"{ARR}.rollout.multi_turn.completion_callback": only(None),
     f"{ARR}.rollout.agent.custom_async_server.path": only(None),
     f"{ARR}.rollout.agent.custom_async_server.name": only(None),

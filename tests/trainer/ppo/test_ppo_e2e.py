@@ -256,3 +256,26 @@ def test_codapo_alternates_original_and_focused_steps_and_resumes_between_them(w
                            f"trainer.rollout_data_dir={out}/dump_resumed")
     assert [r["codapo/is_focused_step"] for r in resumed if "timing_s/step" in r] == [1.0]  # step 2 only
     assert {json.loads(line)["prompt"] for line in (out / "dump_resumed" / "2.jsonl").open()} == prompts[2]
+
+
+def test_skip_rollout_trains_every_step_on_the_first_steps_saved_batch(workspace, tmp_path):
+    """verl's rollout skip: step 1 generates, scores and saves its batch; steps 2 and 3 train on it again (same
+    prompts, responses and scores, no generation), and a second run of the same experiment loads it at its step 1.
+    (A saved file that does not fit the run: tests/trainer/ppo/test_rollout_skip.py.)"""
+    dump = tmp_path / "skip"
+    keys = ["algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.skip_rollout=true",
+            f"actor_rollout_ref.rollout.skip_dump_dir={dump}",
+            "trainer.experiment_name=skip_e2e", "trainer.val_before_train=false", "trainer.test_freq=-1",
+            f"trainer.rollout_data_dir={tmp_path / 'rollouts'}"]
+    rows = [r for r in run_main_ppo(workspace, "skip", *keys) if "timing_s/step" in r]
+    assert [r["rollout_skip/loaded"] for r in rows] == [0.0, 1.0, 1.0]
+    assert "timing_s/gen" in rows[0] and all("timing_s/gen" not in r for r in rows[1:])
+    texts = [[json.loads(line)["response"] for line in (tmp_path / "rollouts" / f"{s}.jsonl").open()] for s in (1, 2, 3)]
+    assert texts[0] == texts[1] == texts[2]
+    assert rows[0]["critic/score/mean"] == rows[1]["critic/score/mean"] == rows[2]["critic/score/mean"]
+    assert all(math.isfinite(r["actor/pg_loss"]) for r in rows[1:])  # the updates ran on it
+    saved = list(dump.glob("skip_e2e_*_GBS4__N2.rlpost.pkl"))
+    assert len(saved) == 1
+    again = [r for r in run_main_ppo(workspace, "skip_again", *keys, "trainer.total_training_steps=1")
+             if "timing_s/step" in r]
+    assert again[0]["rollout_skip/loaded"] == 1.0 and again[0]["critic/score/mean"] == rows[0]["critic/score/mean"]

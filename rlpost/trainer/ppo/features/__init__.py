@@ -8,6 +8,7 @@ from rlpost.trainer.ppo.features import (  # noqa: F401  (registers them)
     over_sampling,
     pf_ppo,
     remax,
+    rollout_skip,
 )
 from rlpost.trainer.ppo.features.base import STEP_FEATURES, StepFeature, active_features, register_step_feature
 
