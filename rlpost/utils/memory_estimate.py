@@ -11,7 +11,8 @@ gated MLP, norms), and every phase adds what lives on one device while it runs:
     update_actor  resident state + sharded fp32 grads + activations (checkpointed or not) + training logits
 
 The resident state is what stays on the device between phases: fp32 master params (4 B / param / shard),
-AdamW moments (8 B) unless offloaded, the frozen reference in bf16 (2 B). Sharded over the FSDP size.
+the optimizer's state (AdamW's two moments: 8 B; `optimizer_state_bytes`) unless offloaded, the frozen
+reference in bf16 (2 B). Sharded over the FSDP size.
 The caching allocator is emptied before the engine wakes, so the training peak is not carried into `gen`.
 """
 
@@ -113,6 +114,24 @@ class TrainSetup:
     float32_chunks: bool = True  # the PyTorch log-prob path (CPU); False: the Triton kernels (CUDA)
     defer_grad_sync: bool = False  # use_no_sync_for_gradient_accumulation: unsharded grads until the last micro-batch
     chunk_tokens: int = CHUNK_TOKENS  # rows per float32 chunk (entropy_from_logits_chunk_size with chunking on)
+    optim_bytes: float = 8.0  # optimizer state per parameter (`optimizer_state_bytes`)
+
+
+def optimizer_state_bytes(optimizer: str, override: dict | None = None) -> float:
+    """Bytes of state per fp32 parameter that torch keeps for the optimizer class `optimizer` with the constructor
+    arguments `override`: Adam / AdamW two moments (8; 12 with amsgrad), an 8-bit Adam 2, SGD a momentum buffer
+    (4) or none, Adagrad / RMSprop / Adadelta 4 (RMSprop 4 more per momentum or centred average). Another class
+    counts as an Adam (8)."""
+    name, extra = optimizer.lower(), dict(override or {})
+    if "8bit" in name:
+        return 2.0
+    if name == "sgd":
+        return 4.0 if float(extra.get("momentum", 0) or 0) else 0.0
+    if name in ("adagrad", "adadelta"):
+        return 4.0 if name == "adagrad" else 8.0
+    if name == "rmsprop":
+        return 4.0 + 4.0 * bool(extra.get("momentum")) + 4.0 * bool(extra.get("centered"))
+    return 12.0 if extra.get("amsgrad") else 8.0
 
 
 @dataclass
@@ -140,7 +159,7 @@ def resident_bytes(shape: ModelShape, s: TrainSetup) -> dict[str, int]:
         return {} if s.param_offload else {"params": int(2 * p)}
     out = {} if s.param_offload else {"params": int(4 * p)}
     if not s.optimizer_offload:
-        out["optimizer"] = int(8 * p)
+        out["optimizer"] = int(s.optim_bytes * p)
     return out
 
 
@@ -178,7 +197,7 @@ def onloaded_bytes(shape: ModelShape, s: TrainSetup, with_optimizer: bool) -> di
     p = shape.params / s.shards
     out = {"params (onloaded)": int((2 if s.frozen else 4) * p)} if s.param_offload else {}
     if with_optimizer and s.optimizer_offload and not s.frozen:
-        out["optimizer (onloaded)"] = int(8 * p)
+        out["optimizer (onloaded)"] = int(s.optim_bytes * p)
     return out
 
 

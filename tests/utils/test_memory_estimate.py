@@ -89,3 +89,23 @@ def test_size_based_wrapping_above_a_layer_gathers_the_whole_model():
     assert fwd(161) == fwd(10**9) == 2 * s.params
     # the update holds the gathered model and its bf16 grads
     assert update_bytes(s, setup(unit_params=161), rows=1)["gathered"] == 2 * 2 * s.params
+
+
+def test_the_optimizer_state_follows_the_optimizer_class():
+    from rlpost.utils.memory_estimate import optimizer_state_bytes
+
+    # torch's state per parameter: Adam(W) exp_avg + exp_avg_sq (+ max_exp_avg_sq with amsgrad), SGD's momentum buffer
+    assert optimizer_state_bytes("AdamW") == optimizer_state_bytes("Adam") == 8.0
+    assert optimizer_state_bytes("Adam", {"amsgrad": True}) == 12.0
+    assert optimizer_state_bytes("SGD") == 0.0 and optimizer_state_bytes("SGD", {"momentum": 0.9}) == 4.0
+    assert optimizer_state_bytes("AdamW8bit") == 2.0 and optimizer_state_bytes("SomethingElse") == 8.0
+    import torch
+
+    p = torch.nn.Parameter(torch.zeros(1000))
+    for name, extra in (("Adam", {"amsgrad": True}), ("SGD", {"momentum": 0.9}), ("RMSprop", {"centered": True}),
+                        ("Adagrad", {})):
+        opt = getattr(torch.optim, name)([p], lr=0.1, **extra)
+        p.grad = torch.ones(1000)
+        opt.step()
+        held = sum(v.numel() * v.element_size() for v in opt.state[p].values() if torch.is_tensor(v) and v.dim())
+        assert held / 1000 == optimizer_state_bytes(name, extra), name

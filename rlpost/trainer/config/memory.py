@@ -19,7 +19,7 @@ from rlpost.trainer.config.roles import need_critic, need_reference_policy
 from rlpost.utils.lora_config import lora_enabled
 from rlpost.utils.memory_estimate import (CHUNK_TOKENS, GIB, OVERHEAD_BYTES, ModelShape, PhaseEstimate, TrainSetup,
                                           forward_bytes, load_shape, onloaded_bytes, resident_bytes,
-                                          update_bytes)
+                                          optimizer_state_bytes, update_bytes)
 
 ARR = "actor_rollout_ref"
 
@@ -35,7 +35,7 @@ class Knob:
 
 
 def _setup(c: PPOTrainerConfig, fsdp, checkpointing: bool, entropy: bool, frozen: bool,
-           value_head: bool) -> TrainSetup:
+           value_head: bool, optim=None) -> TrainSetup:
     from rlpost.engine import triton_logprob  # imports torch: the config package itself stays without it
 
     rollout = c.actor_rollout_ref.rollout
@@ -49,7 +49,9 @@ def _setup(c: PPOTrainerConfig, fsdp, checkpointing: bool, entropy: bool, frozen
                       defer_grad_sync=fsdp.use_no_sync_for_gradient_accumulation,
                       chunk_tokens=(fsdp.entropy_from_logits_chunk_size if fsdp.entropy_from_logits_with_chunking
                                     else CHUNK_TOKENS),
-                      float32_chunks=not triton_logprob.expected(c.trainer.device))
+                      float32_chunks=not triton_logprob.expected(c.trainer.device),
+                      optim_bytes=8.0 if optim is None else optimizer_state_bytes(optim.optimizer,
+                                                                                 optim.override_optimizer_config))
 
 
 def _halve(v: float) -> float | None:
@@ -73,7 +75,7 @@ class RunMemory:
         arr = c.actor_rollout_ref
         lora = lora_enabled(arr.model)
         self.actor_setup = _setup(c, arr.actor.fsdp_config, arr.model.enable_gradient_checkpointing,
-                                  arr.actor.entropy_coeff != 0, lora, False)
+                                  arr.actor.entropy_coeff != 0, lora, False, arr.actor.optim)
         self.ref_setup = None
         if need_reference_policy(c) and not lora:  # a LoRA actor is its own reference (adapters off)
             self.ref_setup = _setup(c, arr.ref.fsdp_config, False, False, True, False)
@@ -81,7 +83,7 @@ class RunMemory:
         if critic is not None:
             cm = c.critic.model
             self.critic_setup = _setup(c, cm.fsdp_config, cm.enable_gradient_checkpointing, False,
-                                       lora_enabled(cm), True)
+                                       lora_enabled(cm), True, c.critic.optim)
 
     def resident(self) -> dict[str, int]:
         """Bytes per device kept between phases, by role part."""
