@@ -54,7 +54,7 @@ def load_reward_model(model_cfg: Any, dtype: torch.dtype) -> torch.nn.Module:
     import_external_libs(model_cfg.external_lib)
     trust = model_cfg.trust_remote_code
     path = local_model_path(model_cfg)
-    hf_config = load_hf_config(path, trust, {})  # the reward_model.model group has no override_config
+    hf_config = load_hf_config(path, trust, model_cfg.override_config)
     hf_config.num_labels = 1
     model, info = AutoModelForSequenceClassification.from_pretrained(
         path, config=hf_config, dtype=dtype, attn_implementation="sdpa", output_loading_info=True,

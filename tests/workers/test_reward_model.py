@@ -295,3 +295,16 @@ def test_trainer_uses_rm_scores_instead_of_the_rule(tmp_path, dirs):
     extra = RayPPOTrainer._store_reward(fake, data, job)
     assert extra == []
     assert torch.equal(data.batch[keys.TOKEN_LEVEL_SCORES], rm) and keys.RM_SCORES in data.batch
+
+
+def test_override_config_reaches_the_reward_models_hf_config(dirs):
+    """reward_model.model.override_config is applied before the weights load, and the forward runs with it."""
+    from rlpost.workers.reward_model import load_reward_model
+
+    plain = load_reward_model(rm_config(dirs[0]).model, torch.float32)
+    eps = load_reward_model(rm_config(dirs[0], None, "+reward_model.model.override_config.rms_norm_eps=0.5").model,
+                            torch.float32)
+    assert eps.config.rms_norm_eps == 0.5 and plain.config.rms_norm_eps != 0.5
+    ids = torch.tensor([[3, 5, 7, 9]])
+    with torch.no_grad():
+        assert not torch.allclose(plain(input_ids=ids).logits, eps(input_ids=ids).logits)

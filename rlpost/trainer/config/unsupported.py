@@ -87,7 +87,6 @@ AREAS: tuple[tuple[str, str], ...] = (
     ("global_profiler.global_tool_config.torch_memory", "other CUDA memory-snapshot recorder settings"),
     ("sum_pi_squared_checkpointing", "recomputing the sum of squared probabilities in the backward"),
     ("reward_loop_", "verl's reward loop (rlpost scores through its reward manager and reward-model worker)"),
-    ("reward_model.model.override_config", "overrides of the reward model's HF config"),
 )
 
 ENGINE_KEYS = (f"{ARR}.actor.fsdp_config", f"{ARR}.ref.fsdp_config", "critic.model.fsdp_config")
@@ -106,7 +105,6 @@ NOT_SUPPORTED_YET: dict[str, Refusal] = {
     "reward_model.reward_loop_source": only("register"),
     "reward_model.reward_loop_module_path": only(None),
     "reward_model.reward_loop_class_name": only(None),
-    "reward_model.model.override_config": only({}),
     f"{ARR}.model.hf_config_path": only(None),
     f"{ARR}.model.modules_to_save": only(None),
     "data.image_patch_size": only(14),
