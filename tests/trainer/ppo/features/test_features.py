@@ -19,11 +19,11 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def _trainer(estimator: str, use_pf_ppo: bool = False, distill: bool = False, filter_groups: bool = False,
-             over_sample_rate: float = 0.0, **algo) -> SimpleNamespace:
+             over_sample_rate: float = 0.0, skip_rollout: bool = False, **algo) -> SimpleNamespace:
     algo_cfg = SimpleNamespace(adv_estimator=estimator, use_pf_ppo=use_pf_ppo, codapo_top_k=None,
                                codapo_weight_offset=None, codapo_accuracy_key=None,
                                filter_groups=SimpleNamespace(enable=filter_groups), **algo)
-    rollout = SimpleNamespace(rollout=SimpleNamespace(over_sample_rate=over_sample_rate))
+    rollout = SimpleNamespace(rollout=SimpleNamespace(over_sample_rate=over_sample_rate, skip_rollout=skip_rollout))
     return SimpleNamespace(config=SimpleNamespace(algorithm=algo_cfg, distillation=SimpleNamespace(enabled=distill),
                                                   actor_rollout_ref=rollout))
 
@@ -41,6 +41,13 @@ def test_dynamic_sampling_is_turned_on_by_filter_groups_and_generates_scored():
     features = active_features(_trainer("grpo", filter_groups=True))
     assert [type(f).__name__ for f in features] == ["DynamicSampling"]
     assert [f.generates_scored for f in active_features(_trainer("grpo", True))] == [False]
+
+
+def test_rollout_skip_is_turned_on_by_its_key_and_generates_scored():
+    from rlpost.trainer.ppo.features.rollout_skip import RolloutSkip
+
+    assert RolloutSkip.enabled_by(_trainer("grpo", skip_rollout=True).config)
+    assert not RolloutSkip.enabled_by(_trainer("grpo").config) and RolloutSkip.generates_scored
 
 
 def test_over_sampling_is_turned_on_by_its_rate():

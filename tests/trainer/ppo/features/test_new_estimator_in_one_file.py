@@ -64,7 +64,7 @@ def test_the_trainer_runs_its_feature_and_the_estimator_gives_hand_values():
     trainer = SimpleNamespace(config=SimpleNamespace(algorithm=SimpleNamespace(
         adv_estimator="group_mean_baseline", use_pf_ppo=False, filter_groups=SimpleNamespace(enable=False)),
         distillation=SimpleNamespace(enabled=False),
-        actor_rollout_ref=SimpleNamespace(rollout=SimpleNamespace(over_sample_rate=0.0))))
+        actor_rollout_ref=SimpleNamespace(rollout=SimpleNamespace(over_sample_rate=0.0, skip_rollout=False))))
     features = active_features(trainer)
     assert [type(f) for f in features] == [FlatGroupShare]
     scores = torch.tensor([[1.0], [0.0], [1.0], [1.0]])
